@@ -1,0 +1,119 @@
+"""Sans-IO MQTT 3.1 / 3.1.1: packets, codec, topic rules and the connection state machine.
+
+Theory of operation
+-------------------
+Nothing in this package touches a socket, a thread, an event loop or a clock.
+`codec` turns bytes into packet dataclasses and back; `topics` validates and
+matches topic names and filters; `Flows` keeps one session's QoS 1/2 state
+(packet ids, in-flight tables); `Connection` is one server-side connection:
+bytes in (`receive_data(data, now)`), events out, bytes to write from
+`data_to_send()`, and timers through `next_timer()` / `handle_timer(now)`.
+The broker owns the I/O and answers events; tests drive the same objects with
+plain function calls.
+"""
+
+from .codec import (
+    MAX_REMAINING_LENGTH,
+    Decoder,
+    decode_packet,
+    encode,
+    encode_publish,
+    encode_remaining_length,
+)
+from .connection import Connection, ConnectionState
+from .errors import (
+    LocalProtocolError,
+    MalformedPacket,
+    PacketIdsExhausted,
+    ProtocolError,
+    RemoteProtocolError,
+)
+from .events import (
+    ConnectionClosed,
+    ConnectRequested,
+    DeliveryAcknowledged,
+    DeliveryReceived,
+    DisconnectRequested,
+    Event,
+    MessageReceived,
+    MessageReleased,
+    SubscribeRequested,
+    UnsubscribeRequested,
+)
+from .flows import Flows, Inflight, InflightState
+from .packets import (
+    SUBACK_FAILURE,
+    ConnAck,
+    Connect,
+    ConnectReturnCode,
+    Disconnect,
+    Packet,
+    PacketType,
+    PingReq,
+    PingResp,
+    ProtocolLevel,
+    PubAck,
+    PubComp,
+    Publish,
+    PubRec,
+    PubRel,
+    SubAck,
+    Subscribe,
+    UnsubAck,
+    Unsubscribe,
+    Will,
+)
+from .topics import is_wildcard_filter, topic_filter_error, topic_matches, topic_name_error
+
+__all__ = [
+    "MAX_REMAINING_LENGTH",
+    "SUBACK_FAILURE",
+    "ConnAck",
+    "Connect",
+    "ConnectRequested",
+    "ConnectReturnCode",
+    "Connection",
+    "ConnectionClosed",
+    "ConnectionState",
+    "Decoder",
+    "DeliveryAcknowledged",
+    "DeliveryReceived",
+    "Disconnect",
+    "DisconnectRequested",
+    "Event",
+    "Flows",
+    "Inflight",
+    "InflightState",
+    "LocalProtocolError",
+    "MalformedPacket",
+    "MessageReceived",
+    "MessageReleased",
+    "Packet",
+    "PacketIdsExhausted",
+    "PacketType",
+    "PingReq",
+    "PingResp",
+    "ProtocolError",
+    "ProtocolLevel",
+    "PubAck",
+    "PubComp",
+    "PubRec",
+    "PubRel",
+    "Publish",
+    "RemoteProtocolError",
+    "SubAck",
+    "Subscribe",
+    "SubscribeRequested",
+    "UnsubAck",
+    "Unsubscribe",
+    "UnsubscribeRequested",
+    "Will",
+    "decode_packet",
+    "encode",
+    "encode_publish",
+    "encode_remaining_length",
+    "is_wildcard_filter",
+    "topic_filter_error",
+    "topic_matches",
+    "topic_name_error",
+]

@@ -1,0 +1,349 @@
+"""The server side of one MQTT connection, without I/O.
+
+Theory of operation
+-------------------
+Bytes go in through `receive_data(data, now)`, which returns events; bytes to
+write come out of `data_to_send()`. Time is an argument, never read: the owner
+asks `next_timer()` when it wants to be called back and then calls
+`handle_timer(now)`. The owner (the broker) answers events by calling methods
+(`accept`, `refuse`, `send`, `deliver`, `close`).
+
+States: AWAIT_CONNECT -> CONNECTED -> CLOSED. Rules enforced here:
+
+* the first packet must be CONNECT, and only one CONNECT is allowed;
+* CONNECT validation that needs no broker state: unsupported protocol level
+  (CONNACK 1), client identifier rules (CONNACK 2);
+* packets a client never sends (CONNACK, SUBACK, ...) close the connection;
+* PINGREQ is answered here; keep-alive expiry (1.5 x the keep-alive) and the
+  CONNECT timeout close the connection;
+* outbound QoS 1/2 bookkeeping through the session's `Flows`, PUBREL sent on
+  PUBREC, re-sending in order with DUP=1 on resumption, and, for MQTT 3.1
+  peers, after `retry_interval` seconds without an answer.
+
+Any protocol violation ends in `ConnectionClosed` with the reason; after it
+the connection ignores input. Acknowledgements of *incoming* QoS 1/2
+publications are left to the owner, which sends them once the message is
+durable.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from .codec import PINGRESP_BYTES, Decoder, encode, encode_publish
+from .errors import LocalProtocolError, MalformedPacket
+from .events import (
+    ConnectionClosed,
+    ConnectRequested,
+    DeliveryAcknowledged,
+    DeliveryReceived,
+    DisconnectRequested,
+    Event,
+    MessageReceived,
+    MessageReleased,
+    SubscribeRequested,
+    UnsubscribeRequested,
+)
+from .flows import Flows, Inflight, InflightState
+from .packets import (
+    ConnAck,
+    Connect,
+    ConnectReturnCode,
+    Disconnect,
+    Packet,
+    PingReq,
+    ProtocolLevel,
+    PubAck,
+    PubComp,
+    Publish,
+    PubRec,
+    PubRel,
+    Subscribe,
+    Unsubscribe,
+)
+
+MAX_CLIENT_ID_3_1 = 23
+
+
+class ConnectionState(enum.Enum):
+    AWAIT_CONNECT = "await-connect"
+    CONNECTED = "connected"
+    CLOSED = "closed"
+
+
+class Connection:
+    """Server-side MQTT 3.1/3.1.1 connection state machine (see module docstring)."""
+
+    __slots__ = (
+        "_closed_reason",
+        "_connect_deadline",
+        "_decoder",
+        "_keepalive_window",
+        "_out",
+        "bytes_received",
+        "bytes_sent",
+        "flows",
+        "keepalive",
+        "last_received",
+        "protocol_level",
+        "retry_interval",
+        "state",
+    )
+
+    def __init__(
+        self,
+        *,
+        now: float,
+        max_packet_size: int = 1024 * 1024,
+        connect_timeout: float = 10.0,
+        retry_interval: float = 20.0,
+    ) -> None:
+        self.state = ConnectionState.AWAIT_CONNECT
+        self._decoder = Decoder(max_packet_size=max_packet_size)
+        self._out: list[bytes] = []
+        self._connect_deadline: float | None = now + connect_timeout
+        self._closed_reason = ""
+        self._keepalive_window = 0.0
+        self.flows: Flows | None = None
+        self.keepalive = 0
+        self.last_received = now
+        self.protocol_level = int(ProtocolLevel.MQTT_3_1_1)
+        self.retry_interval = retry_interval
+        self.bytes_received = 0
+        self.bytes_sent = 0
+
+    # -- input ----------------------------------------------------------
+
+    def receive_data(self, data: bytes, now: float) -> list[Event]:
+        """Feed bytes read from the peer; returns the events they complete."""
+        if self.state is ConnectionState.CLOSED:
+            return []
+        self.last_received = now
+        self.bytes_received += len(data)
+        try:
+            packets = self._decoder.feed(data)
+        except MalformedPacket as error:
+            return [self._fail(f"malformed packet: {error}")]
+        events: list[Event] = []
+        for packet in packets:
+            self._handle(packet, now, events)
+            if self.closed:
+                break
+        return events
+
+    def _handle(self, packet: Packet, now: float, events: list[Event]) -> None:
+        kind = type(packet)
+        if kind is Publish:
+            assert isinstance(packet, Publish)
+            if self.state is not ConnectionState.CONNECTED:
+                events.append(self._fail("the first packet is not CONNECT"))
+                return
+            duplicate = False
+            if packet.qos == 2 and self.flows is not None:
+                duplicate = self.flows.is_held(packet.packet_id)
+            events.append(MessageReceived(packet, duplicate))
+            return
+        if self.state is ConnectionState.AWAIT_CONNECT:
+            if kind is Connect:
+                assert isinstance(packet, Connect)
+                self._handle_connect(packet, events)
+            else:
+                events.append(self._fail("the first packet is not CONNECT"))
+            return
+        flows = self.flows
+        if kind is PubAck:
+            assert isinstance(packet, PubAck)
+            inflight = flows.acknowledge(packet.packet_id) if flows else None
+            if inflight is not None:
+                events.append(DeliveryAcknowledged(packet.packet_id, inflight.ref))
+        elif kind is PubRec:
+            assert isinstance(packet, PubRec)
+            inflight = flows.received(packet.packet_id, now) if flows else None
+            # PUBREL even for an unknown id, so a peer stuck in the flow completes it.
+            self._out.append(encode(PubRel(packet.packet_id)))
+            if inflight is not None:
+                events.append(DeliveryReceived(packet.packet_id, inflight.ref))
+        elif kind is PubComp:
+            assert isinstance(packet, PubComp)
+            inflight = flows.complete(packet.packet_id) if flows else None
+            if inflight is not None:
+                events.append(DeliveryAcknowledged(packet.packet_id, inflight.ref))
+        elif kind is PubRel:
+            assert isinstance(packet, PubRel)
+            message = flows.release_incoming(packet.packet_id) if flows else None
+            events.append(MessageReleased(packet.packet_id, message))
+        elif kind is PingReq:
+            self._out.append(PINGRESP_BYTES)
+        elif kind is Subscribe:
+            assert isinstance(packet, Subscribe)
+            events.append(SubscribeRequested(packet))
+        elif kind is Unsubscribe:
+            assert isinstance(packet, Unsubscribe)
+            events.append(UnsubscribeRequested(packet))
+        elif kind is Disconnect:
+            events.append(DisconnectRequested())
+            self.state = ConnectionState.CLOSED
+            self._closed_reason = "client sent DISCONNECT"
+            events.append(ConnectionClosed(self._closed_reason, graceful=True))
+        elif kind is Connect:
+            events.append(self._fail("a second CONNECT on the same connection"))
+        else:
+            events.append(self._fail(f"a client may not send {packet.packet_type.name}"))
+
+    def _handle_connect(self, packet: Connect, events: list[Event]) -> None:
+        level = packet.protocol_level
+        if level not in (ProtocolLevel.MQTT_3_1, ProtocolLevel.MQTT_3_1_1):
+            self._out.append(encode(ConnAck(ConnectReturnCode.UNACCEPTABLE_PROTOCOL_VERSION)))
+            events.append(self._fail(f"unsupported protocol level {level}"))
+            return
+        self.protocol_level = level
+        client_id = packet.client_id
+        if level == ProtocolLevel.MQTT_3_1 and not 0 < len(client_id) <= MAX_CLIENT_ID_3_1:
+            self._out.append(encode(ConnAck(ConnectReturnCode.IDENTIFIER_REJECTED)))
+            events.append(
+                self._fail(f"MQTT 3.1 client identifier must be 1 to 23 characters: {client_id!r}")
+            )
+            return
+        if not client_id and not packet.clean_session:
+            self._out.append(encode(ConnAck(ConnectReturnCode.IDENTIFIER_REJECTED)))
+            events.append(self._fail("empty client identifier without clean session"))
+            return
+        self.state = ConnectionState.CONNECTED
+        self._connect_deadline = None
+        self.keepalive = packet.keepalive
+        self._keepalive_window = 1.5 * packet.keepalive
+        events.append(ConnectRequested(packet))
+
+    # -- answers from the owner ----------------------------------------
+
+    def accept(self, session_present: bool, flows: Flows, now: float) -> None:
+        """Send CONNACK 0 and attach the session's flows; re-sends what is in flight."""
+        self.flows = flows
+        self._out.append(encode(ConnAck(ConnectReturnCode.ACCEPTED, session_present)))
+        if flows.outbound:
+            self.resend_inflight(now)
+
+    def refuse(self, return_code: ConnectReturnCode, reason: str) -> ConnectionClosed:
+        """Send CONNACK with a failure code; the owner closes the transport after flushing."""
+        self._out.append(encode(ConnAck(return_code, False)))
+        return self._fail(reason)
+
+    def resend_inflight(self, now: float) -> None:
+        """Re-send every unfinished outbound flow in order: PUBLISH with DUP=1, or PUBREL."""
+        if self.flows is None:
+            return
+        out = self._out
+        for inflight in self.flows.outbound.values():
+            self._resend(inflight, now, out)
+
+    def _resend(self, inflight: Inflight, now: float, out: list[bytes]) -> None:
+        inflight.sent_at = now
+        if inflight.state is InflightState.RELEASED:
+            out.append(encode(PubRel(inflight.packet_id, dup=False)))
+        else:
+            out.append(
+                encode_publish(
+                    inflight.topic,
+                    inflight.payload,
+                    inflight.qos,
+                    inflight.retain,
+                    True,
+                    inflight.packet_id,
+                )
+            )
+
+    def send(self, packet: Packet) -> None:
+        if self.state is not ConnectionState.CLOSED:
+            self._out.append(encode(packet))
+
+    def send_bytes(self, data: bytes) -> None:
+        """Queue already encoded bytes (e.g. a QoS 0 PUBLISH shared by many subscribers)."""
+        if self.state is not ConnectionState.CLOSED:
+            self._out.append(data)
+
+    def deliver(
+        self, topic: bytes, payload: bytes, qos: int, retain: bool, ref: object, now: float
+    ) -> int:
+        """Send a QoS 1/2 PUBLISH and track it until acknowledged; returns its packet id."""
+        if self.flows is None:
+            raise LocalProtocolError("deliver() before accept()")
+        inflight = self.flows.track(qos, topic, payload, retain, ref, now)
+        if self.state is not ConnectionState.CLOSED:
+            self._out.append(encode_publish(topic, payload, qos, retain, False, inflight.packet_id))
+        return inflight.packet_id
+
+    def close(self, reason: str) -> ConnectionClosed:
+        """Close from the server side (takeover, shutdown, limits): an abnormal end."""
+        return self._fail(reason)
+
+    def connection_lost(self, reason: str = "connection lost") -> list[Event]:
+        """The transport is gone; reports the end unless it was already reported."""
+        if self.state is ConnectionState.CLOSED:
+            return []
+        return [self._fail(reason)]
+
+    def _fail(self, reason: str) -> ConnectionClosed:
+        self.state = ConnectionState.CLOSED
+        self._closed_reason = reason
+        return ConnectionClosed(reason, graceful=False)
+
+    # -- output and time -----------------------------------------------
+
+    def data_to_send(self) -> bytes:
+        out = self._out
+        if not out:
+            return b""
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        self.bytes_sent += len(data)
+        return data
+
+    @property
+    def closed(self) -> bool:
+        return self.state is ConnectionState.CLOSED
+
+    @property
+    def closed_reason(self) -> str:
+        return self._closed_reason
+
+    def next_timer(self) -> float | None:
+        """When `handle_timer` should next be called, or None."""
+        if self.state is ConnectionState.AWAIT_CONNECT:
+            return self._connect_deadline
+        if self.state is ConnectionState.CLOSED:
+            return None
+        deadline: float | None = None
+        if self._keepalive_window:
+            deadline = self.last_received + self._keepalive_window
+        if (
+            self.protocol_level == ProtocolLevel.MQTT_3_1
+            and self.flows is not None
+            and self.flows.outbound
+            and self.retry_interval > 0
+        ):
+            oldest = min(inflight.sent_at for inflight in self.flows.outbound.values())
+            retry_at = oldest + self.retry_interval
+            deadline = retry_at if deadline is None else min(deadline, retry_at)
+        return deadline
+
+    def handle_timer(self, now: float) -> list[Event]:
+        """Act on expired deadlines: CONNECT timeout, keep-alive expiry, 3.1 retries."""
+        if self.state is ConnectionState.CLOSED:
+            return []
+        if self.state is ConnectionState.AWAIT_CONNECT:
+            if self._connect_deadline is not None and now >= self._connect_deadline:
+                return [self._fail("no CONNECT within the connect timeout")]
+            return []
+        if self._keepalive_window and now >= self.last_received + self._keepalive_window:
+            return [
+                self._fail(f"keep-alive expired: nothing received for {self._keepalive_window:g} s")
+            ]
+        if (
+            self.protocol_level == ProtocolLevel.MQTT_3_1
+            and self.flows is not None
+            and self.retry_interval > 0
+        ):
+            for inflight in self.flows.outbound.values():
+                if now >= inflight.sent_at + self.retry_interval:
+                    self._resend(inflight, now, self._out)
+        return []

@@ -1,0 +1,102 @@
+"""What a server-side `Connection` reports to its owner after reading bytes.
+
+Events are facts about the peer ("it asked to subscribe"), never instructions.
+The owner decides what to do and when: for QoS 1 and 2 it sends PUBACK/PUBREC
+only after the publication is durable, which is why acknowledgements of
+incoming publications are not sent by the state machine itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .packets import Connect, Publish, Subscribe, Unsubscribe
+
+
+@dataclass(slots=True)
+class ConnectRequested:
+    """The first packet: answer with `Connection.accept` or `Connection.refuse`."""
+
+    packet: Connect
+
+
+@dataclass(slots=True)
+class MessageReceived:
+    """An incoming PUBLISH.
+
+    `duplicate` is True for a QoS 2 PUBLISH whose packet id is already held
+    (received, not yet released): it must be acknowledged with PUBREC again but
+    not accepted a second time.
+    """
+
+    publish: Publish
+    duplicate: bool = False
+
+
+@dataclass(slots=True)
+class MessageReleased:
+    """PUBREL for an incoming QoS 2 publication: make it available, then PUBCOMP.
+
+    `message` is what the owner stored with `Flows.hold_incoming` (None when the
+    id is unknown, e.g. a PUBREL retried after the PUBCOMP was lost).
+    """
+
+    packet_id: int
+    message: object | None
+
+
+@dataclass(slots=True)
+class DeliveryAcknowledged:
+    """PUBACK (QoS 1) or PUBCOMP (QoS 2): the outbound delivery `ref` is complete."""
+
+    packet_id: int
+    ref: object
+
+
+@dataclass(slots=True)
+class DeliveryReceived:
+    """PUBREC for an outbound QoS 2 delivery: PUBREL was sent; await PUBCOMP."""
+
+    packet_id: int
+    ref: object
+
+
+@dataclass(slots=True)
+class SubscribeRequested:
+    packet: Subscribe
+
+
+@dataclass(slots=True)
+class UnsubscribeRequested:
+    packet: Unsubscribe
+
+
+@dataclass(slots=True)
+class DisconnectRequested:
+    """A clean DISCONNECT: the will is discarded."""
+
+
+@dataclass(slots=True)
+class ConnectionClosed:
+    """The connection is over. `reason` explains why, for the log.
+
+    `graceful` is True only after a DISCONNECT packet; every other end
+    (protocol error, keep-alive expiry, transport loss, server close) is
+    abnormal, and publishes the will.
+    """
+
+    reason: str
+    graceful: bool = False
+
+
+Event = (
+    ConnectRequested
+    | MessageReceived
+    | MessageReleased
+    | DeliveryAcknowledged
+    | DeliveryReceived
+    | SubscribeRequested
+    | UnsubscribeRequested
+    | DisconnectRequested
+    | ConnectionClosed
+)

@@ -1,0 +1,131 @@
+"""The QoS 1 / QoS 2 state of one session, in both directions.
+
+A `Flows` object belongs to a session, not to a network connection: a
+persistent session keeps it across reconnections, and the broker rebuilds it
+from the store after a restart. It holds
+
+* outbound: packet id -> `Inflight` for every PUBLISH sent and not yet completed
+  (PUBACK for QoS 1; PUBREC then PUBCOMP for QoS 2), in the order they were
+  first sent, which is the order they are re-sent in [MQTT-4.6.0-1];
+* incoming: packet id -> the broker's stored message, for every QoS 2 PUBLISH
+  received and not yet released by PUBREL (the exactly-once guard).
+
+Packet ids are 1..65535, never 0 and never one in use in the same direction
+[MQTT-2.3.1-1..4]. Nothing here reads a clock: `now` is passed in.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from .errors import LocalProtocolError, PacketIdsExhausted
+
+MAX_PACKET_ID = 65535
+
+
+class InflightState(enum.IntEnum):
+    PUBLISHED = 1  # waiting for PUBACK (QoS 1) or PUBREC (QoS 2)
+    RELEASED = 2  # QoS 2: PUBREL sent, waiting for PUBCOMP
+
+
+@dataclass(slots=True)
+class Inflight:
+    """One outbound QoS 1/2 message in flight, with what is needed to re-send it."""
+
+    packet_id: int
+    qos: int
+    topic: bytes
+    payload: bytes
+    retain: bool
+    ref: object
+    state: InflightState = InflightState.PUBLISHED
+    sent_at: float = 0.0
+
+
+class Flows:
+    """Packet ids and in-flight tables of one session (see the module docstring)."""
+
+    __slots__ = ("_last_id", "incoming", "max_inflight", "outbound")
+
+    def __init__(self, max_inflight: int = 0) -> None:
+        self.max_inflight = max_inflight if max_inflight > 0 else MAX_PACKET_ID
+        self.outbound: dict[int, Inflight] = {}
+        self.incoming: dict[int, object] = {}
+        self._last_id = 0
+
+    # -- outbound -------------------------------------------------------
+
+    def has_window(self) -> bool:
+        """True when another QoS 1/2 message may be sent now."""
+        return len(self.outbound) < self.max_inflight
+
+    def allocate_packet_id(self) -> int:
+        """The next free packet id after the last one handed out."""
+        outbound = self.outbound
+        if len(outbound) >= MAX_PACKET_ID:
+            raise PacketIdsExhausted("all 65,535 packet identifiers are in use")
+        packet_id = self._last_id
+        while True:
+            packet_id = packet_id % MAX_PACKET_ID + 1
+            if packet_id not in outbound:
+                self._last_id = packet_id
+                return packet_id
+
+    def track(
+        self,
+        qos: int,
+        topic: bytes,
+        payload: bytes,
+        retain: bool,
+        ref: object,
+        now: float,
+        packet_id: int = 0,
+        state: InflightState = InflightState.PUBLISHED,
+    ) -> Inflight:
+        """Record an outbound message; allocates a packet id unless one is given."""
+        if qos not in (1, 2):
+            raise LocalProtocolError(f"only QoS 1 and 2 messages are tracked, not QoS {qos}")
+        if packet_id == 0:
+            packet_id = self.allocate_packet_id()
+        elif packet_id in self.outbound or not 0 < packet_id <= MAX_PACKET_ID:
+            raise LocalProtocolError(f"packet id {packet_id} is invalid or already in use")
+        inflight = Inflight(packet_id, qos, topic, payload, retain, ref, state, now)
+        self.outbound[packet_id] = inflight
+        return inflight
+
+    def acknowledge(self, packet_id: int) -> Inflight | None:
+        """PUBACK: completes a QoS 1 message; None for an unknown id or wrong QoS."""
+        inflight = self.outbound.get(packet_id)
+        if inflight is None or inflight.qos != 1:
+            return None
+        del self.outbound[packet_id]
+        return inflight
+
+    def received(self, packet_id: int, now: float) -> Inflight | None:
+        """PUBREC: a QoS 2 message moves to RELEASED; None for an unknown id."""
+        inflight = self.outbound.get(packet_id)
+        if inflight is None or inflight.qos != 2:
+            return None
+        inflight.state = InflightState.RELEASED
+        inflight.sent_at = now
+        return inflight
+
+    def complete(self, packet_id: int) -> Inflight | None:
+        """PUBCOMP: completes a QoS 2 message; None for an unknown id or state."""
+        inflight = self.outbound.get(packet_id)
+        if inflight is None or inflight.state is not InflightState.RELEASED:
+            return None
+        del self.outbound[packet_id]
+        return inflight
+
+    # -- incoming QoS 2 -------------------------------------------------
+
+    def is_held(self, packet_id: int) -> bool:
+        return packet_id in self.incoming
+
+    def hold_incoming(self, packet_id: int, message: object) -> None:
+        self.incoming[packet_id] = message
+
+    def release_incoming(self, packet_id: int) -> object | None:
+        return self.incoming.pop(packet_id, None)

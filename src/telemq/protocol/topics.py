@@ -1,0 +1,70 @@
+"""Topic names and topic filters: validation and wildcard matching (MQTT 3.1.1 §4.7).
+
+Rules: names and filters are at least one character, at most 65,535 UTF-8 bytes,
+without U+0000; names carry no wildcard; in filters `#` stands alone as the
+last level and `+` fills a whole level; levels may be empty (`a//b`, `/a`).
+Filters starting with a wildcard do not match names starting with `$`
+[MQTT-4.7.2-1]. `sport/#` also matches `sport`.
+"""
+
+from __future__ import annotations
+
+MAX_TOPIC_BYTES = 65535
+
+
+def topic_name_error(topic: str) -> str | None:
+    """Why `topic` is not a valid PUBLISH topic name, or None when it is."""
+    if not topic:
+        return "empty topic name"
+    if "\x00" in topic:
+        return "U+0000 in topic name"
+    if "+" in topic or "#" in topic:
+        return f"wildcard in topic name {topic!r}"
+    if len(topic) > MAX_TOPIC_BYTES // 4 and len(topic.encode("utf-8")) > MAX_TOPIC_BYTES:
+        return "topic name longer than 65,535 bytes"
+    return None
+
+
+def topic_filter_error(topic_filter: str) -> str | None:
+    """Why `topic_filter` is not a valid subscription filter, or None when it is."""
+    if not topic_filter:
+        return "empty topic filter"
+    if "\x00" in topic_filter:
+        return "U+0000 in topic filter"
+    if (
+        len(topic_filter) > MAX_TOPIC_BYTES // 4
+        and len(topic_filter.encode("utf-8")) > MAX_TOPIC_BYTES
+    ):
+        return "topic filter longer than 65,535 bytes"
+    if "+" not in topic_filter and "#" not in topic_filter:
+        return None
+    levels = topic_filter.split("/")
+    last = len(levels) - 1
+    for index, level in enumerate(levels):
+        if "#" in level and (level != "#" or index != last):
+            return f"'#' must be a whole last level in {topic_filter!r}"
+        if "+" in level and level != "+":
+            return f"'+' must fill a whole level in {topic_filter!r}"
+    return None
+
+
+def is_wildcard_filter(topic_filter: str) -> bool:
+    return "+" in topic_filter or "#" in topic_filter
+
+
+def topic_matches(topic_filter: str, topic: str) -> bool:
+    """True when the (valid) filter matches the (valid) topic name."""
+    if topic.startswith("$") and topic_filter[:1] in ("+", "#"):
+        return False
+    if "+" not in topic_filter and "#" not in topic_filter:
+        return topic_filter == topic
+    filter_levels = topic_filter.split("/")
+    topic_levels = topic.split("/")
+    for index, level in enumerate(filter_levels):
+        if level == "#":
+            return True
+        if index >= len(topic_levels):
+            return False
+        if level != "+" and level != topic_levels[index]:
+            return False
+    return len(topic_levels) == len(filter_levels)

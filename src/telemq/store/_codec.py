@@ -1,0 +1,235 @@
+"""Records <-> rows, shared by both stores so that they cannot drift apart.
+
+A *row* is a tuple of plain values in the column order of `COLUMNS[table]`: what the
+SQLite store binds and reads back, and what the memory store keeps in its dicts. The
+`*_row` builders are on the commit hot path and only build tuples; the `*_from_row`
+decoders run at load time and validate every value, raising `BadRecord` for anything
+the broker could not have written (the caller quarantines the row).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from .base import (
+    DeliveryRecord,
+    DeliveryState,
+    IncomingRecord,
+    JournalRecord,
+    RetainedRecord,
+    SessionRecord,
+    StoredMessage,
+    SubscriptionRecord,
+)
+
+Row = tuple[Any, ...]
+
+COLUMNS: dict[str, tuple[str, ...]] = {
+    "sessions": ("client_id", "data"),
+    "subscriptions": ("client_id", "key", "data"),
+    "retained": ("sub_point", "topic", "payload", "qos", "ts_us", "data"),
+    "messages": (
+        "id", "topic", "payload", "qos", "retain", "sub_point", "client_id", "user_id", "ts_us",
+    ),
+    "deliveries": (
+        "delivery_id", "client_id", "message_id", "qos", "state", "packet_id", "retain", "data",
+    ),
+    "incoming": (
+        "client_id", "packet_id", "message_id", "topic", "payload", "qos", "retain",
+        "sub_point", "msg_client_id", "user_id", "ts_us",
+    ),
+    "journal": (
+        "seq", "ts_us", "topic", "sub_point", "qos", "retain", "payload", "client_id", "user_id",
+    ),
+}
+
+# Compact, strict JSON (no NaN/Infinity: other readers of the file must be able to parse it).
+_encode_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+
+
+class BadRecord(ValueError):
+    """A stored row that cannot be turned back into a record; the message says why."""
+
+
+def encode_data(data: dict[str, Any]) -> str | None:
+    """JSON text of a record's `data`; None for the (common) empty dict, skipping the encoder."""
+    return _encode_json(data) if data else None
+
+
+def decode_data(raw: object) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    if type(raw) is not str:
+        raise BadRecord("data is not JSON text")
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise BadRecord(f"data is not valid JSON ({exc})") from None
+    if type(value) is not dict:
+        raise BadRecord("data is not a JSON object")
+    return value
+
+
+# -- records -> rows (commit hot path: tuple building only) ---------------------------------
+
+
+def session_row(r: SessionRecord) -> Row:
+    return (r.client_id, encode_data(r.data) if r.data else None)
+
+
+def subscription_row(r: SubscriptionRecord) -> Row:
+    return (r.client_id, r.key, encode_data(r.data) if r.data else None)
+
+
+def retained_row(r: RetainedRecord) -> Row:
+    return (r.sub_point, r.topic, r.payload, r.qos, r.ts_us, encode_data(r.data) if r.data else None)
+
+
+def message_row(m: StoredMessage) -> Row:
+    return (m.id, m.topic, m.payload, m.qos, m.retain, m.sub_point, m.client_id, m.user_id, m.ts_us)
+
+
+def delivery_row(r: DeliveryRecord) -> Row:
+    return (
+        r.delivery_id, r.client_id, r.message_id, r.qos, r.state, r.packet_id, r.retain,
+        encode_data(r.data) if r.data else None,
+    )
+
+
+def incoming_row(r: IncomingRecord) -> Row:
+    m = r.message
+    return (
+        r.client_id, r.packet_id, m.id, m.topic, m.payload, m.qos, m.retain, m.sub_point,
+        m.client_id, m.user_id, m.ts_us,
+    )
+
+
+def journal_row(r: JournalRecord) -> Row:
+    return (r.seq, r.ts_us, r.topic, r.sub_point, r.qos, r.retain, r.payload, r.client_id, r.user_id)
+
+
+# -- rows -> records (load: validate everything) --------------------------------------------
+# Decoders index the row rather than unpack it, so callers may append extra columns (rowid).
+
+
+def _text(value: object, name: str) -> str:
+    if type(value) is not str:
+        raise BadRecord(f"{name} is not text: {value!r}")
+    return value
+
+
+def _int(value: object, name: str, low: int = -(2**63), high: int = 2**63 - 1) -> int:
+    if not isinstance(value, int) or not low <= value <= high:
+        raise BadRecord(f"{name} is not an integer in {low}..{high}: {value!r}")
+    return int(value)
+
+
+def _qos(value: object) -> int:
+    return _int(value, "qos", 0, 2)
+
+
+def _flag(value: object, name: str) -> bool:
+    if value not in (0, 1) or not isinstance(value, int):
+        raise BadRecord(f"{name} is not 0 or 1: {value!r}")
+    return bool(value)
+
+
+def _payload(value: object) -> bytes:
+    if type(value) is not bytes:
+        raise BadRecord(f"payload is not a blob: {type(value).__name__}")
+    return value
+
+
+def session_from_row(row: Sequence[object]) -> SessionRecord:
+    return SessionRecord(_text(row[0], "client_id"), decode_data(row[1]))
+
+
+def subscription_from_row(row: Sequence[object]) -> SubscriptionRecord:
+    return SubscriptionRecord(_text(row[0], "client_id"), _text(row[1], "key"), decode_data(row[2]))
+
+
+def retained_from_row(row: Sequence[object]) -> RetainedRecord:
+    return RetainedRecord(
+        _text(row[0], "sub_point"), _text(row[1], "topic"), _payload(row[2]), _qos(row[3]),
+        _int(row[4], "ts_us"), decode_data(row[5]),
+    )
+
+
+def message_from_row(row: Sequence[object]) -> StoredMessage:
+    return StoredMessage(
+        _int(row[0], "id"), _text(row[1], "topic"), _payload(row[2]), _qos(row[3]),
+        _flag(row[4], "retain"), _text(row[5], "sub_point"), _text(row[6], "client_id"),
+        _text(row[7], "user_id"), _int(row[8], "ts_us"),
+    )
+
+
+def delivery_from_row(row: Sequence[object]) -> DeliveryRecord:
+    state = _int(row[4], "state", 0, 2)
+    return DeliveryRecord(
+        _int(row[0], "delivery_id"), _text(row[1], "client_id"), _int(row[2], "message_id"),
+        _qos(row[3]), DeliveryState(state), _int(row[5], "packet_id", 0, 65535),
+        _flag(row[6], "retain"), decode_data(row[7]),
+    )
+
+
+def incoming_from_row(row: Sequence[object]) -> IncomingRecord:
+    return IncomingRecord(
+        _text(row[0], "client_id"), _int(row[1], "packet_id", 1, 65535), message_from_row(row[2:]),
+    )
+
+
+def journal_from_row(row: Sequence[object]) -> JournalRecord:
+    """Validate one journal row (used where a bad row must be refused, not trusted)."""
+    return JournalRecord(
+        _int(row[0], "seq"), _int(row[1], "ts_us"), _text(row[2], "topic"),
+        _text(row[3], "sub_point"), _qos(row[4]), _flag(row[5], "retain"), _payload(row[6]),
+        _text(row[7], "client_id"), _text(row[8], "user_id"),
+    )
+
+
+def journal_from_trusted_row(row: Row) -> JournalRecord:
+    """Journal rows as `read_journal` returns them: no validation, it is the reader's hot path."""
+    return JournalRecord(
+        row[0], row[1], row[2], row[3], row[4], bool(row[5]), row[6], row[7], row[8]
+    )
+
+
+def row_json(table: str, row: Sequence[object]) -> str:
+    """A quarantined row as JSON text, readable without telemq (blobs as base64)."""
+
+    def plain(value: object) -> object:
+        if isinstance(value, bytes | bytearray | memoryview):
+            return {"base64": base64.b64encode(value).decode("ascii")}
+        if value is None or isinstance(value, int | float | str):
+            return value
+        return repr(value)
+
+    return json.dumps(
+        {name: plain(value) for name, value in zip(COLUMNS[table], row, strict=False)},
+        ensure_ascii=False,
+    )
+
+
+def link_deliveries(
+    messages: dict[int, StoredMessage], deliveries: list[DeliveryRecord]
+) -> tuple[list[DeliveryRecord], list[DeliveryRecord], list[int]]:
+    """Split deliveries into those whose message exists and dangling ones, and list orphans.
+
+    Returns (kept deliveries, dangling deliveries, ids of messages no delivery references).
+    Orphans are garbage, not damage: the broker deletes a message in the batch that deletes
+    its last delivery, but nothing forces it to.
+    """
+    kept: list[DeliveryRecord] = []
+    dangling: list[DeliveryRecord] = []
+    referenced: set[int] = set()
+    for d in deliveries:
+        if d.message_id in messages:
+            kept.append(d)
+            referenced.add(d.message_id)
+        else:
+            dangling.append(d)
+    orphans = [mid for mid in messages if mid not in referenced]
+    return kept, dangling, orphans

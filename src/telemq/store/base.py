@@ -1,0 +1,272 @@
+"""The store contract: what the broker persists, and how.
+
+Theory of operation
+-------------------
+The broker keeps its working state in memory and uses the store as a durable
+mirror. Every change the broker must not lose is appended to a `WriteBatch`
+(an ordered list of operations); the broker hands the batch to `Store.commit`,
+which applies every operation of the batch in one transaction and returns only
+once the transaction is durable (as durable as the `sync` setting says). Only
+then does the broker send the acknowledgements that depended on the batch. This
+is group commit: one transaction per batch of received packets, never one per
+message.
+
+At start-up `Store.load()` returns everything needed to rebuild the broker's
+memory: sessions, subscriptions, retained messages, stored messages and the
+deliveries that reference them, QoS 2 messages received but not yet released,
+and the next journal sequence number.
+
+Identifiers are chosen by the broker, not the store: message ids, delivery ids
+and journal `seq` values are allocated in memory from the counters that `load`
+returns, so a batch never needs a round trip to learn an id. Operations are
+applied in the order they were added, so "delete session X, then create session
+X" in one batch does what it says.
+
+A store is used from one thread at a time (the broker's writer thread).
+Journal readers (the Spark pipeline) open their own read-only connection.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class SyncMode(enum.StrEnum):
+    """How hard a commit pushes data to disk (SQLite's `synchronous`)."""
+
+    FULL = "full"  # fsync on every commit: nothing acknowledged is lost, even on power loss
+    NORMAL = "normal"  # WAL + fsync at checkpoints: survives a process crash, not power loss
+    OFF = "off"  # no fsync: survives a process crash on most systems, fastest
+
+
+@dataclass(slots=True)
+class StoredMessage:
+    """A publication kept for later delivery (referenced by deliveries)."""
+
+    id: int
+    topic: str
+    payload: bytes
+    qos: int
+    retain: bool = False
+    sub_point: str = ""
+    client_id: str = ""
+    user_id: str = ""
+    ts_us: int = 0  # broker receive time, UTC microseconds
+
+
+@dataclass(slots=True)
+class JournalRecord:
+    """One accepted publication in the append-only journal (design §8)."""
+
+    seq: int
+    ts_us: int
+    topic: str
+    sub_point: str
+    qos: int
+    retain: bool
+    payload: bytes
+    client_id: str
+    user_id: str
+
+
+@dataclass(slots=True)
+class SessionRecord:
+    """A persistent session. `data` holds broker-defined attributes (JSON-able)."""
+
+    client_id: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class SubscriptionRecord:
+    """A subscription of a session; `key` is unique per client (e.g. the topic filter)."""
+
+    client_id: str
+    key: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class RetainedRecord:
+    """The retained publication of one topic at one subscription point."""
+
+    sub_point: str
+    topic: str
+    payload: bytes
+    qos: int
+    ts_us: int = 0
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+class DeliveryState(enum.IntEnum):
+    QUEUED = 0  # not yet sent to the client
+    INFLIGHT = 1  # PUBLISH sent with `packet_id`, waiting for PUBACK / PUBREC
+    RELEASED = 2  # QoS 2: PUBREC received, PUBREL sent, waiting for PUBCOMP
+
+
+@dataclass(slots=True)
+class DeliveryRecord:
+    """One outbound copy of a stored message for one session.
+
+    `delivery_id` is unique across the store and increases in queue order, so
+    loading deliveries ordered by it restores each session's queue order.
+    """
+
+    delivery_id: int
+    client_id: str
+    message_id: int
+    qos: int
+    state: DeliveryState = DeliveryState.QUEUED
+    packet_id: int = 0
+    retain: bool = False
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class IncomingRecord:
+    """A QoS 2 PUBLISH received (PUBREC sent) and not yet released by PUBREL."""
+
+    client_id: str
+    packet_id: int
+    message: StoredMessage
+
+
+@dataclass(slots=True)
+class StoreState:
+    """Everything `Store.load` returns to rebuild the broker after a restart."""
+
+    sessions: list[SessionRecord] = field(default_factory=list)
+    subscriptions: list[SubscriptionRecord] = field(default_factory=list)
+    retained: list[RetainedRecord] = field(default_factory=list)
+    messages: dict[int, StoredMessage] = field(default_factory=dict)
+    deliveries: list[DeliveryRecord] = field(default_factory=list)  # ordered by delivery_id
+    incoming: list[IncomingRecord] = field(default_factory=list)
+    next_seq: int = 1  # next journal seq (max seq + 1)
+    next_message_id: int = 1
+    next_delivery_id: int = 1
+    quarantined: int = 0  # damaged records set aside during load
+
+
+class Op(enum.IntEnum):
+    """Operations of a `WriteBatch`; each has a fixed argument shape (see WriteBatch)."""
+
+    PUT_SESSION = 1  # (SessionRecord,)
+    DELETE_SESSION = 2  # (client_id,): also its subscriptions, deliveries, incoming
+    PUT_SUBSCRIPTION = 3  # (SubscriptionRecord,)
+    DELETE_SUBSCRIPTION = 4  # (client_id, key)
+    PUT_RETAINED = 5  # (RetainedRecord,)
+    DELETE_RETAINED = 6  # (sub_point, topic)
+    PUT_MESSAGE = 7  # (StoredMessage,)
+    DELETE_MESSAGE = 8  # (message_id,)
+    PUT_DELIVERY = 9  # (DeliveryRecord,) insert or replace
+    DELETE_DELIVERY = 10  # (delivery_id,)
+    PUT_INCOMING = 11  # (IncomingRecord,) insert or replace
+    DELETE_INCOMING = 12  # (client_id, packet_id)
+    APPEND_JOURNAL = 13  # (JournalRecord,)
+
+
+class WriteBatch:
+    """An ordered list of store operations, committed atomically by `Store.commit`."""
+
+    __slots__ = ("ops",)
+
+    def __init__(self) -> None:
+        self.ops: list[tuple[Op, tuple[Any, ...]]] = []
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def __bool__(self) -> bool:
+        return bool(self.ops)
+
+    def put_session(self, record: SessionRecord) -> None:
+        self.ops.append((Op.PUT_SESSION, (record,)))
+
+    def delete_session(self, client_id: str) -> None:
+        self.ops.append((Op.DELETE_SESSION, (client_id,)))
+
+    def put_subscription(self, record: SubscriptionRecord) -> None:
+        self.ops.append((Op.PUT_SUBSCRIPTION, (record,)))
+
+    def delete_subscription(self, client_id: str, key: str) -> None:
+        self.ops.append((Op.DELETE_SUBSCRIPTION, (client_id, key)))
+
+    def put_retained(self, record: RetainedRecord) -> None:
+        self.ops.append((Op.PUT_RETAINED, (record,)))
+
+    def delete_retained(self, sub_point: str, topic: str) -> None:
+        self.ops.append((Op.DELETE_RETAINED, (sub_point, topic)))
+
+    def put_message(self, message: StoredMessage) -> None:
+        self.ops.append((Op.PUT_MESSAGE, (message,)))
+
+    def delete_message(self, message_id: int) -> None:
+        self.ops.append((Op.DELETE_MESSAGE, (message_id,)))
+
+    def put_delivery(self, record: DeliveryRecord) -> None:
+        self.ops.append((Op.PUT_DELIVERY, (record,)))
+
+    def delete_delivery(self, delivery_id: int) -> None:
+        self.ops.append((Op.DELETE_DELIVERY, (delivery_id,)))
+
+    def put_incoming(self, record: IncomingRecord) -> None:
+        self.ops.append((Op.PUT_INCOMING, (record,)))
+
+    def delete_incoming(self, client_id: str, packet_id: int) -> None:
+        self.ops.append((Op.DELETE_INCOMING, (client_id, packet_id)))
+
+    def append_journal(self, record: JournalRecord) -> None:
+        self.ops.append((Op.APPEND_JOURNAL, (record,)))
+
+
+@dataclass(slots=True)
+class StoreStats:
+    """Sizes reported in $SYS."""
+
+    bytes_on_disk: int = 0
+    journal_rows: int = 0
+    journal_first_seq: int = 0
+    journal_last_seq: int = 0
+    messages: int = 0
+    deliveries: int = 0
+    quarantined: int = 0
+
+
+class StoreError(Exception):
+    """The store could not do what was asked (I/O error, full disk, closed store)."""
+
+
+class Store(ABC):
+    """Durable broker state. See the module docstring for the contract."""
+
+    @abstractmethod
+    def load(self) -> StoreState:
+        """Read the whole durable state (called once, at start-up, before any commit)."""
+
+    @abstractmethod
+    def commit(self, batch: WriteBatch) -> None:
+        """Apply every operation of `batch` atomically and durably, or raise StoreError.
+
+        When it raises, nothing of the batch is applied.
+        """
+
+    @abstractmethod
+    def read_journal(self, start_seq: int, end_seq: int, limit: int | None = None) -> list[
+        JournalRecord
+    ]:
+        """Journal records with start_seq <= seq < end_seq, in seq order."""
+
+    @abstractmethod
+    def trim_journal(self, before_seq: int) -> int:
+        """Delete journal records with seq < before_seq; returns how many were deleted."""
+
+    @abstractmethod
+    def stats(self) -> StoreStats:
+        """Current sizes, cheap enough to call every few seconds."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Flush and release resources; later calls raise StoreError."""
