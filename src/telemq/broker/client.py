@@ -1,0 +1,172 @@
+"""The asyncio edge: one `Client` (an `asyncio.Protocol`) per TCP connection.
+
+It owns nothing but the transport and the sans-IO `Connection`: bytes read are
+fed to the connection and the resulting events go to the broker, all inside
+the `data_received` callback, so a connection's packets are handled strictly
+in order and every complete packet of a read is handled before yielding.
+Writes are coalesced: whatever the broker queues for this client during one
+loop iteration goes out in one `transport.write`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, cast
+
+from ..protocol import Connection, ConnectionClosed
+from ..protocol.packets import Will
+
+if TYPE_CHECKING:
+    from .config import ListenerConfig
+    from .server import Broker
+    from .session import Session
+
+log = logging.getLogger("telemq.broker")
+
+
+class Client(asyncio.Protocol):
+    __slots__ = (
+        "_dirty",
+        "_timer",
+        "_timer_at",
+        "broker",
+        "client_id",
+        "connection",
+        "listener",
+        "peer",
+        "session",
+        "transport",
+        "user_id",
+        "will",
+        "writable",
+    )
+
+    def __init__(self, broker: Broker, listener: ListenerConfig) -> None:
+        self.broker = broker
+        self.listener = listener
+        self.transport: asyncio.Transport | None = None
+        self.connection: Connection | None = None
+        self.session: Session | None = None
+        self.client_id = ""
+        self.user_id = ""
+        self.will: Will | None = None
+        self.peer = "?"
+        self.writable = True
+        self._dirty = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+
+    # -- asyncio callbacks ----------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports do not subclass asyncio.Transport, hence the cast.
+        self.transport = cast(asyncio.Transport, transport)
+        peer = transport.get_extra_info("peername")
+        if peer:
+            self.peer = f"{peer[0]}:{peer[1]}"
+        limits = self.broker.config.limits
+        self.connection = Connection(
+            now=self.broker.loop.time(),
+            max_packet_size=limits.max_packet_size,
+            connect_timeout=limits.connect_timeout,
+            retry_interval=limits.retry_interval,
+        )
+        self.broker.client_opened(self)
+        self._arm_timer()
+
+    def data_received(self, data: bytes) -> None:
+        connection = self.connection
+        assert connection is not None
+        events = connection.receive_data(data, self.broker.loop.time())
+        if events:
+            self.broker.handle_events(self, events)
+        self.flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        connection = self.connection
+        if connection is None:
+            return
+        reason = f"connection lost: {exc}" if exc else "connection closed by the client"
+        events = connection.connection_lost(reason)
+        if events:
+            self.broker.handle_events(self, events)
+        self.broker.client_gone(self)
+
+    def pause_writing(self) -> None:
+        self.writable = False
+
+    def resume_writing(self) -> None:
+        self.writable = True
+        self.broker.client_writable(self)
+
+    # -- output -----------------------------------------------------------
+
+    def mark_dirty(self) -> None:
+        """Bytes were queued outside this client's own callback: flush this iteration."""
+        if not self._dirty:
+            self._dirty = True
+            self.broker.dirty_clients.append(self)
+            self.broker.schedule_flush()
+
+    def flush(self) -> None:
+        self._dirty = False
+        connection = self.connection
+        transport = self.transport
+        if connection is None or transport is None:
+            return
+        data = connection.data_to_send()
+        if data and not transport.is_closing():
+            transport.write(data)
+        if connection.closed and not transport.is_closing():
+            transport.close()
+        else:
+            self._arm_timer()
+
+    def close(self, reason: str) -> None:
+        """Close from the server side (takeover, limits, shutdown): an abnormal end."""
+        connection = self.connection
+        if connection is None or connection.closed:
+            return
+        event: ConnectionClosed = connection.close(reason)
+        self.broker.handle_events(self, [event])
+        self.flush()
+
+    # -- timers -----------------------------------------------------------
+
+    def _arm_timer(self) -> None:
+        """Keep one timer at the connection's next deadline; re-armed lazily."""
+        connection = self.connection
+        if connection is None:
+            return
+        due = connection.next_timer()
+        if due is None:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+                self._timer_at = None
+            return
+        # Deadlines move later on every read; a timer firing early just re-arms.
+        if self._timer is not None and self._timer_at is not None and self._timer_at <= due:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = due
+        self._timer = self.broker.loop.call_at(due, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        connection = self.connection
+        if connection is None:
+            return
+        now = self.broker.loop.time()
+        due = connection.next_timer()
+        if due is not None and due <= now:
+            events = connection.handle_timer(now)
+            if events:
+                self.broker.handle_events(self, events)
+        self.flush()

@@ -1,0 +1,162 @@
+"""Broker configuration: typed dataclasses, read from TOML, overridden by flags.
+
+Every key has a default, so an empty file (or none) gives a working broker on
+127.0.0.1:1883 with the SQLite store in `./telemq-data`. Unknown keys and
+values of the wrong type are errors that name the key: a typo must not
+silently fall back to a default.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 1883
+DEFAULT_DATA_DIR = "./telemq-data"
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message names the key and the problem."""
+
+
+@dataclass(slots=True)
+class ListenerConfig:
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    sub_point: str = ""  # subscription point of publications received here
+
+
+@dataclass(slots=True)
+class StoreConfig:
+    kind: str = "sqlite"  # "sqlite" | "memory"
+    data_dir: str = DEFAULT_DATA_DIR
+    sync: str = "full"  # "full" | "normal" | "off"
+
+
+@dataclass(slots=True)
+class JournalConfig:
+    enabled: bool = True
+    exclude: list[str] = field(default_factory=lambda: ["$SYS/#"])  # topic filters
+
+
+@dataclass(slots=True)
+class LimitsConfig:
+    max_packet_size: int = 1024 * 1024
+    max_inflight: int = 100  # outbound QoS 1/2 messages in flight per session
+    max_queued_messages: int = 1000  # per session, beyond what is in flight
+    max_connections: int = 0  # 0 = unlimited
+    connect_timeout: float = 10.0
+    retry_interval: float = 20.0  # MQTT 3.1 peers: re-send unacknowledged after this
+
+
+@dataclass(slots=True)
+class SysConfig:
+    interval: float = 10.0  # seconds between $SYS updates; 0 disables them
+
+
+@dataclass(slots=True)
+class BrokerConfig:
+    name: str = "telemq"
+    listeners: list[ListenerConfig] = field(default_factory=lambda: [ListenerConfig()])
+    store: StoreConfig = field(default_factory=StoreConfig)
+    journal: JournalConfig = field(default_factory=JournalConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+    sys: SysConfig = field(default_factory=SysConfig)
+
+    def validate(self) -> None:
+        if not self.listeners:
+            raise ConfigError("listeners: at least one listener is needed")
+        for index, listener in enumerate(self.listeners):
+            if not 0 <= listener.port <= 65535:
+                raise ConfigError(f"listeners[{index}].port: {listener.port} is not a TCP port")
+        if self.store.kind not in ("sqlite", "memory"):
+            raise ConfigError(f"store.kind: {self.store.kind!r} is not 'sqlite' or 'memory'")
+        if self.store.sync not in ("full", "normal", "off"):
+            raise ConfigError(f"store.sync: {self.store.sync!r} is not full, normal or off")
+        limits = self.limits
+        if limits.max_packet_size < 16:
+            raise ConfigError("limits.max_packet_size: must be at least 16 bytes")
+        for name in ("max_inflight", "max_queued_messages", "max_connections"):
+            if getattr(limits, name) < 0:
+                raise ConfigError(f"limits.{name}: must not be negative")
+        if limits.connect_timeout <= 0:
+            raise ConfigError("limits.connect_timeout: must be positive")
+        if self.sys.interval < 0:
+            raise ConfigError("sys.interval: must not be negative")
+
+
+def _build(cls: type[Any], values: Mapping[str, Any], where: str) -> Any:
+    """Build dataclass `cls` from a TOML table, checking names and types."""
+    if not isinstance(values, Mapping):
+        raise ConfigError(f"{where}: expected a table, got {type(values).__name__}")
+    known = {item.name: item for item in fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in values.items():
+        path = f"{where}.{key}" if where else key
+        if key not in known:
+            raise ConfigError(f"{path}: unknown setting (known: {', '.join(sorted(known))})")
+        default = getattr(cls(), key)
+        if isinstance(default, bool):
+            if not isinstance(value, bool):
+                raise ConfigError(f"{path}: expected true or false, got {value!r}")
+        elif isinstance(default, float):
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ConfigError(f"{path}: expected a number, got {value!r}")
+            value = float(value)
+        elif isinstance(default, int):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"{path}: expected an integer, got {value!r}")
+        elif isinstance(default, str):
+            if not isinstance(value, str):
+                raise ConfigError(f"{path}: expected a string, got {value!r}")
+        elif (
+            isinstance(default, list)
+            and key != "listeners"
+            and (not isinstance(value, list) or not all(isinstance(v, str) for v in value))
+        ):
+            raise ConfigError(f"{path}: expected a list of strings, got {value!r}")
+        kwargs[key] = value
+    return cls(**kwargs)
+
+
+def config_from_mapping(data: Mapping[str, Any]) -> BrokerConfig:
+    tables = {
+        "store": StoreConfig,
+        "journal": JournalConfig,
+        "limits": LimitsConfig,
+        "sys": SysConfig,
+    }
+    top: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in tables:
+            top[key] = _build(tables[key], value, key)
+        elif key == "listeners":
+            if not isinstance(value, list):
+                raise ConfigError("listeners: expected an array of tables ([[listeners]])")
+            top[key] = [
+                _build(ListenerConfig, item, f"listeners[{index}]")
+                for index, item in enumerate(value)
+            ]
+        else:
+            top[key] = value
+    config: BrokerConfig = _build(BrokerConfig, top, "")
+    config.validate()
+    return config
+
+
+def load_config(path: str | Path | None) -> BrokerConfig:
+    """Read a TOML file (None: all defaults)."""
+    if path is None:
+        return BrokerConfig()
+    try:
+        with open(path, "rb") as handle:
+            data = tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"configuration file not found: {path}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path}: not valid TOML: {error}") from None
+    return config_from_mapping(data)

@@ -1,0 +1,966 @@
+"""The broker: sessions, routing, retained messages, durability, listeners.
+
+Theory of operation
+-------------------
+All broker state lives in memory, owned by the event-loop thread; the store is
+its durable mirror, written through the `Committer` (group commit). For one
+PUBLISH from a client:
+
+1. `Client.data_received` feeds the bytes to its sans-IO `Connection`, which
+   returns `MessageReceived`.
+2. `_accept_publication` builds a `Message`, updates the retained store,
+   appends the journal record, and routes: the subscription trie gives the
+   matching sessions with their granted QoS; each gets one `Delivery` at
+   min(publish QoS, granted QoS). Deliveries to persistent sessions at QoS >= 1
+   are written to the store (message once, one row per delivery).
+3. QoS 0 and QoS 1 deliveries go to connected subscribers at once; PUBACK is
+   sent only after the batch holding the journal record and the durable
+   deliveries is committed.
+4. QoS 2 follows the seed's receiver rule: the message is stored (PUBREC after
+   commit) but made available only on PUBREL, when it is journaled and routed in
+   one transaction; the subscribers get it, and the publisher its PUBCOMP, after
+   that commit. A PUBLISH retried with the same packet id while held is
+   acknowledged again and never accepted twice.
+
+Subscribers acknowledge with PUBACK/PUBREC/PUBCOMP; completed durable
+deliveries are deleted, and a stored message with no remaining delivery too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+
+from .. import __version__
+from ..protocol import (
+    SUBACK_FAILURE,
+    ConnectionClosed,
+    ConnectRequested,
+    ConnectReturnCode,
+    DeliveryAcknowledged,
+    DeliveryReceived,
+    DisconnectRequested,
+    Event,
+    MessageReceived,
+    MessageReleased,
+    PacketIdsExhausted,
+    ProtocolLevel,
+    PubAck,
+    PubComp,
+    Publish,
+    PubRec,
+    SubAck,
+    SubscribeRequested,
+    UnsubAck,
+    UnsubscribeRequested,
+    topic_filter_error,
+    topic_matches,
+)
+from ..protocol.flows import InflightState
+from ..store import (
+    DeliveryRecord,
+    DeliveryState,
+    IncomingRecord,
+    JournalRecord,
+    RetainedRecord,
+    SessionRecord,
+    Store,
+    StoreState,
+    StoreStats,
+    SubscriptionRecord,
+    SyncMode,
+    open_store,
+)
+from .client import Client
+from .committer import Committer
+from .config import BrokerConfig, ListenerConfig
+from .session import Delivery, Message, Session
+from .topic_tree import SubscriptionTree
+
+log = logging.getLogger("telemq.broker")
+
+
+class BrokerStats:
+    """Counters published under $SYS."""
+
+    __slots__ = (
+        "clients_total_ever",
+        "messages_dropped",
+        "messages_received",
+        "messages_sent",
+        "publish_received",
+        "publish_sent",
+    )
+
+    def __init__(self) -> None:
+        self.messages_received = 0  # PUBLISH packets accepted from clients
+        self.messages_sent = 0  # PUBLISH packets sent to clients
+        self.messages_dropped = 0  # deliveries dropped (queue full, slow consumer)
+        self.publish_received = 0
+        self.publish_sent = 0
+        self.clients_total_ever = 0
+
+
+def _now_us() -> int:
+    return time.time_ns() // 1000
+
+
+class Broker:
+    """An MQTT broker on an event loop (see module docstring)."""
+
+    def __init__(self, config: BrokerConfig, store: Store | None = None) -> None:
+        config.validate()
+        self.config = config
+        self._store = store
+        self.loop: asyncio.AbstractEventLoop  # set by start()
+        self.connected = 0  # clients past CONNECT
+        self.sessions: dict[str, Session] = {}
+        self.clients: set[Client] = set()
+        self.trees: dict[str, SubscriptionTree] = {}
+        self.retained: dict[str, dict[str, Message]] = {}  # sub point -> topic -> message
+        self.stats = BrokerStats()
+        self.dirty_clients: list[Client] = []
+        self._flush_scheduled = False
+        self._servers: list[asyncio.Server] = []
+        self._executor: ThreadPoolExecutor | None = None
+        self._committer: Committer | None = None
+        self._next_seq = 1
+        self._next_message_id = 1
+        self._next_delivery_id = 1
+        self._journal_on = config.journal.enabled
+        self._journal_exclude = list(config.journal.exclude)
+        self._journal_cache: dict[str, bool] = {}
+        self._started_at = time.monotonic()
+        self._sys_task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self.store_stats = StoreStats()
+        self.quarantined = 0
+        self.bound_ports: list[int] = []
+
+    # -- lifecycle --------------------------------------------------------
+
+    @property
+    def store(self) -> Store:
+        assert self._store is not None
+        return self._store
+
+    @property
+    def committer(self) -> Committer:
+        assert self._committer is not None
+        return self._committer
+
+    async def start(self) -> None:
+        """Open the store, rebuild state from it, and start listening."""
+        self.loop = asyncio.get_running_loop()
+        config = self.config
+        if self._store is None:
+            self._store = open_store(
+                config.store.kind, config.store.data_dir, SyncMode(config.store.sync)
+            )
+        state = await self.loop.run_in_executor(None, self.store.load)
+        if config.store.kind != "memory":
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="telemq-store")
+        self._committer = Committer(self.store, self.loop, self._executor, self._store_failed)
+        self._restore(state)
+        for listener in config.listeners:
+            server = await self.loop.create_server(
+                self._client_factory(listener),
+                listener.host,
+                listener.port,
+                reuse_address=True,
+                backlog=4096,
+            )
+            self._servers.append(server)
+            for sock in server.sockets:
+                host, port = sock.getsockname()[:2]
+                self.bound_ports.append(port)
+                log.info(
+                    "listening on %s:%s (MQTT 3.1/3.1.1, sub point %r)",
+                    host,
+                    port,
+                    listener.sub_point,
+                )
+        if config.sys.interval > 0:
+            self._sys_task = self.loop.create_task(self._sys_loop())
+        self._started_at = time.monotonic()
+
+    def _client_factory(self, listener: ListenerConfig) -> Callable[[], Client]:
+        return lambda: Client(self, listener)
+
+    async def stop(self) -> None:
+        """Stop listening, close every client, commit what is pending, close the store."""
+        if self._stopping:
+            return
+        self._stopping = True
+        for server in self._servers:
+            server.close()
+        if self._sys_task is not None:
+            self._sys_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sys_task
+        for client in list(self.clients):
+            if client.transport is not None:
+                client.flush()
+                client.transport.close()
+        if self._committer is not None:
+            await self._committer.drain()
+        for server in self._servers:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(server.wait_closed(), 2)
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+        if self._store is not None:
+            self._store.close()
+        log.info("stopped")
+
+    def _store_failed(self, error: BaseException) -> None:
+        # Acknowledgements that depended on the failed batch are not sent; closing
+        # every client makes them retry on reconnection instead of waiting forever.
+        for client in list(self.clients):
+            client.close(f"store failure: {error}")
+
+    # -- restart ----------------------------------------------------------
+
+    def _restore(self, state: StoreState) -> None:
+        now = self.loop.time()
+        max_inflight = self.config.limits.max_inflight
+        self._next_seq = state.next_seq
+        self._next_message_id = state.next_message_id
+        self._next_delivery_id = state.next_delivery_id
+        self.quarantined = state.quarantined
+        for session_record in state.sessions:
+            restored = Session(
+                session_record.client_id,
+                True,
+                max_inflight,
+                str(session_record.data.get("sub_point", "")),
+            )
+            restored.user_id = str(session_record.data.get("user_id", ""))
+            self.sessions[session_record.client_id] = restored
+        for sub in state.subscriptions:
+            owner = self.sessions.get(sub.client_id)
+            if owner is None:
+                continue
+            qos = int(sub.data.get("qos", 0))
+            sub_point = str(sub.data.get("sub_point", owner.sub_point))
+            owner.subscriptions[sub.key] = qos
+            self._tree(sub_point).add(sub.key, sub.client_id, qos)
+        for retained in state.retained:
+            kept = Message(
+                retained.topic,
+                retained.payload,
+                retained.qos,
+                True,
+                retained.sub_point,
+                str(retained.data.get("client_id", "")),
+                str(retained.data.get("user_id", "")),
+                retained.ts_us,
+            )
+            self.retained.setdefault(retained.sub_point, {})[retained.topic] = kept
+        messages = {mid: Message.from_stored(stored) for mid, stored in state.messages.items()}
+        for record in state.deliveries:
+            target = self.sessions.get(record.client_id)
+            message = messages.get(record.message_id)
+            if target is None or message is None:
+                continue
+            message.refs += 1
+            delivery = Delivery(message, record.qos, record.retain, record.delivery_id)
+            if record.state == DeliveryState.QUEUED or record.packet_id == 0:
+                target.queue.append(delivery)
+            else:
+                target.flows.track(
+                    record.qos,
+                    message.topic_bytes,
+                    message.payload,
+                    record.retain,
+                    delivery,
+                    now,
+                    packet_id=record.packet_id,
+                    state=(
+                        InflightState.RELEASED
+                        if record.state == DeliveryState.RELEASED
+                        else InflightState.PUBLISHED
+                    ),
+                )
+        orphans: list[IncomingRecord] = []
+        for incoming in state.incoming:
+            holder = self.sessions.get(incoming.client_id)
+            held = Message.from_stored(incoming.message)
+            held.store_id = 0
+            if holder is None:
+                orphans.append(incoming)
+            else:
+                holder.flows.hold_incoming(incoming.packet_id, held)
+        for incoming in orphans:
+            # A QoS 2 message acknowledged with PUBREC to a clean session that died
+            # with the broker: its publisher will not send PUBREL (its session is
+            # gone too), so the message is released now rather than lost.
+            held = Message.from_stored(incoming.message)
+            held.store_id = 0
+            self._route(held, hand_off_now=True)
+            self.committer.pending.delete_incoming(incoming.client_id, incoming.packet_id)
+        if orphans:
+            self.committer.schedule()
+        log.info(
+            "restored %d sessions, %d subscriptions, %d retained messages, %d queued "
+            "deliveries; next journal seq %d",
+            len(self.sessions),
+            len(state.subscriptions),
+            len(state.retained),
+            len(state.deliveries),
+            self._next_seq,
+        )
+        if state.quarantined:
+            log.error("the store set aside %d damaged records at load", state.quarantined)
+
+    # -- client bookkeeping -------------------------------------------------
+
+    def client_opened(self, client: Client) -> None:
+        self.clients.add(client)
+
+    def client_gone(self, client: Client) -> None:
+        self.clients.discard(client)
+
+    def client_writable(self, client: Client) -> None:
+        session = client.session
+        if session is not None and session.client is client:
+            self._pump(session)
+            client.flush()
+
+    def schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush_dirty)
+
+    def _flush_dirty(self) -> None:
+        self._flush_scheduled = False
+        dirty = self.dirty_clients
+        self.dirty_clients = []
+        for client in dirty:
+            client.flush()
+
+    def _tree(self, sub_point: str) -> SubscriptionTree:
+        tree = self.trees.get(sub_point)
+        if tree is None:
+            tree = self.trees[sub_point] = SubscriptionTree()
+        return tree
+
+    # -- events -------------------------------------------------------------
+
+    def handle_events(self, client: Client, events: Iterable[Event]) -> None:
+        for event in events:
+            kind = type(event)
+            if kind is MessageReceived:
+                assert isinstance(event, MessageReceived)
+                self._on_publish(client, event)
+            elif kind is DeliveryAcknowledged:
+                assert isinstance(event, DeliveryAcknowledged)
+                self._on_delivery_done(client, event.ref)
+            elif kind is DeliveryReceived:
+                assert isinstance(event, DeliveryReceived)
+                self._on_delivery_received(client, event)
+            elif kind is MessageReleased:
+                assert isinstance(event, MessageReleased)
+                self._on_release(client, event)
+            elif kind is SubscribeRequested:
+                assert isinstance(event, SubscribeRequested)
+                self._on_subscribe(client, event)
+            elif kind is UnsubscribeRequested:
+                assert isinstance(event, UnsubscribeRequested)
+                self._on_unsubscribe(client, event)
+            elif kind is ConnectRequested:
+                assert isinstance(event, ConnectRequested)
+                self._on_connect(client, event)
+            elif kind is DisconnectRequested:
+                client.will = None
+            elif kind is ConnectionClosed:
+                assert isinstance(event, ConnectionClosed)
+                self._on_closed(client, event)
+
+    # -- CONNECT / end of connection ---------------------------------------
+
+    def _on_connect(self, client: Client, event: ConnectRequested) -> None:
+        packet = event.packet
+        connection = client.connection
+        assert connection is not None
+        limits = self.config.limits
+        if limits.max_connections and self.connected >= limits.max_connections:
+            closed = connection.refuse(
+                ConnectReturnCode.SERVER_UNAVAILABLE,
+                f"connection limit of {limits.max_connections} reached",
+            )
+            self._on_closed(client, closed)
+            return
+        client_id = packet.client_id or f"telemq-{uuid.uuid4().hex[:16]}"
+        client.client_id = client_id
+        client.user_id = packet.username or ""
+        client.will = packet.will
+        committer = self.committer
+        session = self.sessions.get(client_id)
+        if session is not None and session.client is not None and session.client is not client:
+            old = session.client
+            log.info("client %r taken over by a new connection from %s", client_id, client.peer)
+            old.close("session taken over by a new connection with the same client id")
+        session = self.sessions.get(client_id)
+        present = False
+        if packet.clean_session:
+            if session is not None:
+                self._discard_session(session)
+            session = Session(
+                client_id, False, limits.max_inflight, client.listener.sub_point
+            )
+            self.sessions[client_id] = session
+        elif session is not None and session.persistent:
+            present = True
+        else:
+            if session is not None:
+                self._discard_session(session)
+            session = Session(client_id, True, limits.max_inflight, client.listener.sub_point)
+            session.user_id = client.user_id
+            self.sessions[client_id] = session
+            committer.pending.put_session(
+                SessionRecord(
+                    client_id,
+                    {
+                        "sub_point": session.sub_point,
+                        "user_id": session.user_id,
+                        "created_us": _now_us(),
+                    },
+                )
+            )
+            committer.schedule()
+        session.client = client
+        client.session = session
+        self.connected += 1
+        self.stats.clients_total_ever += 1
+        connection.accept(present, session.flows, self.loop.time())
+        log.debug(
+            "client %r connected from %s (level %d, clean %s, keepalive %d)",
+            client_id,
+            client.peer,
+            packet.protocol_level,
+            packet.clean_session,
+            packet.keepalive,
+        )
+        if session.queue:
+            self._pump(session)
+
+    def _discard_session(self, session: Session) -> None:
+        """Forget a session entirely (clean session start, or clean session end)."""
+        for topic_filter in session.subscriptions:
+            self._tree(session.sub_point).remove(topic_filter, session.client_id)
+        session.subscriptions.clear()
+        if session.persistent:
+            committer = self.committer
+            for delivery in session.queue:
+                self._release_message_ref(delivery)
+            for inflight in session.flows.outbound.values():
+                ref = inflight.ref
+                if isinstance(ref, Delivery):
+                    self._release_message_ref(ref)
+            committer.pending.delete_session(session.client_id)
+            committer.schedule()
+        session.queue.clear()
+        session.flows.outbound.clear()
+        if self.sessions.get(session.client_id) is session:
+            del self.sessions[session.client_id]
+
+    def _on_closed(self, client: Client, event: ConnectionClosed) -> None:
+        session = client.session
+        if event.graceful:
+            log.debug("client %r disconnected", client.client_id)
+        else:
+            log.info(
+                "closed connection %s (client %r): %s",
+                client.peer,
+                client.client_id or "-",
+                event.reason,
+            )
+        will = client.will
+        client.will = None
+        if will is not None and session is not None and not event.graceful:
+            self._publish_will(client, will)
+        if session is not None:
+            self.connected -= 1
+            if session.client is client:
+                session.client = None
+                if not session.persistent:
+                    self._discard_session(session)
+        client.session = None
+
+    def _publish_will(self, client: Client, will: object) -> None:
+        from ..protocol.packets import Will
+
+        assert isinstance(will, Will)
+        message = Message(
+            will.topic,
+            will.payload,
+            will.qos,
+            will.retain,
+            client.listener.sub_point,
+            client.client_id,
+            client.user_id,
+            _now_us(),
+        )
+        self._accept(message, hand_off_now=True)
+        self.committer.schedule()
+
+    # -- publications in ----------------------------------------------------
+
+    def _on_publish(self, client: Client, event: MessageReceived) -> None:
+        publish = event.publish
+        connection = client.connection
+        session = client.session
+        if session is None or connection is None:
+            return
+        self.stats.publish_received += 1
+        qos = publish.qos
+        if qos == 2:
+            packet_id = publish.packet_id
+            if not event.duplicate:
+                message = self._message_from(client, publish)
+                session.flows.hold_incoming(packet_id, message)
+                self.committer.pending.put_incoming(
+                    IncomingRecord(session.client_id, packet_id, message.to_stored())
+                )
+            self.committer.after(lambda: self._send_ack(client, PubRec(packet_id)))
+            return
+        message = self._message_from(client, publish)
+        self._accept(message, hand_off_now=True)
+        if qos == 1:
+            packet_id = publish.packet_id
+            self.committer.after(lambda: self._send_ack(client, PubAck(packet_id)))
+        elif self.committer.pending:
+            self.committer.schedule()
+
+    def _on_release(self, client: Client, event: MessageReleased) -> None:
+        session = client.session
+        if session is None:
+            return
+        packet_id = event.packet_id
+        message = event.message
+        committer = self.committer
+        if isinstance(message, Message):
+            committer.pending.delete_incoming(session.client_id, packet_id)
+            hand_offs = self._accept(message, hand_off_now=False)
+
+            def after_commit() -> None:
+                for target, delivery in hand_offs:
+                    self._hand_off(target, delivery)
+                self._send_ack(client, PubComp(packet_id))
+
+            committer.after(after_commit)
+        else:
+            committer.after(lambda: self._send_ack(client, PubComp(packet_id)))
+
+    def _send_ack(self, client: Client, packet: PubAck | PubRec | PubComp) -> None:
+        connection = client.connection
+        if connection is not None and not connection.closed:
+            connection.send(packet)
+            client.mark_dirty()
+
+    def _message_from(self, client: Client, publish: Publish) -> Message:
+        self.stats.messages_received += 1
+        return Message(
+            publish.topic,
+            publish.payload,
+            publish.qos,
+            publish.retain,
+            client.listener.sub_point,
+            client.client_id,
+            client.user_id,
+            _now_us(),
+        )
+
+    def publish(
+        self, topic: str, payload: bytes, qos: int = 0, retain: bool = False, sub_point: str = ""
+    ) -> None:
+        """Publish from inside the broker ($SYS, commands), routed like any message."""
+        message = Message(topic, payload, qos, retain, sub_point, "", "", _now_us())
+        self._accept(message, hand_off_now=True)
+        if self.committer.pending:
+            self.committer.schedule()
+
+    def _accept(self, message: Message, hand_off_now: bool) -> list[tuple[Session, Delivery]]:
+        """Retain, journal and route an accepted publication (see module docstring)."""
+        committer = self.committer
+        if message.retain:
+            self._update_retained(message)
+        if self._journal_on and self._journaled(message.topic):
+            seq = self._next_seq
+            self._next_seq = seq + 1
+            committer.pending.append_journal(
+                JournalRecord(
+                    seq,
+                    message.ts_us,
+                    message.topic,
+                    message.sub_point,
+                    message.qos,
+                    message.retain,
+                    message.payload,
+                    message.client_id,
+                    message.user_id,
+                )
+            )
+        return self._route(message, hand_off_now)
+
+    def _journaled(self, topic: str) -> bool:
+        cached = self._journal_cache.get(topic)
+        if cached is None:
+            cached = not any(topic_matches(f, topic) for f in self._journal_exclude)
+            if len(self._journal_cache) > 16384:
+                self._journal_cache.clear()
+            self._journal_cache[topic] = cached
+        return cached
+
+    def _update_retained(self, message: Message) -> None:
+        committer = self.committer
+        retained = self.retained.setdefault(message.sub_point, {})
+        if not message.payload:
+            if retained.pop(message.topic, None) is not None and not message.topic.startswith(
+                "$SYS/"
+            ):
+                committer.pending.delete_retained(message.sub_point, message.topic)
+            return
+        retained[message.topic] = message
+        if not message.topic.startswith("$SYS/"):
+            committer.pending.put_retained(
+                RetainedRecord(
+                    message.sub_point,
+                    message.topic,
+                    message.payload,
+                    message.qos,
+                    message.ts_us,
+                    {"client_id": message.client_id, "user_id": message.user_id},
+                )
+            )
+
+    def _route(self, message: Message, hand_off_now: bool) -> list[tuple[Session, Delivery]]:
+        tree = self.trees.get(message.sub_point)
+        if tree is None:
+            return []
+        matches = tree.match(message.topic)
+        if not matches:
+            return []
+        sessions = self.sessions
+        later: list[tuple[Session, Delivery]] = []
+        for client_id, granted in matches.items():
+            session = sessions.get(client_id)
+            if session is None:
+                continue
+            qos = granted if granted < message.qos else message.qos
+            if qos == 0:
+                client = session.client
+                if client is None:
+                    continue  # QoS 0 is not queued for offline sessions (as Mosquitto)
+                if hand_off_now:
+                    self._send_qos0(client, message, False)
+                else:
+                    later.append((session, Delivery(message, 0, False)))
+                continue
+            delivery = self._enqueue(session, message, qos, False)
+            if delivery is None:
+                continue
+            if hand_off_now:
+                self._pump(session)
+            else:
+                later.append((session, delivery))
+        return later
+
+    def _send_qos0(self, client: Client, message: Message, retain: bool) -> None:
+        if not client.writable:
+            self.stats.messages_dropped += 1
+            return
+        connection = client.connection
+        if connection is None or connection.closed:
+            return
+        connection.send_bytes(message.frame_qos0(retain))
+        self.stats.messages_sent += 1
+        client.mark_dirty()
+
+    def _enqueue(
+        self, session: Session, message: Message, qos: int, retain: bool
+    ) -> Delivery | None:
+        """Queue a QoS 1/2 delivery (durably for persistent sessions) and pump."""
+        limit = self.config.limits.max_queued_messages
+        if limit and len(session.queue) >= limit:
+            session.dropped += 1
+            self.stats.messages_dropped += 1
+            return None
+        delivery = Delivery(message, qos, retain)
+        if session.persistent:
+            committer = self.committer
+            if message.store_id == 0:
+                message.store_id = self._next_message_id
+                self._next_message_id += 1
+                committer.pending.put_message(message.to_stored())
+            message.refs += 1
+            delivery.delivery_id = self._next_delivery_id
+            self._next_delivery_id += 1
+            committer.pending.put_delivery(
+                DeliveryRecord(
+                    delivery.delivery_id,
+                    session.client_id,
+                    message.store_id,
+                    qos,
+                    DeliveryState.QUEUED,
+                    0,
+                    retain,
+                )
+            )
+        session.queue.append(delivery)
+        return delivery
+
+    def _hand_off(self, session: Session, delivery: Delivery) -> None:
+        """Post-commit hand-off of a deferred delivery."""
+        if delivery.qos == 0:
+            if session.client is not None:
+                self._send_qos0(session.client, delivery.message, delivery.retain)
+            return
+        self._pump(session)
+
+    def _pump(self, session: Session) -> None:
+        """Send queued deliveries while the client is connected and the window allows."""
+        client = session.client
+        queue = session.queue
+        if client is None or not queue or not client.writable:
+            return
+        connection = client.connection
+        if connection is None or connection.closed:
+            return
+        flows = session.flows
+        now = self.loop.time()
+        committer = self.committer
+        sent = 0
+        while queue and flows.has_window():
+            delivery = queue.popleft()
+            message = delivery.message
+            try:
+                packet_id = connection.deliver(
+                    message.topic_bytes,
+                    message.payload,
+                    delivery.qos,
+                    delivery.retain,
+                    delivery,
+                    now,
+                )
+            except PacketIdsExhausted:
+                queue.appendleft(delivery)
+                break
+            sent += 1
+            if delivery.delivery_id:
+                committer.pending.put_delivery(
+                    DeliveryRecord(
+                        delivery.delivery_id,
+                        session.client_id,
+                        message.store_id,
+                        delivery.qos,
+                        DeliveryState.INFLIGHT,
+                        packet_id,
+                        delivery.retain,
+                    )
+                )
+        if sent:
+            self.stats.messages_sent += sent
+            client.mark_dirty()
+            if committer.pending:
+                committer.schedule()
+
+    # -- acknowledgements from subscribers ---------------------------------
+
+    def _on_delivery_done(self, client: Client, ref: object) -> None:
+        if isinstance(ref, Delivery) and ref.delivery_id:
+            self.committer.pending.delete_delivery(ref.delivery_id)
+            self._release_message_ref(ref)
+            self.committer.schedule()
+        session = client.session
+        if session is not None and session.queue:
+            self._pump(session)
+
+    def _on_delivery_received(self, client: Client, event: DeliveryReceived) -> None:
+        ref = event.ref
+        session = client.session
+        if isinstance(ref, Delivery) and ref.delivery_id and session is not None:
+            self.committer.pending.put_delivery(
+                DeliveryRecord(
+                    ref.delivery_id,
+                    session.client_id,
+                    ref.message.store_id,
+                    ref.qos,
+                    DeliveryState.RELEASED,
+                    event.packet_id,
+                    ref.retain,
+                )
+            )
+            self.committer.schedule()
+
+    def _release_message_ref(self, delivery: Delivery) -> None:
+        message = delivery.message
+        if not delivery.delivery_id or not message.store_id:
+            return
+        message.refs -= 1
+        if message.refs <= 0:
+            self.committer.pending.delete_message(message.store_id)
+            message.store_id = 0
+            message.refs = 0
+
+    # -- SUBSCRIBE / UNSUBSCRIBE -------------------------------------------
+
+    def _on_subscribe(self, client: Client, event: SubscribeRequested) -> None:
+        session = client.session
+        connection = client.connection
+        if session is None or connection is None:
+            return
+        packet = event.packet
+        codes: list[int] = []
+        committer = self.committer
+        tree = self._tree(session.sub_point)
+        accepted: list[tuple[str, int]] = []
+        for topic_filter, qos in packet.topics:
+            problem = topic_filter_error(topic_filter)
+            if problem:
+                log.info("client %r: refused subscription: %s", session.client_id, problem)
+                if connection.protocol_level >= ProtocolLevel.MQTT_3_1_1:
+                    codes.append(SUBACK_FAILURE)
+                else:
+                    # MQTT 3.1 has no failure code: grant, and deliver nothing.
+                    codes.append(qos)
+                continue
+            session.subscriptions[topic_filter] = qos
+            tree.add(topic_filter, session.client_id, qos)
+            if session.persistent:
+                committer.pending.put_subscription(
+                    SubscriptionRecord(
+                        session.client_id,
+                        topic_filter,
+                        {"qos": qos, "sub_point": session.sub_point},
+                    )
+                )
+            codes.append(qos)
+            accepted.append((topic_filter, qos))
+        packet_id = packet.packet_id
+
+        def answer() -> None:
+            if connection.closed or client.session is not session:
+                return
+            connection.send(SubAck(packet_id, codes))
+            for topic_filter, qos in accepted:
+                self._send_retained(session, topic_filter, qos)
+            client.mark_dirty()
+
+        committer.after(answer)
+
+    def _send_retained(self, session: Session, topic_filter: str, granted: int) -> None:
+        retained = self.retained.get(session.sub_point)
+        client = session.client
+        if not retained or client is None:
+            return
+        if "+" in topic_filter or "#" in topic_filter:
+            messages = [m for t, m in retained.items() if topic_matches(topic_filter, t)]
+        else:
+            exact = retained.get(topic_filter)
+            messages = [exact] if exact is not None else []
+        for message in messages:
+            qos = granted if granted < message.qos else message.qos
+            if qos == 0:
+                self._send_qos0(client, message, True)
+            else:
+                self._enqueue(session, message, qos, True)
+        if session.queue:
+            self._pump(session)
+
+    def _on_unsubscribe(self, client: Client, event: UnsubscribeRequested) -> None:
+        session = client.session
+        connection = client.connection
+        if session is None or connection is None:
+            return
+        tree = self._tree(session.sub_point)
+        for topic_filter in event.packet.topics:
+            if session.subscriptions.pop(topic_filter, None) is not None:
+                tree.remove(topic_filter, session.client_id)
+                if session.persistent:
+                    self.committer.pending.delete_subscription(session.client_id, topic_filter)
+        packet_id = event.packet.packet_id
+
+        def answer() -> None:
+            if not connection.closed:
+                connection.send(UnsubAck(packet_id))
+                client.mark_dirty()
+
+        self.committer.after(answer)
+
+    # -- $SYS ---------------------------------------------------------------
+
+    async def _sys_loop(self) -> None:
+        interval = self.config.sys.interval
+        while True:
+            try:
+                await self.publish_sys()
+            except Exception:
+                log.exception("$SYS update failed")
+            await asyncio.sleep(interval)
+
+    async def publish_sys(self) -> None:
+        if self._executor is not None:
+            self.store_stats = await self.loop.run_in_executor(self._executor, self.store.stats)
+        else:
+            self.store_stats = self.store.stats()
+        for topic, value in self.sys_values().items():
+            self.publish(topic, value.encode("utf-8"), 0, True)
+
+    def sys_values(self) -> dict[str, str]:
+        stats = self.stats
+        connected = self.connected
+        subscriptions = sum(tree.count for tree in self.trees.values())
+        retained = sum(
+            1
+            for point in self.retained.values()
+            for topic in point
+            if not topic.startswith("$SYS/")
+        )
+        bytes_received = sum(
+            c.connection.bytes_received for c in self.clients if c.connection is not None
+        )
+        bytes_sent = sum(c.connection.bytes_sent for c in self.clients if c.connection is not None)
+        prefix = "$SYS/broker/"
+        values = {
+            "version": f"telemq {__version__}",
+            "uptime": f"{int(time.monotonic() - self._started_at)} seconds",
+            "clients/connected": str(connected),
+            "clients/total": str(len(self.sessions)),
+            "clients/maximum": str(self.config.limits.max_connections),
+            "messages/received": str(stats.messages_received),
+            "messages/sent": str(stats.messages_sent),
+            "messages/dropped": str(stats.messages_dropped),
+            "publish/messages/received": str(stats.publish_received),
+            "bytes/received": str(bytes_received),
+            "bytes/sent": str(bytes_sent),
+            "subscriptions/count": str(subscriptions),
+            "retained messages/count": str(retained),
+            "store/bytes": str(self.store_stats.bytes_on_disk),
+            "store/quarantined": str(max(self.quarantined, self.store_stats.quarantined)),
+            "journal/rows": str(self.store_stats.journal_rows),
+            "journal/last_seq": str(self._next_seq - 1),
+        }
+        return {prefix + key: value for key, value in values.items()}
+
+
+async def run_broker(
+    config: BrokerConfig,
+    stop_event: asyncio.Event,
+    on_started: Callable[[Broker], None] | None = None,
+) -> None:
+    """Run a broker until `stop_event` is set, then shut it down cleanly."""
+    broker = Broker(config)
+    await broker.start()
+    if on_started is not None:
+        on_started(broker)
+    try:
+        await stop_event.wait()
+    finally:
+        await broker.stop()

@@ -1,0 +1,143 @@
+"""Messages, deliveries and sessions: the broker's in-memory state.
+
+A `Message` is one accepted publication, shared by every delivery of it; it
+caches its encoded QoS 0 frames so that fan-out to many subscribers encodes
+once. A `Delivery` is one copy of a message owed to one session at one QoS. A
+`Session` outlives connections when it is persistent (clean session = 0): it
+keeps the subscriptions, the QoS flows (`protocol.Flows`) and the queue of
+deliveries waiting for a connection or for room in the in-flight window.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+from ..protocol import Flows, encode_publish
+from ..store import StoredMessage
+
+if TYPE_CHECKING:
+    from .client import Client
+
+
+class Message:
+    """An accepted publication (see module docstring)."""
+
+    __slots__ = (
+        "_frames",
+        "client_id",
+        "payload",
+        "qos",
+        "refs",
+        "retain",
+        "store_id",
+        "sub_point",
+        "topic",
+        "topic_bytes",
+        "ts_us",
+        "user_id",
+    )
+
+    def __init__(
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int,
+        retain: bool,
+        sub_point: str,
+        client_id: str,
+        user_id: str,
+        ts_us: int,
+        topic_bytes: bytes | None = None,
+    ) -> None:
+        self.topic = topic
+        self.topic_bytes = topic_bytes if topic_bytes is not None else topic.encode("utf-8")
+        self.payload = payload
+        self.qos = qos
+        self.retain = retain
+        self.sub_point = sub_point
+        self.client_id = client_id
+        self.user_id = user_id
+        self.ts_us = ts_us
+        self.store_id = 0  # id in the store's messages table; 0 = not stored there
+        self.refs = 0  # durable deliveries that reference store_id
+        self._frames: list[bytes | None] = [None, None]
+
+    def frame_qos0(self, retain: bool) -> bytes:
+        """The QoS 0 PUBLISH of this message, encoded once per RETAIN flag."""
+        index = 1 if retain else 0
+        frame = self._frames[index]
+        if frame is None:
+            frame = self._frames[index] = encode_publish(
+                self.topic_bytes, self.payload, 0, retain, False, 0
+            )
+        return frame
+
+    def to_stored(self) -> StoredMessage:
+        return StoredMessage(
+            id=self.store_id,
+            topic=self.topic,
+            payload=self.payload,
+            qos=self.qos,
+            retain=self.retain,
+            sub_point=self.sub_point,
+            client_id=self.client_id,
+            user_id=self.user_id,
+            ts_us=self.ts_us,
+        )
+
+    @classmethod
+    def from_stored(cls, stored: StoredMessage) -> Message:
+        message = cls(
+            stored.topic,
+            stored.payload,
+            stored.qos,
+            stored.retain,
+            stored.sub_point,
+            stored.client_id,
+            stored.user_id,
+            stored.ts_us,
+        )
+        message.store_id = stored.id
+        return message
+
+
+class Delivery:
+    """One copy of a message owed to a session; `delivery_id` 0 = memory only."""
+
+    __slots__ = ("delivery_id", "message", "qos", "retain")
+
+    def __init__(self, message: Message, qos: int, retain: bool, delivery_id: int = 0) -> None:
+        self.message = message
+        self.qos = qos
+        self.retain = retain
+        self.delivery_id = delivery_id
+
+
+class Session:
+    """State of one client id (see module docstring)."""
+
+    __slots__ = (
+        "client",
+        "client_id",
+        "dropped",
+        "flows",
+        "persistent",
+        "queue",
+        "sub_point",
+        "subscriptions",
+        "user_id",
+    )
+
+    def __init__(
+        self, client_id: str, persistent: bool, max_inflight: int, sub_point: str = ""
+    ) -> None:
+        self.client_id = client_id
+        self.persistent = persistent
+        self.sub_point = sub_point
+        self.user_id = ""
+        self.subscriptions: dict[str, int] = {}  # topic filter -> granted QoS
+        self.flows = Flows(max_inflight)
+        self.queue: deque[Delivery] = deque()
+        self.client: Client | None = None
+        self.dropped = 0

@@ -1,0 +1,137 @@
+"""The subscription trie: which sessions want a topic, and at what QoS.
+
+One node per topic level; `+` and `#` are ordinary children with special
+meaning during `match`. Matching walks at most (levels x 3) branches, not every
+filter. Results are cached per topic name (most traffic repeats topics) and the
+cache is dropped whenever a subscription changes, so it never serves stale
+answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+_CACHE_LIMIT = 16384
+
+
+class _Node:
+    __slots__ = ("children", "subscribers")
+
+    def __init__(self) -> None:
+        self.children: dict[str, _Node] = {}
+        self.subscribers: dict[str, int] = {}  # client id -> granted QoS
+
+
+class SubscriptionTree:
+    """Topic filter -> {client id: granted QoS}."""
+
+    __slots__ = ("_cache", "_root", "count")
+
+    def __init__(self) -> None:
+        self._root = _Node()
+        self._cache: dict[str, dict[str, int]] = {}
+        self.count = 0
+
+    def add(self, topic_filter: str, client_id: str, qos: int) -> bool:
+        """Subscribe (or re-subscribe with a new QoS); True when it is new."""
+        node = self._root
+        for level in topic_filter.split("/"):
+            child = node.children.get(level)
+            if child is None:
+                child = node.children[level] = _Node()
+            node = child
+        is_new = client_id not in node.subscribers
+        node.subscribers[client_id] = qos
+        if is_new:
+            self.count += 1
+        self._cache.clear()
+        return is_new
+
+    def remove(self, topic_filter: str, client_id: str) -> bool:
+        """Unsubscribe; True when the subscription existed. Prunes empty branches."""
+        path: list[tuple[_Node, str]] = []
+        node = self._root
+        for level in topic_filter.split("/"):
+            child = node.children.get(level)
+            if child is None:
+                return False
+            path.append((node, level))
+            node = child
+        if node.subscribers.pop(client_id, None) is None:
+            return False
+        self.count -= 1
+        self._cache.clear()
+        for parent, level in reversed(path):
+            child = parent.children[level]
+            if child.subscribers or child.children:
+                break
+            del parent.children[level]
+        return True
+
+    def match(self, topic: str) -> dict[str, int]:
+        """Sessions whose filters match `topic`, each with its highest granted QoS.
+
+        The returned dict is shared with the cache: callers must not modify it.
+        """
+        cached = self._cache.get(topic)
+        if cached is not None:
+            return cached
+        result: dict[str, int] = {}
+        levels = topic.split("/")
+        last = len(levels)
+        # (node, index of the next level to consume)
+        stack: list[tuple[_Node, int]] = [(self._root, 0)]
+        dollar = topic.startswith("$")
+        while stack:
+            node, index = stack.pop()
+            children = node.children
+            if not children:
+                continue
+            # [MQTT-4.7.2-1]: wildcards at the first level do not match '$' topics.
+            wild_allowed = not (dollar and index == 0)
+            if wild_allowed:
+                multi = children.get("#")
+                if multi is not None:
+                    _merge(result, multi.subscribers)
+            if index == last:
+                continue
+            exact = children.get(levels[index])
+            if exact is not None:
+                if index + 1 == last:
+                    _merge(result, exact.subscribers)
+                    # 'a/#' also matches 'a'
+                    tail = exact.children.get("#")
+                    if tail is not None:
+                        _merge(result, tail.subscribers)
+                else:
+                    stack.append((exact, index + 1))
+            if wild_allowed:
+                single = children.get("+")
+                if single is not None:
+                    if index + 1 == last:
+                        _merge(result, single.subscribers)
+                        tail = single.children.get("#")
+                        if tail is not None:
+                            _merge(result, tail.subscribers)
+                    else:
+                        stack.append((single, index + 1))
+        if len(self._cache) >= _CACHE_LIMIT:
+            self._cache.clear()
+        self._cache[topic] = result
+        return result
+
+    def filters_of(self, client_id: str) -> Iterator[str]:
+        """Every filter `client_id` holds (a full walk: for administration, not routing)."""
+        stack: list[tuple[_Node, list[str]]] = [(self._root, [])]
+        while stack:
+            node, path = stack.pop()
+            if client_id in node.subscribers and path:
+                yield "/".join(path)
+            for level, child in node.children.items():
+                stack.append((child, [*path, level]))
+
+
+def _merge(result: dict[str, int], subscribers: dict[str, int]) -> None:
+    for client_id, qos in subscribers.items():
+        if result.get(client_id, -1) < qos:
+            result[client_id] = qos

@@ -1,0 +1,1 @@
+"""`telemq ...`: thin command-line front ends over the public APIs."""
