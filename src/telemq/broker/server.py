@@ -465,6 +465,13 @@ class Broker:
                     self._release_message_ref(ref)
             committer.pending.delete_session(session.client_id)
             committer.schedule()
+        elif session.flows.incoming:
+            # QoS 2 messages received but never released: a clean session's state
+            # ends with it, so they are dropped, as the client drops its side.
+            for packet_id in session.flows.incoming:
+                self.committer.pending.delete_incoming(session.client_id, packet_id)
+            self.committer.schedule()
+        session.flows.incoming.clear()
         session.queue.clear()
         session.flows.outbound.clear()
         if self.sessions.get(session.client_id) is session:

@@ -1,113 +1,47 @@
 """Entry point of the `telemq` command.
 
-Sub-commands parse their arguments and call public APIs; they hold no logic of
-their own. Errors a user can fix (a bad config key, a port in use) end with a
-one-line message naming the problem and exit code 2, not a traceback.
+Each sub-command lives in its own module with `register(subparsers)`, which
+adds its parser and sets `handler`; the modules parse arguments and call public
+APIs, holding no logic of their own. Errors a user can fix (a bad config key, a
+port in use) end with a one-line message naming the problem and exit code 2,
+not a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
-import logging
-import signal
-import sys
-from collections.abc import Sequence
+import importlib
+import importlib.util
+from collections.abc import Callable, Sequence
 
 from .. import __version__
-from ..broker import BrokerConfig, ConfigError, ListenerConfig, load_config, run_broker
+
+# Sub-command modules, in help order. A module that is not installed (an
+# optional part of telemq) simply does not add its command.
+COMMAND_MODULES = ("serve", "subs", "pipeline", "demo")
 
 
-def _serve_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    serve = subparsers.add_parser(
-        "serve",
-        help="run the broker",
-        description="Run the MQTT broker. Flags override the configuration file.",
-    )
-    serve.add_argument("--config", "-c", help="TOML configuration file")
-    serve.add_argument("--host", help="listen address (default 127.0.0.1)")
-    serve.add_argument("--port", "-p", type=int, help="listen port (default 1883)")
-    serve.add_argument("--data-dir", "-d", help="data directory (default ./telemq-data)")
-    serve.add_argument("--store", choices=["sqlite", "memory"], help="store kind")
-    serve.add_argument("--sync", choices=["full", "normal", "off"], help="store fsync policy")
-    serve.add_argument("--sys-interval", type=float, help="seconds between $SYS updates")
-    serve.add_argument(
-        "--log-level",
-        default="info",
-        choices=["debug", "info", "warning", "error"],
-        help="log verbosity (default info)",
-    )
-    serve.add_argument(
-        "--no-uvloop",
-        action="store_true",
-        help="use the default asyncio loop even if uvloop is installed",
-    )
-
-
-def build_config(args: argparse.Namespace) -> BrokerConfig:
-    config = load_config(args.config)
-    if args.host is not None or args.port is not None:
-        first = config.listeners[0] if config.listeners else ListenerConfig()
-        if args.host is not None:
-            first.host = args.host
-        if args.port is not None:
-            first.port = args.port
-        config.listeners[0:1] = [first]
-    if args.data_dir is not None:
-        config.store.data_dir = args.data_dir
-    if args.store is not None:
-        config.store.kind = args.store
-    if args.sync is not None:
-        config.store.sync = args.sync
-    if args.sys_interval is not None:
-        config.sys.interval = args.sys_interval
-    config.validate()
-    return config
-
-
-def _serve(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=getattr(logging, args.log_level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    try:
-        config = build_config(args)
-    except ConfigError as error:
-        print(f"telemq: configuration error: {error}", file=sys.stderr)
-        return 2
-    if not args.no_uvloop:
-        with contextlib.suppress(ImportError):
-            import uvloop
-
-            uvloop.install()
-
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, stop.set)
-        await run_broker(config, stop)
-
-    try:
-        asyncio.run(main())
-    except OSError as error:
-        print(f"telemq: cannot start: {error}", file=sys.stderr)
-        return 2
-    return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="telemq",
         description="telemq: an MQTT broker with the IBM MQ publish/subscribe model",
     )
     parser.add_argument("--version", action="version", version=f"telemq {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    _serve_parser(subparsers)
+    for name in COMMAND_MODULES:
+        module_name = f"{__package__}.{name}"
+        if importlib.util.find_spec(module_name) is None:
+            continue
+        module = importlib.import_module(module_name)
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command == "serve":
-        return _serve(args)
-    parser.print_help()
-    return 2
+    handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help()
+        return 2
+    return handler(args)
