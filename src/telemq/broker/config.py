@@ -62,6 +62,11 @@ class SysConfig:
 class BrokerConfig:
     name: str = "telemq"
     listeners: list[ListenerConfig] = field(default_factory=lambda: [ListenerConfig()])
+    sub_points: list[str] = field(default_factory=list)  # declared besides the default ""
+    # Authentication and ACL (see docs/security.md); raw tables, checked by the authorizer.
+    users: list[dict[str, Any]] = field(default_factory=list)
+    acl: list[dict[str, Any]] = field(default_factory=list)
+    allow_anonymous: bool | None = None  # None: True iff no user is configured
     store: StoreConfig = field(default_factory=StoreConfig)
     journal: JournalConfig = field(default_factory=JournalConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
@@ -73,6 +78,11 @@ class BrokerConfig:
         for index, listener in enumerate(self.listeners):
             if not 0 <= listener.port <= 65535:
                 raise ConfigError(f"listeners[{index}].port: {listener.port} is not a TCP port")
+            if listener.sub_point and listener.sub_point not in self.sub_points:
+                raise ConfigError(
+                    f"listeners[{index}].sub_point: {listener.sub_point!r} is not declared "
+                    "in sub_points"
+                )
         if self.store.kind not in ("sqlite", "memory"):
             raise ConfigError(f"store.kind: {self.store.kind!r} is not 'sqlite' or 'memory'")
         if self.store.sync not in ("full", "normal", "off"):
@@ -115,7 +125,7 @@ def _build(cls: type[Any], values: Mapping[str, Any], where: str) -> Any:
                 raise ConfigError(f"{path}: expected a string, got {value!r}")
         elif (
             isinstance(default, list)
-            and key != "listeners"
+            and key not in ("listeners", "users", "acl")
             and (not isinstance(value, list) or not all(isinstance(v, str) for v in value))
         ):
             raise ConfigError(f"{path}: expected a list of strings, got {value!r}")
@@ -134,6 +144,14 @@ def config_from_mapping(data: Mapping[str, Any]) -> BrokerConfig:
     for key, value in data.items():
         if key in tables:
             top[key] = _build(tables[key], value, key)
+        elif key in ("users", "acl"):
+            if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+                raise ConfigError(f"{key}: expected an array of tables ([[{key}]])")
+            top[key] = value
+        elif key == "allow_anonymous":
+            if not isinstance(value, bool):
+                raise ConfigError(f"allow_anonymous: expected true or false, got {value!r}")
+            top[key] = value
         elif key == "listeners":
             if not isinstance(value, list):
                 raise ConfigError("listeners: expected an array of tables ([[listeners]])")

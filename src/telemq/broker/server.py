@@ -35,8 +35,12 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 from .. import __version__
+from ..commands import COMMAND_TOPICS, Requester
+from ..filters import FilterError
+from ..filters import Message as FilterMessage
 from ..protocol import (
     SUBACK_FAILURE,
     ConnectionClosed,
@@ -76,11 +80,15 @@ from ..store import (
     SyncMode,
     open_store,
 )
+from ..subscriptions import Identity, Persistence, Registry, Subscription
 from .client import Client
+
+if TYPE_CHECKING:
+    from .auth import Authorizer
 from .committer import Committer
 from .config import BrokerConfig, ListenerConfig
+from .mq import CommandHost, reply_payload, reply_topic, run_command, wants_reply
 from .session import Delivery, Message, Session
-from .topic_tree import SubscriptionTree
 
 log = logging.getLogger("telemq.broker")
 
@@ -90,9 +98,11 @@ class BrokerStats:
 
     __slots__ = (
         "clients_total_ever",
+        "commands",
         "messages_dropped",
         "messages_received",
         "messages_sent",
+        "publish_denied",
         "publish_received",
         "publish_sent",
     )
@@ -104,6 +114,8 @@ class BrokerStats:
         self.publish_received = 0
         self.publish_sent = 0
         self.clients_total_ever = 0
+        self.publish_denied = 0  # PUBLISH packets dropped by the ACL
+        self.commands = 0  # MQ command messages executed
 
 
 def _now_us() -> int:
@@ -121,7 +133,10 @@ class Broker:
         self.connected = 0  # clients past CONNECT
         self.sessions: dict[str, Session] = {}
         self.clients: set[Client] = set()
-        self.trees: dict[str, SubscriptionTree] = {}
+        self.registry = Registry()
+        self.sub_points = {"", *config.sub_points}
+        self.command_host = CommandHost(self)
+        self.authorizer: Authorizer | None = None
         self.retained: dict[str, dict[str, Message]] = {}  # sub point -> topic -> message
         self.stats = BrokerStats()
         self.dirty_clients: list[Client] = []
@@ -243,13 +258,17 @@ class Broker:
             restored.user_id = str(session_record.data.get("user_id", ""))
             self.sessions[session_record.client_id] = restored
         for sub in state.subscriptions:
-            owner = self.sessions.get(sub.client_id)
-            if owner is None:
+            try:
+                subscription = Subscription.from_data(sub.data)
+            except (KeyError, ValueError, TypeError, FilterError) as error:
+                log.error("skipping a damaged subscription record of %r: %s", sub.client_id, error)
+                self.quarantined += 1
                 continue
-            qos = int(sub.data.get("qos", 0))
-            sub_point = str(sub.data.get("sub_point", owner.sub_point))
-            owner.subscriptions[sub.key] = qos
-            self._tree(sub_point).add(sub.key, sub.client_id, qos)
+            if subscription.queue not in self.sessions or self.registry.get(
+                subscription.key
+            ):
+                continue
+            self.registry.add(subscription)
         for retained in state.retained:
             kept = Message(
                 retained.topic,
@@ -343,12 +362,6 @@ class Broker:
         self.dirty_clients = []
         for client in dirty:
             client.flush()
-
-    def _tree(self, sub_point: str) -> SubscriptionTree:
-        tree = self.trees.get(sub_point)
-        if tree is None:
-            tree = self.trees[sub_point] = SubscriptionTree()
-        return tree
 
     # -- events -------------------------------------------------------------
 
@@ -452,9 +465,7 @@ class Broker:
 
     def _discard_session(self, session: Session) -> None:
         """Forget a session entirely (clean session start, or clean session end)."""
-        for topic_filter in session.subscriptions:
-            self._tree(session.sub_point).remove(topic_filter, session.client_id)
-        session.subscriptions.clear()
+        self.registry.remove_queue(session.client_id)
         if session.persistent:
             committer = self.committer
             for delivery in session.queue:
@@ -527,6 +538,23 @@ class Broker:
             return
         self.stats.publish_received += 1
         qos = publish.qos
+        if publish.topic in COMMAND_TOPICS and qos < 2:
+            # QoS 2 commands run on PUBREL, like any QoS 2 publication.
+            self._run_command(client, publish.topic, publish.payload, qos)
+            if qos == 1:
+                packet_id = publish.packet_id
+                self.committer.after(lambda: self._send_ack(client, PubAck(packet_id)))
+            return
+        if not self.may("publish", publish.topic, client.user_id, client.client_id):
+            self.stats.publish_denied += 1
+            log.info("client %r: publish to %r denied", client.client_id, publish.topic)
+            if qos == 1:
+                packet_id = publish.packet_id
+                self.committer.after(lambda: self._send_ack(client, PubAck(packet_id)))
+            elif qos == 2:
+                packet_id = publish.packet_id
+                self.committer.after(lambda: self._send_ack(client, PubRec(packet_id)))
+            return
         if qos == 2:
             packet_id = publish.packet_id
             if not event.duplicate:
@@ -552,7 +580,11 @@ class Broker:
         packet_id = event.packet_id
         message = event.message
         committer = self.committer
-        if isinstance(message, Message):
+        if isinstance(message, Message) and message.topic in COMMAND_TOPICS:
+            committer.pending.delete_incoming(session.client_id, packet_id)
+            self._run_command(client, message.topic, message.payload, 2)
+            committer.after(lambda: self._send_ack(client, PubComp(packet_id)))
+        elif isinstance(message, Message):
             committer.pending.delete_incoming(session.client_id, packet_id)
             hand_offs = self._accept(message, hand_off_now=False)
 
@@ -564,6 +596,64 @@ class Broker:
             committer.after(after_commit)
         else:
             committer.after(lambda: self._send_ack(client, PubComp(packet_id)))
+
+    def _run_command(self, client: Client, queue_topic: str, payload: bytes, qos: int) -> None:
+        """Execute an MQ command; its reply is published once its effects are durable."""
+        self.stats.commands += 1
+        requester = Requester(client.client_id, client.user_id, client.listener.sub_point, qos)
+        reply, command = run_command(self, self.command_host, queue_topic, payload, requester)
+        if not wants_reply(reply, command):
+            return
+        topic = reply_topic(command, client.client_id)
+        body = reply_payload(reply, command, payload)
+        sub_point = client.listener.sub_point
+        self.committer.after(
+            lambda: self.publish(topic, body, qos, False, sub_point, journal=False)
+        )
+        self.committer.schedule()
+
+    def may(self, action: str, topic: str, user: str, client_id: str) -> bool:
+        """Authorization (always True without an authorizer)."""
+        authorizer = self.authorizer
+        if authorizer is None:
+            return True
+        from .auth import Action
+
+        return authorizer.allowed(Action(action), topic, user=user or None, client_id=client_id)
+
+    def ensure_queue(self, queue: str) -> None:
+        """An MQ queue = a session: RegSub for a queue with no session creates a durable one."""
+        if queue in self.sessions:
+            return
+        session = Session(queue, True, self.config.limits.max_inflight)
+        self.sessions[queue] = session
+        self.committer.pending.put_session(
+            SessionRecord(queue, {"sub_point": "", "user_id": "", "created_us": _now_us()})
+        )
+        self.committer.schedule()
+
+    def publish_as(
+        self,
+        requester: Requester,
+        topic: str,
+        body: bytes,
+        retain: bool,
+        exclude_queue: str | None,
+    ) -> None:
+        """A Publish command's publication, routed like the requester's own PUBLISH."""
+        message = Message(
+            topic,
+            body,
+            requester.qos,
+            retain,
+            requester.sub_point,
+            requester.client_id,
+            requester.user_id,
+            _now_us(),
+        )
+        self.stats.messages_received += 1
+        self._accept(message, hand_off_now=True, exclude_queue=exclude_queue)
+        self.committer.schedule()
 
     def _send_ack(self, client: Client, packet: PubAck | PubRec | PubComp) -> None:
         connection = client.connection
@@ -585,20 +675,32 @@ class Broker:
         )
 
     def publish(
-        self, topic: str, payload: bytes, qos: int = 0, retain: bool = False, sub_point: str = ""
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int = 0,
+        retain: bool = False,
+        sub_point: str = "",
+        journal: bool = True,
     ) -> None:
-        """Publish from inside the broker ($SYS, commands), routed like any message."""
+        """Publish from inside the broker ($SYS, command replies), routed like any message."""
         message = Message(topic, payload, qos, retain, sub_point, "", "", _now_us())
-        self._accept(message, hand_off_now=True)
+        self._accept(message, hand_off_now=True, journal=journal)
         if self.committer.pending:
             self.committer.schedule()
 
-    def _accept(self, message: Message, hand_off_now: bool) -> list[tuple[Session, Delivery]]:
+    def _accept(
+        self,
+        message: Message,
+        hand_off_now: bool,
+        journal: bool = True,
+        exclude_queue: str | None = None,
+    ) -> list[tuple[Session, Delivery]]:
         """Retain, journal and route an accepted publication (see module docstring)."""
         committer = self.committer
         if message.retain:
             self._update_retained(message)
-        if self._journal_on and self._journaled(message.topic):
+        if journal and self._journal_on and self._journaled(message.topic):
             seq = self._next_seq
             self._next_seq = seq + 1
             committer.pending.append_journal(
@@ -614,7 +716,7 @@ class Broker:
                     message.user_id,
                 )
             )
-        return self._route(message, hand_off_now)
+        return self._route(message, hand_off_now, exclude_queue)
 
     def _journaled(self, topic: str) -> bool:
         cached = self._journal_cache.get(topic)
@@ -647,20 +749,47 @@ class Broker:
                 )
             )
 
-    def _route(self, message: Message, hand_off_now: bool) -> list[tuple[Session, Delivery]]:
-        tree = self.trees.get(message.sub_point)
-        if tree is None:
+    def _route(
+        self, message: Message, hand_off_now: bool, exclude_queue: str | None = None
+    ) -> list[tuple[Session, Delivery]]:
+        """Deliver to every matching queue once, at its highest matching QoS."""
+        route = self.registry.route(message.sub_point, message.topic)
+        if route is None:
             return []
-        matches = tree.match(message.topic)
-        if not matches:
+        targets: dict[str, tuple[int, int]] = {}  # queue -> (QoS, persistence rank)
+        msg_qos = message.qos
+        for queue, subscriptions in route.plain.items():
+            for subscription in subscriptions:
+                _merge_target(targets, queue, subscription, msg_qos)
+        if route.filtered:
+            view = FilterMessage(
+                message.payload,
+                {
+                    "Topic": message.topic,
+                    "QoS": msg_qos,
+                    "Retain": message.retain,
+                    "ClientId": message.client_id,
+                    "UserId": message.user_id,
+                    "SubPoint": message.sub_point,
+                },
+            )
+            for subscription in route.filtered:
+                compiled = subscription.compiled
+                if compiled is not None and compiled.evaluate_message(view) is True:
+                    _merge_target(targets, subscription.queue, subscription, msg_qos)
+        if not targets:
             return []
         sessions = self.sessions
         later: list[tuple[Session, Delivery]] = []
-        for client_id, granted in matches.items():
-            session = sessions.get(client_id)
+        for queue, (qos, rank) in targets.items():
+            if queue == exclude_queue:
+                continue
+            session = sessions.get(queue)
             if session is None:
                 continue
-            qos = granted if granted < message.qos else message.qos
+            durable = session.persistent and _durable(rank, qos)
+            if durable and qos == 0:
+                qos = 1  # Pers / PersAsQueue: kept until acknowledged
             if qos == 0:
                 client = session.client
                 if client is None:
@@ -670,7 +799,7 @@ class Broker:
                 else:
                     later.append((session, Delivery(message, 0, False)))
                 continue
-            delivery = self._enqueue(session, message, qos, False)
+            delivery = self._enqueue(session, message, qos, False, durable)
             if delivery is None:
                 continue
             if hand_off_now:
@@ -691,16 +820,16 @@ class Broker:
         client.mark_dirty()
 
     def _enqueue(
-        self, session: Session, message: Message, qos: int, retain: bool
+        self, session: Session, message: Message, qos: int, retain: bool, durable: bool
     ) -> Delivery | None:
-        """Queue a QoS 1/2 delivery (durably for persistent sessions) and pump."""
+        """Queue a QoS 1/2 delivery (in the store when durable); the caller pumps."""
         limit = self.config.limits.max_queued_messages
         if limit and len(session.queue) >= limit:
             session.dropped += 1
             self.stats.messages_dropped += 1
             return None
         delivery = Delivery(message, qos, retain)
-        if session.persistent:
+        if durable:
             committer = self.committer
             if message.store_id == 0:
                 message.store_id = self._next_message_id
@@ -825,11 +954,15 @@ class Broker:
             return
         packet = event.packet
         codes: list[int] = []
-        committer = self.committer
-        tree = self._tree(session.sub_point)
-        accepted: list[tuple[str, int]] = []
+        accepted: list[Subscription] = []
+        registry = self.registry
+        identity = Identity(self.config.name, session.client_id, "")
         for topic_filter, qos in packet.topics:
             problem = topic_filter_error(topic_filter)
+            if problem is None and not self.may(
+                "subscribe", topic_filter, client.user_id, client.client_id
+            ):
+                problem = "not authorized"
             if problem:
                 log.info("client %r: refused subscription: %s", session.client_id, problem)
                 if connection.protocol_level >= ProtocolLevel.MQTT_3_1_1:
@@ -838,60 +971,107 @@ class Broker:
                     # MQTT 3.1 has no failure code: grant, and deliver nothing.
                     codes.append(qos)
                 continue
-            session.subscriptions[topic_filter] = qos
-            tree.add(topic_filter, session.client_id, qos)
-            if session.persistent:
-                committer.pending.put_subscription(
-                    SubscriptionRecord(
-                        session.client_id,
-                        topic_filter,
-                        {"qos": qos, "sub_point": session.sub_point},
-                    )
+            key = (identity, topic_filter, session.sub_point, "")
+            subscription = registry.get(key)
+            if subscription is None:
+                subscription = Subscription(
+                    id=registry.new_id(),
+                    identity=identity,
+                    topic=topic_filter,
+                    sub_point=session.sub_point,
+                    owner=client.user_id,
+                    qos=qos,
+                    created_at=time.time(),
+                    mqtt=True,
                 )
+                registry.add(subscription)
+            else:
+                subscription.qos = qos  # an identical filter replaces [MQTT-3.8.4-3]
+                registry.changed(subscription)
+            self.save_subscription(subscription)
             codes.append(qos)
-            accepted.append((topic_filter, qos))
+            accepted.append(subscription)
         packet_id = packet.packet_id
 
         def answer() -> None:
             if connection.closed or client.session is not session:
                 return
             connection.send(SubAck(packet_id, codes))
-            for topic_filter, qos in accepted:
-                self._send_retained(session, topic_filter, qos)
+            for subscription in accepted:
+                self.send_retained(subscription, subscription.topic)
             client.mark_dirty()
 
-        committer.after(answer)
+        self.committer.after(answer)
 
-    def _send_retained(self, session: Session, topic_filter: str, granted: int) -> None:
-        retained = self.retained.get(session.sub_point)
-        client = session.client
-        if not retained or client is None:
-            return
+    def save_subscription(self, subscription: Subscription) -> None:
+        session = self.sessions.get(subscription.queue)
+        if session is not None and session.persistent:
+            self.committer.pending.put_subscription(
+                SubscriptionRecord(subscription.queue, str(subscription.id), subscription.to_data())
+            )
+            self.committer.schedule()
+
+    def forget_subscription(self, subscription: Subscription) -> None:
+        session = self.sessions.get(subscription.queue)
+        if session is not None and session.persistent:
+            self.committer.pending.delete_subscription(subscription.queue, str(subscription.id))
+            self.committer.schedule()
+
+    def send_retained(self, subscription: Subscription, topic_filter: str) -> int:
+        """Send the retained messages matching `topic_filter` (and the subscription's filter)
+        to the subscription's queue; returns how many."""
+        retained = self.retained.get(subscription.sub_point)
+        session = self.sessions.get(subscription.queue)
+        if not retained or session is None:
+            return 0
         if "+" in topic_filter or "#" in topic_filter:
             messages = [m for t, m in retained.items() if topic_matches(topic_filter, t)]
         else:
             exact = retained.get(topic_filter)
             messages = [exact] if exact is not None else []
+        compiled = subscription.compiled
+        # MQTT always marks retained copies; MQ only for InformIfRet (IsRetainedPub).
+        mark = subscription.mqtt or "InformIfRet" in subscription.options
+        rank = _PERSISTENCE_RANK[subscription.persistence]
+        sent = 0
         for message in messages:
-            qos = granted if granted < message.qos else message.qos
+            if compiled is not None and compiled.evaluate(
+                message.payload,
+                {
+                    "Topic": message.topic,
+                    "QoS": message.qos,
+                    "Retain": True,
+                    "ClientId": message.client_id,
+                    "UserId": message.user_id,
+                    "SubPoint": message.sub_point,
+                },
+            ) is not True:
+                continue
+            qos = min(message.qos, subscription.qos)
+            durable = session.persistent and _durable(rank, qos)
+            if durable and qos == 0:
+                qos = 1
+            sent += 1
             if qos == 0:
-                self._send_qos0(client, message, True)
+                if session.client is not None:
+                    self._send_qos0(session.client, message, mark)
             else:
-                self._enqueue(session, message, qos, True)
+                self._enqueue(session, message, qos, mark, durable)
         if session.queue:
             self._pump(session)
+        return sent
 
     def _on_unsubscribe(self, client: Client, event: UnsubscribeRequested) -> None:
         session = client.session
         connection = client.connection
         if session is None or connection is None:
             return
-        tree = self._tree(session.sub_point)
+        identity = Identity(self.config.name, session.client_id, "")
         for topic_filter in event.packet.topics:
-            if session.subscriptions.pop(topic_filter, None) is not None:
-                tree.remove(topic_filter, session.client_id)
-                if session.persistent:
-                    self.committer.pending.delete_subscription(session.client_id, topic_filter)
+            subscription = self.registry.get((identity, topic_filter, session.sub_point, ""))
+            if subscription is not None:
+                self.registry.remove(subscription)
+                self.forget_subscription(subscription)
         packet_id = event.packet.packet_id
 
         def answer() -> None:
@@ -923,7 +1103,7 @@ class Broker:
     def sys_values(self) -> dict[str, str]:
         stats = self.stats
         connected = self.connected
-        subscriptions = sum(tree.count for tree in self.trees.values())
+        subscriptions = len(self.registry)
         retained = sum(
             1
             for point in self.retained.values()
@@ -945,6 +1125,8 @@ class Broker:
             "messages/sent": str(stats.messages_sent),
             "messages/dropped": str(stats.messages_dropped),
             "publish/messages/received": str(stats.publish_received),
+            "publish/messages/denied": str(stats.publish_denied),
+            "commands/received": str(stats.commands),
             "bytes/received": str(bytes_received),
             "bytes/sent": str(bytes_sent),
             "subscriptions/count": str(subscriptions),
@@ -955,6 +1137,32 @@ class Broker:
             "journal/last_seq": str(self._next_seq - 1),
         }
         return {prefix + key: value for key, value in values.items()}
+
+
+_PERSISTENCE_RANK = {
+    Persistence.NON_PERS: 0,
+    Persistence.PERS_AS_PUB: 1,
+    Persistence.PERS_AS_QUEUE: 2,
+    Persistence.PERS: 3,
+}
+
+
+def _merge_target(
+    targets: dict[str, tuple[int, int]], queue: str, subscription: Subscription, msg_qos: int
+) -> None:
+    """One copy per queue: the highest QoS and the most durable persistence win."""
+    qos = subscription.qos if subscription.qos < msg_qos else msg_qos
+    rank = _PERSISTENCE_RANK[subscription.persistence]
+    current = targets.get(queue)
+    if current is None:
+        targets[queue] = (qos, rank)
+    else:
+        targets[queue] = (max(current[0], qos), max(current[1], rank))
+
+
+def _durable(rank: int, qos: int) -> bool:
+    """Design §5: Pers and PersAsQueue (on a durable session) always; PersAsPub at QoS >= 1."""
+    return rank >= 2 or (rank == 1 and qos >= 1)
 
 
 async def run_broker(

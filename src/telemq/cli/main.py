@@ -18,7 +18,7 @@ from .. import __version__
 
 # Sub-command modules, in help order. A module that is not installed (an
 # optional part of telemq) simply does not add its command.
-COMMAND_MODULES = ("serve", "subs", "pipeline", "demo")
+COMMAND_MODULES = ("serve", "subs", "passwd", "pipeline", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:

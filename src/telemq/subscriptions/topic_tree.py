@@ -1,4 +1,4 @@
-"""The subscription trie: which sessions want a topic, and at what QoS.
+"""The subscription trie: which subscriptions want a topic, and at what QoS.
 
 One node per topic level; `+` and `#` are ordinary children with special
 meaning during `match`. Matching walks at most (levels x 3) branches, not every
@@ -9,7 +9,7 @@ answers.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 
 _CACHE_LIMIT = 16384
 
@@ -19,20 +19,24 @@ class _Node:
 
     def __init__(self) -> None:
         self.children: dict[str, _Node] = {}
-        self.subscribers: dict[str, int] = {}  # client id -> granted QoS
+        self.subscribers: dict[Hashable, int] = {}  # subscriber key -> granted QoS
 
 
 class SubscriptionTree:
-    """Topic filter -> {client id: granted QoS}."""
+    """Topic filter -> {subscriber key: granted QoS}.
+
+    A key is whatever the owner uses to name a subscriber: the broker's registry
+    uses subscription ids.
+    """
 
     __slots__ = ("_cache", "_root", "count")
 
     def __init__(self) -> None:
         self._root = _Node()
-        self._cache: dict[str, dict[str, int]] = {}
+        self._cache: dict[str, dict[Hashable, int]] = {}
         self.count = 0
 
-    def add(self, topic_filter: str, client_id: str, qos: int) -> bool:
+    def add(self, topic_filter: str, key: Hashable, qos: int) -> bool:
         """Subscribe (or re-subscribe with a new QoS); True when it is new."""
         node = self._root
         for level in topic_filter.split("/"):
@@ -40,14 +44,14 @@ class SubscriptionTree:
             if child is None:
                 child = node.children[level] = _Node()
             node = child
-        is_new = client_id not in node.subscribers
-        node.subscribers[client_id] = qos
+        is_new = key not in node.subscribers
+        node.subscribers[key] = qos
         if is_new:
             self.count += 1
         self._cache.clear()
         return is_new
 
-    def remove(self, topic_filter: str, client_id: str) -> bool:
+    def remove(self, topic_filter: str, key: Hashable) -> bool:
         """Unsubscribe; True when the subscription existed. Prunes empty branches."""
         path: list[tuple[_Node, str]] = []
         node = self._root
@@ -57,7 +61,7 @@ class SubscriptionTree:
                 return False
             path.append((node, level))
             node = child
-        if node.subscribers.pop(client_id, None) is None:
+        if node.subscribers.pop(key, None) is None:
             return False
         self.count -= 1
         self._cache.clear()
@@ -68,15 +72,15 @@ class SubscriptionTree:
             del parent.children[level]
         return True
 
-    def match(self, topic: str) -> dict[str, int]:
-        """Sessions whose filters match `topic`, each with its highest granted QoS.
+    def match(self, topic: str) -> dict[Hashable, int]:
+        """Keys whose filters match `topic`, each with its highest granted QoS.
 
         The returned dict is shared with the cache: callers must not modify it.
         """
         cached = self._cache.get(topic)
         if cached is not None:
             return cached
-        result: dict[str, int] = {}
+        result: dict[Hashable, int] = {}
         levels = topic.split("/")
         last = len(levels)
         # (node, index of the next level to consume)
@@ -120,18 +124,18 @@ class SubscriptionTree:
         self._cache[topic] = result
         return result
 
-    def filters_of(self, client_id: str) -> Iterator[str]:
-        """Every filter `client_id` holds (a full walk: for administration, not routing)."""
+    def filters_of(self, key: Hashable) -> Iterator[str]:
+        """Every filter `key` holds (a full walk: for administration, not routing)."""
         stack: list[tuple[_Node, list[str]]] = [(self._root, [])]
         while stack:
             node, path = stack.pop()
-            if client_id in node.subscribers and path:
+            if key in node.subscribers and path:
                 yield "/".join(path)
             for level, child in node.children.items():
                 stack.append((child, [*path, level]))
 
 
-def _merge(result: dict[str, int], subscribers: dict[str, int]) -> None:
-    for client_id, qos in subscribers.items():
-        if result.get(client_id, -1) < qos:
-            result[client_id] = qos
+def _merge(result: dict[Hashable, int], subscribers: dict[Hashable, int]) -> None:
+    for key, qos in subscribers.items():
+        if result.get(key, -1) < qos:
+            result[key] = qos

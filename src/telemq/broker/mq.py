@@ -1,0 +1,137 @@
+"""The broker side of the MQ commands: a `commands.Host` over the broker's state."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from ..commands import (
+    CONTROL_QUEUE,
+    RESPONSE_PREFIX,
+    Command,
+    CommandSyntaxError,
+    Reason,
+    ReasonCode,
+    Reply,
+    Requester,
+    encode_reply,
+    execute,
+    parse_command,
+)
+from ..protocol import topic_matches
+from ..subscriptions import Subscription
+
+if TYPE_CHECKING:
+    from .server import Broker
+
+log = logging.getLogger("telemq.broker")
+
+
+class CommandHost:
+    """Implements `commands.Host` for one broker."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.qmgr_name = broker.config.name
+
+    def now(self) -> float:
+        return time.time()
+
+    def sub_point_declared(self, name: str) -> bool:
+        return name in self.broker.sub_points
+
+    def may_subscribe(self, requester: Requester, topic_filter: str) -> bool:
+        return self.broker.may("subscribe", topic_filter, requester.user_id, requester.client_id)
+
+    def may_publish(self, requester: Requester, topic: str) -> bool:
+        return self.broker.may("publish", topic, requester.user_id, requester.client_id)
+
+    def ensure_queue(self, queue: str) -> None:
+        self.broker.ensure_queue(queue)
+
+    def subscription_changed(self, subscription: Subscription) -> None:
+        self.broker.save_subscription(subscription)
+
+    def subscription_removed(self, subscription: Subscription) -> None:
+        self.broker.forget_subscription(subscription)
+
+    def send_retained(self, subscription: Subscription, topic_filter: str) -> int:
+        return self.broker.send_retained(subscription, topic_filter)
+
+    def publish(
+        self,
+        requester: Requester,
+        topic: str,
+        body: bytes,
+        retain: bool,
+        exclude_queue: str | None,
+    ) -> None:
+        self.broker.publish_as(requester, topic, body, retain, exclude_queue)
+
+    def delete_retained(self, sub_point: str, topic: str) -> int:
+        broker = self.broker
+        retained = broker.retained.get(sub_point, {})
+        doomed = [t for t in retained if topic_matches(topic, t)]
+        for name in doomed:
+            del retained[name]
+            broker.committer.pending.delete_retained(sub_point, name)
+        if doomed:
+            broker.committer.schedule()
+        return len(doomed)
+
+
+def run_command(
+    broker: Broker, host: CommandHost, queue_topic: str, payload: bytes, requester: Requester
+) -> tuple[Reply, Command | None]:
+    """Parse and execute one command message; malformed input gets 3097."""
+    try:
+        command = parse_command(payload)
+    except CommandSyntaxError as error:
+        return (
+            Reply("error", [Reason(ReasonCode.PARM_SYNTAX_ERROR)], message=str(error)),
+            None,
+        )
+    if not broker.may("command", queue_topic, requester.user_id, requester.client_id):
+        return (
+            Reply(
+                "error",
+                [Reason(ReasonCode.NOT_AUTHORIZED, {"QName": queue_topic})],
+                message=f"not authorized to put commands to {queue_topic}",
+            ),
+            command,
+        )
+    reply = execute(command, queue_topic, requester, broker.registry, host)
+    if reply.completion != "ok":
+        log.info(
+            "command %s from %r: %s %s %s",
+            command.name,
+            requester.client_id,
+            reply.completion,
+            [r.code for r in reply.reasons],
+            reply.message,
+        )
+    return reply, command
+
+
+def reply_topic(command: Command | None, client_id: str) -> str:
+    if command is not None and command.mqmd.reply_to_q:
+        return command.mqmd.reply_to_q
+    return RESPONSE_PREFIX + client_id
+
+
+def reply_payload(reply: Reply, command: Command | None, payload: bytes) -> bytes:
+    form = command.form if command is not None else (
+        "json" if payload.lstrip()[:1] == b"{" else "xml"
+    )
+    return encode_reply(reply, command, form)
+
+
+def wants_reply(reply: Reply, command: Command | None) -> bool:
+    """A request always gets a reply; a datagram only on warning or error (design §6)."""
+    if command is None or command.mqmd.msg_type != "datagram":
+        return True
+    return reply.completion != "ok"
+
+
+__all__ = ["CONTROL_QUEUE", "CommandHost", "reply_payload", "reply_topic", "run_command"]

@@ -1,0 +1,685 @@
+"""The command handlers: RegSub, DeregSub, ReqUpdate, Publish, DeletePub.
+
+Each handler validates the whole command first and only then changes anything,
+so an error reply means nothing was processed (MQ rule); a warning reply means
+the rest was processed. Handlers work on the `Registry` and ask the broker for
+everything else through the small `Host` protocol (authorization, sessions,
+retained messages, publishing), so they hold no I/O and can be driven by the
+broker, the CLI's in-process API and tests alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..filters import Filter, FilterError, compile_filter
+from ..protocol.topics import topic_filter_error, topic_name_error
+from ..subscriptions.registry import (
+    STORED_OPTIONS,
+    Identity,
+    Persistence,
+    Registry,
+    Subscription,
+)
+from .codec import Command, Reason, Reply
+from .reasons import CONTROL_QUEUE, DEFAULT_STREAM, ReasonCode
+
+MAX_SUB_IDENTITY = 64
+PERSISTENCE_OPTIONS = {p.value: p for p in Persistence}
+REGSUB_OPTIONS = frozenset(
+    {
+        "AddName",
+        "CorrelAsId",
+        "FullResp",
+        "InformIfRet",
+        "JoinExcl",
+        "JoinShared",
+        "Local",
+        "NewPubsOnly",
+        "NoAlter",
+        "None",
+        "PubOnReqOnly",
+        "VariableUserId",
+        *PERSISTENCE_OPTIONS,
+    }
+)
+DEREGSUB_OPTIONS = frozenset(
+    {"CorrelAsId", "DeregAll", "FullResp", "LeaveOnly", "VariableUserId", "None"}
+)
+REQUPDATE_OPTIONS = frozenset({"CorrelAsId", "VariableUserId", "None"})
+PUB_OPTIONS = frozenset({"None", "RetainPub", "OtherSubsOnly", "CorrelAsId", "Local", "NoReg"})
+DEL_OPTIONS = frozenset({"None", "Local"})
+COMMAND_QUEUES = {
+    "RegSub": CONTROL_QUEUE,
+    "DeregSub": CONTROL_QUEUE,
+    "ReqUpdate": CONTROL_QUEUE,
+    "Publish": DEFAULT_STREAM,
+    "DeletePub": DEFAULT_STREAM,
+}
+
+
+@dataclass(slots=True)
+class Requester:
+    """Who sent the command, and how."""
+
+    client_id: str
+    user_id: str
+    sub_point: str  # the default subscription point (the listener's)
+    qos: int = 0  # QoS of the command message (used for Publish)
+
+
+class Host(Protocol):
+    """What the handlers need from the broker."""
+
+    qmgr_name: str
+
+    def now(self) -> float: ...
+
+    def sub_point_declared(self, name: str) -> bool: ...
+
+    def may_subscribe(self, requester: Requester, topic_filter: str) -> bool: ...
+
+    def may_publish(self, requester: Requester, topic: str) -> bool: ...
+
+    def ensure_queue(self, queue: str) -> None: ...
+
+    def subscription_changed(self, subscription: Subscription) -> None: ...
+
+    def subscription_removed(self, subscription: Subscription) -> None: ...
+
+    def send_retained(self, subscription: Subscription, topic_filter: str) -> int: ...
+
+    def publish(
+        self,
+        requester: Requester,
+        topic: str,
+        body: bytes,
+        retain: bool,
+        exclude_queue: str | None,
+    ) -> None: ...
+
+    def delete_retained(self, sub_point: str, topic: str) -> int: ...
+
+
+class CommandFailed(Exception):
+    """Ends a handler with an error reply (nothing processed)."""
+
+    def __init__(self, code: ReasonCode, message: str = "", **properties: str) -> None:
+        super().__init__(message or code.name)
+        self.code = code
+        self.message = message
+        self.properties = properties
+
+
+def _options(command: Command, name: str, allowed: frozenset[str], code: ReasonCode) -> list[str]:
+    values = command.all(name)
+    for value in values:
+        if value not in allowed:
+            raise CommandFailed(code, f"unknown {name} {value!r}", **{name: value})
+    if len(values) > 1:
+        values = [v for v in values if v != "None"]
+    return values
+
+
+def _persistence(options: list[str]) -> Persistence | None:
+    """The seed's rule: of several persistence options, the last one wins."""
+    chosen: Persistence | None = None
+    for option in options:
+        if option in PERSISTENCE_OPTIONS:
+            chosen = PERSISTENCE_OPTIONS[option]
+    return chosen
+
+
+def _sub_point(command: Command, requester: Requester, host: Host) -> str:
+    sub_point = command.first("SubPoint", requester.sub_point)
+    if not host.sub_point_declared(sub_point):
+        raise CommandFailed(
+            ReasonCode.SUBSCRIPTION_POINT_ERR,
+            f"subscription point {sub_point!r} is not declared",
+            SubPoint=sub_point,
+        )
+    return sub_point
+
+
+def _identity(command: Command, requester: Requester, host: Host, correl: bool) -> Identity:
+    qmgr = command.first("QMgrName") or command.mqmd.reply_to_qmgr or host.qmgr_name
+    if qmgr != host.qmgr_name:
+        raise CommandFailed(
+            ReasonCode.Q_MGR_NAME_ERROR,
+            f"queue manager {qmgr!r} is not this broker ({host.qmgr_name!r})",
+            QMgrName=qmgr,
+        )
+    queue = command.first("QName") or command.mqmd.reply_to_q or requester.client_id
+    if not queue or "\x00" in queue or "+" in queue or "#" in queue or len(queue) > 65535:
+        raise CommandFailed(ReasonCode.Q_NAME_ERROR, f"invalid queue name {queue!r}", QName=queue)
+    correl_id = ""
+    if correl:
+        if command.mqmd.correl_is_zero():
+            raise CommandFailed(
+                ReasonCode.CORREL_ID_ERROR, "CorrelAsId needs a non-zero <mqmd><CorrelId>"
+            )
+        correl_id = command.mqmd.correl_id
+    return Identity(qmgr, queue, correl_id)
+
+
+def _filter(command: Command) -> tuple[str, Filter | None]:
+    text = command.first("Filter")
+    if not text:
+        return "", None
+    try:
+        compiled = compile_filter(text)
+    except FilterError as error:
+        raise CommandFailed(
+            ReasonCode.FILTER_ERROR, str(error), Filter=text, Position=str(error.position)
+        ) from None
+    return compiled.text, compiled
+
+
+def _check_filters(topics: list[str]) -> None:
+    if not topics:
+        raise CommandFailed(ReasonCode.TOPIC_ERROR, "the <Topic> property is missing")
+    for topic in topics:
+        problem = topic_filter_error(topic)
+        if problem:
+            raise CommandFailed(ReasonCode.TOPIC_ERROR, problem, Topic=topic[:256])
+
+
+def _attributes(subscription: Subscription) -> dict[str, list[str]]:
+    """All attributes of a subscription, as FullResp and `subs list` show them."""
+    options = [*sorted(subscription.options), subscription.persistence.value]
+    attributes = {
+        "Topic": [subscription.topic],
+        "SubPoint": [subscription.sub_point],
+        "Filter": [subscription.filter_text],
+        "QMgrName": [subscription.identity.qmgr],
+        "QName": [subscription.identity.queue],
+        "CorrelId": [subscription.identity.correl_id],
+        "UserId": [subscription.owner],
+        "SubName": [subscription.name],
+        "SubUserData": [subscription.user_data],
+        "SubIdentity": [
+            f"{member} ({'exclusive' if exclusive else 'shared'})"
+            for member, exclusive in subscription.members.items()
+        ],
+        "RegOpt": options,
+        "Expiry": ["" if subscription.expiry_at is None else f"{subscription.expiry_at:.1f}"],
+        "CreationTime": [f"{subscription.created_at:.3f}"],
+    }
+    return {key: values for key, values in attributes.items() if values and values != [""]}
+
+
+def subscription_attributes(subscription: Subscription) -> dict[str, list[str]]:
+    return _attributes(subscription)
+
+
+# -- RegSub -----------------------------------------------------------------------------
+
+
+def _join(
+    subscription: Subscription, member: str, options: list[str], warnings: list[Reason]
+) -> Callable[[], None] | None:
+    """Plan a JoinShared/JoinExcl on an existing subscription (raises on refusal)."""
+    exclusive = "JoinExcl" in options
+    if not exclusive and "JoinShared" not in options:
+        return None
+    holder = subscription.locked_by()
+    if holder is not None and holder != member:
+        raise CommandFailed(
+            ReasonCode.SUBSCRIPTION_LOCKED,
+            f"the subscription is locked by identity {holder!r}",
+            SubIdentity=member,
+        )
+    current = subscription.members.get(member)
+    if exclusive:
+        others = [m for m in subscription.members if m != member]
+        if others:
+            raise CommandFailed(
+                ReasonCode.SUBSCRIPTION_IN_USE,
+                "other identities share the subscription",
+                SubIdentity=member,
+            )
+        if current is True:
+            warnings.append(Reason(ReasonCode.ALREADY_JOINED, {"SubIdentity": member}))
+            return None
+    else:
+        if current is False:
+            warnings.append(Reason(ReasonCode.ALREADY_JOINED, {"SubIdentity": member}))
+            return None
+        # current is True: the lock holder joins shared -> the lock is downgraded
+
+    def apply() -> None:
+        subscription.members[member] = exclusive
+
+    return apply
+
+
+def reg_sub(command: Command, requester: Requester, registry: Registry, host: Host) -> Reply:
+    options = _options(command, "RegOpt", REGSUB_OPTIONS, ReasonCode.REG_OPTIONS_ERROR)
+    topics = command.all("Topic")
+    _check_filters(topics)
+    name = command.first("SubName")
+    member = command.first("SubIdentity")
+    if "AddName" in options and not name:
+        raise CommandFailed(ReasonCode.REG_OPTIONS_ERROR, "AddName needs a SubName")
+    if "FullResp" in options and len(topics) > 1:
+        raise CommandFailed(ReasonCode.REG_OPTIONS_ERROR, "FullResp allows only one Topic")
+    if "JoinShared" in options and "JoinExcl" in options:
+        raise CommandFailed(ReasonCode.REG_OPTIONS_ERROR, "JoinShared and JoinExcl together")
+    if ("JoinShared" in options or "JoinExcl" in options) and not member:
+        raise CommandFailed(ReasonCode.SUB_IDENTITY_ERROR, "a Join option needs a SubIdentity")
+    if len(member) > MAX_SUB_IDENTITY:
+        raise CommandFailed(
+            ReasonCode.SUB_IDENTITY_ERROR,
+            f"SubIdentity is {len(member)} characters long (at most {MAX_SUB_IDENTITY})",
+            SubIdentity=member[:64],
+        )
+    if name.startswith("MQ"):
+        raise CommandFailed(ReasonCode.SUB_NAME_ERROR, "names beginning MQ are reserved")
+    sub_point = _sub_point(command, requester, host)
+    identity = _identity(command, requester, host, "CorrelAsId" in options)
+    filter_text, compiled = _filter(command)
+    now = host.now()
+    expiry_at = None if command.mqmd.expiry is None else now + command.mqmd.expiry / 10.0
+    persistence = _persistence(options)
+    stored = frozenset(o for o in options if o in STORED_OPTIONS)
+    user_data = command.psc.get("SubUserData")
+
+    warnings: list[Reason] = []
+    permitted: list[str] = []
+    for topic in topics:
+        if host.may_subscribe(requester, topic):
+            permitted.append(topic)
+        else:
+            warnings.append(Reason(ReasonCode.NOT_AUTHORIZED, {"Topic": topic}))
+    # Identity ownership [seed: one user id per identity].
+    for other in registry.of_queue(identity.queue):
+        if (
+            other.identity == identity
+            and other.owner != requester.user_id
+            and "VariableUserId" not in other.options
+        ):
+            raise CommandFailed(
+                ReasonCode.DUPLICATE_IDENTITY,
+                f"the identity belongs to user {other.owner!r}",
+                UserId=other.owner,
+            )
+
+    plans: list[Callable[[], Subscription]] = []
+    named = registry.by_name(sub_point, name) if name else None
+    for topic in permitted:
+        key = (identity, topic, sub_point, filter_text)
+        existing = registry.get(key)
+        if named is not None and existing is None:
+            # Re-point the named subscription to the new traditional identity/topic.
+            plans.append(_plan_repoint(named, identity, topic, filter_text, compiled, registry))
+            continue
+        if named is not None and existing is not None and existing is not named:
+            raise CommandFailed(
+                ReasonCode.DUPLICATE_SUBSCRIPTION,
+                "the new attributes match a different existing subscription",
+                Topic=topic,
+            )
+        if existing is None:
+            plans.append(
+                _plan_create(
+                    registry, identity, topic, sub_point, filter_text, compiled, requester,
+                    name, member, options, persistence, stored, user_data, expiry_at, now,
+                )
+            )
+            continue
+        plans.append(
+            _plan_update(
+                existing, name, member, options, persistence, stored, user_data, expiry_at,
+                requester, registry, warnings,
+            )
+        )
+
+    if plans:
+        host.ensure_queue(identity.queue)
+    applied = [plan() for plan in plans]
+    for subscription in applied:
+        host.subscription_changed(subscription)
+        if "NewPubsOnly" not in subscription.options and "PubOnReqOnly" not in (
+            subscription.options
+        ):
+            host.send_retained(subscription, subscription.topic)
+    reply = Reply("warning" if warnings else "ok", warnings)
+    if "FullResp" in options and len(applied) == 1:
+        reply.attributes = _attributes(applied[0])
+    return reply
+
+
+def _plan_create(
+    registry: Registry,
+    identity: Identity,
+    topic: str,
+    sub_point: str,
+    filter_text: str,
+    compiled: Filter | None,
+    requester: Requester,
+    name: str,
+    member: str,
+    options: list[str],
+    persistence: Persistence | None,
+    stored: frozenset[str],
+    user_data: list[str] | None,
+    expiry_at: float | None,
+    now: float,
+) -> Callable[[], Subscription]:
+    if name and registry.by_name(sub_point, name) is not None:
+        raise CommandFailed(ReasonCode.SUB_NAME_ERROR, f"SubName {name!r} is taken", SubName=name)
+    members: dict[str, bool] = {}
+    if member and ("JoinShared" in options or "JoinExcl" in options):
+        members[member] = "JoinExcl" in options
+
+    def apply() -> Subscription:
+        subscription = Subscription(
+            id=registry.new_id(),
+            identity=identity,
+            topic=topic,
+            sub_point=sub_point,
+            filter_text=filter_text,
+            owner=requester.user_id,
+            name=name,
+            user_data=user_data[0] if user_data else "",
+            options=stored,
+            persistence=persistence or Persistence.PERS_AS_PUB,
+            members=members,
+            expiry_at=expiry_at,
+            created_at=now,
+            compiled=compiled,
+        )
+        registry.add(subscription)
+        return subscription
+
+    return apply
+
+
+def _plan_update(
+    existing: Subscription,
+    name: str,
+    member: str,
+    options: list[str],
+    persistence: Persistence | None,
+    stored: frozenset[str],
+    user_data: list[str] | None,
+    expiry_at: float | None,
+    requester: Requester,
+    registry: Registry,
+    warnings: list[Reason],
+) -> Callable[[], Subscription]:
+    if name and existing.name != name:
+        if not existing.name and "AddName" not in options:
+            raise CommandFailed(
+                ReasonCode.DUPLICATE_SUBSCRIPTION,
+                "an unnamed subscription with this identity exists (use AddName)",
+                Topic=existing.topic,
+            )
+        if existing.name:
+            raise CommandFailed(
+                ReasonCode.SUB_NAME_ERROR,
+                f"the subscription is already named {existing.name!r}",
+                SubName=name,
+            )
+        if registry.by_name(existing.sub_point, name) is not None:
+            raise CommandFailed(
+                ReasonCode.SUB_NAME_ERROR, f"SubName {name!r} is taken", SubName=name
+            )
+    join = _join(existing, member, options, warnings) if member else None
+    alter = "NoAlter" not in options
+    if alter and member and any(m != member for m in existing.members):
+        raise CommandFailed(
+            ReasonCode.SUBSCRIPTION_IN_USE,
+            "other identities share the subscription: it cannot be altered",
+            SubIdentity=member,
+        )
+    if alter and member and not join and member not in existing.members and existing.members:
+        raise CommandFailed(
+            ReasonCode.SUB_IDENTITY_ERROR,
+            "SubIdentity is not in the identity set and no Join option was given",
+            SubIdentity=member,
+        )
+    if (
+        "VariableUserId" in options
+        and "VariableUserId" not in existing.options
+        and existing.owner != requester.user_id
+    ):
+        raise CommandFailed(
+            ReasonCode.WRONG_USER, "only the owner may add VariableUserId to a subscription"
+        )
+
+    def apply() -> Subscription:
+        old_name = existing.name
+        if name and not existing.name:
+            existing.name = name
+        if join is not None:
+            join()
+        if alter:
+            if options:
+                existing.options = stored
+                existing.persistence = persistence or Persistence.PERS_AS_PUB
+                if "VariableUserId" not in stored:
+                    existing.owner = requester.user_id
+            if user_data is not None:
+                existing.user_data = user_data[0]
+            existing.expiry_at = expiry_at
+        registry.changed(existing, old_name)
+        return existing
+
+    return apply
+
+
+def _plan_repoint(
+    named: Subscription,
+    identity: Identity,
+    topic: str,
+    filter_text: str,
+    compiled: Filter | None,
+    registry: Registry,
+) -> Callable[[], Subscription]:
+    def apply() -> Subscription:
+        registry.remove(named)
+        named.identity = identity
+        named.topic = topic
+        named.filter_text = filter_text
+        named.compiled = compiled
+        registry.add(named)
+        return named
+
+    return apply
+
+
+# -- DeregSub ---------------------------------------------------------------------------
+
+
+def _may_address(subscription: Subscription, requester: Requester) -> bool:
+    return subscription.owner == requester.user_id or "VariableUserId" in subscription.options
+
+
+def dereg_sub(command: Command, requester: Requester, registry: Registry, host: Host) -> Reply:
+    options = _options(command, "RegOpt", DEREGSUB_OPTIONS, ReasonCode.REG_OPTIONS_ERROR)
+    if "FullResp" in options and "DeregAll" in options:
+        raise CommandFailed(ReasonCode.REG_OPTIONS_ERROR, "FullResp cannot go with DeregAll")
+    member = command.first("SubIdentity")
+    if "LeaveOnly" in options and not member:
+        raise CommandFailed(ReasonCode.SUB_IDENTITY_ERROR, "LeaveOnly needs a SubIdentity")
+    if len(member) > MAX_SUB_IDENTITY:
+        raise CommandFailed(ReasonCode.SUB_IDENTITY_ERROR, "SubIdentity longer than 64")
+    topics = command.all("Topic")
+    name = command.first("SubName")
+    sub_point = _sub_point(command, requester, host)
+    filter_given = "Filter" in command.psc
+    filter_text, _ = _filter(command)
+    warnings: list[Reason] = []
+    targets: list[Subscription] = []
+    if name:
+        named = registry.by_name(sub_point, name)
+        if named is None:
+            raise CommandFailed(ReasonCode.NOT_REGISTERED, f"no subscription named {name!r}")
+        targets.append(named)
+    else:
+        identity = _identity(command, requester, host, "CorrelAsId" in options)
+        deregister_all = "DeregAll" in options and not (
+            topics and "SubPoint" in command.psc and filter_given
+        )
+        if deregister_all:
+            if topics:
+                _check_filters(topics)
+            targets = [
+                s
+                for s in registry.of_queue(identity.queue)
+                if s.identity == identity
+                and not s.mqtt
+                and (not topics or s.topic in topics)
+                and ("SubPoint" not in command.psc or s.sub_point == sub_point)
+                and (not filter_given or s.filter_text == filter_text)
+            ]
+            if not targets:
+                raise CommandFailed(ReasonCode.NOT_REGISTERED, "no matching subscription")
+        else:
+            _check_filters(topics)
+            missing: list[str] = []
+            for topic in topics:
+                found = registry.get((identity, topic, sub_point, filter_text))
+                if found is None:
+                    missing.append(topic)
+                else:
+                    targets.append(found)
+            if not targets:
+                raise CommandFailed(
+                    ReasonCode.NOT_REGISTERED, "not registered", Topic=missing[0]
+                )
+            warnings.extend(Reason(ReasonCode.NOT_REGISTERED, {"Topic": t}) for t in missing)
+    for target in targets:
+        if not _may_address(target, requester):
+            raise CommandFailed(
+                ReasonCode.WRONG_USER, f"the subscription belongs to {target.owner!r}"
+            )
+        if member and "LeaveOnly" not in options and any(m != member for m in target.members):
+            raise CommandFailed(
+                ReasonCode.SUBSCRIPTION_IN_USE,
+                "other identities still share the subscription",
+                SubIdentity=member,
+            )
+    reply = Reply("warning" if warnings else "ok", warnings)
+    if "FullResp" in options and len(targets) == 1:
+        reply.attributes = _attributes(targets[0])
+    for target in targets:
+        if "LeaveOnly" in options:
+            if target.members.pop(member, None) is None:
+                warnings.append(Reason(ReasonCode.SUB_IDENTITY_ERROR, {"SubIdentity": member}))
+                reply.completion = "warning"
+            host.subscription_changed(target)
+        else:
+            registry.remove(target)
+            host.subscription_removed(target)
+    return reply
+
+
+# -- ReqUpdate --------------------------------------------------------------------------
+
+
+def req_update(command: Command, requester: Requester, registry: Registry, host: Host) -> Reply:
+    options = _options(command, "RegOpt", REQUPDATE_OPTIONS, ReasonCode.REG_OPTIONS_ERROR)
+    topics = command.all("Topic")
+    name = command.first("SubName")
+    sub_point = _sub_point(command, requester, host)
+    if name:
+        subscription = registry.by_name(sub_point, name)
+    else:
+        if len(topics) != 1:
+            raise CommandFailed(ReasonCode.TOPIC_ERROR, "ReqUpdate takes exactly one Topic")
+        _check_filters(topics)
+        identity = _identity(command, requester, host, "CorrelAsId" in options)
+        filter_text, _ = _filter(command)
+        subscription = registry.get((identity, topics[0], sub_point, filter_text))
+    if subscription is None:
+        raise CommandFailed(
+            ReasonCode.NOT_REGISTERED,
+            "no subscription with this identity, topic, subscription point and filter",
+            **({"Topic": topics[0]} if topics else {}),
+        )
+    if not _may_address(subscription, requester):
+        raise CommandFailed(ReasonCode.WRONG_USER, "the subscription belongs to another user")
+    sent = host.send_retained(subscription, topics[0] if topics else subscription.topic)
+    if not sent:
+        return Reply(
+            "warning",
+            [Reason(ReasonCode.NO_RETAINED_MSG, {"Topic": topics[0] if topics else ""})],
+        )
+    return Reply("ok")
+
+
+# -- Publish / DeletePub ----------------------------------------------------------------
+
+
+def publish(command: Command, requester: Requester, registry: Registry, host: Host) -> Reply:
+    options = _options(command, "PubOpt", PUB_OPTIONS, ReasonCode.PUB_OPTIONS_ERROR)
+    topics = command.all("Topic")
+    if not topics:
+        raise CommandFailed(ReasonCode.TOPIC_ERROR, "the <Topic> property is missing")
+    for topic in topics:
+        problem = topic_name_error(topic)
+        if problem:
+            raise CommandFailed(ReasonCode.TOPIC_ERROR, problem, Topic=topic[:256])
+    if "CorrelAsId" in options and command.mqmd.correl_is_zero():
+        raise CommandFailed(ReasonCode.CORREL_ID_ERROR, "CorrelAsId needs a non-zero CorrelId")
+    exclude = None
+    if "OtherSubsOnly" in options:
+        exclude = command.first("QName") or command.mqmd.reply_to_q or requester.client_id
+    warnings: list[Reason] = []
+    for topic in topics:
+        if not host.may_publish(requester, topic):
+            warnings.append(Reason(ReasonCode.NOT_AUTHORIZED, {"Topic": topic}))
+            continue
+        host.publish(requester, topic, command.body, "RetainPub" in options, exclude)
+    return Reply("warning" if warnings else "ok", warnings)
+
+
+def delete_pub(command: Command, requester: Requester, registry: Registry, host: Host) -> Reply:
+    _options(command, "DelOpt", DEL_OPTIONS, ReasonCode.DEL_OPTIONS_ERROR)
+    topics = command.all("Topic")
+    _check_filters(topics)
+    sub_point = _sub_point(command, requester, host)
+    warnings: list[Reason] = []
+    for topic in topics:
+        if not host.may_publish(requester, topic):
+            warnings.append(Reason(ReasonCode.NOT_AUTHORIZED, {"Topic": topic}))
+            continue
+        host.delete_retained(sub_point, topic)
+    return Reply("warning" if warnings else "ok", warnings)
+
+
+HANDLERS: dict[str, Callable[[Command, Requester, Registry, Host], Reply]] = {
+    "RegSub": reg_sub,
+    "DeregSub": dereg_sub,
+    "ReqUpdate": req_update,
+    "Publish": publish,
+    "DeletePub": delete_pub,
+}
+
+
+def execute(
+    command: Command, queue_topic: str, requester: Requester, registry: Registry, host: Host
+) -> Reply:
+    """Run one command received on `queue_topic`; never raises for bad input."""
+    name = command.name
+    handler = HANDLERS.get(name)
+    if handler is None:
+        return Reply(
+            "error",
+            [Reason(ReasonCode.PARM_SYNTAX_ERROR, {"Command": name})],
+            message=f"unknown command {name!r} (known: {', '.join(HANDLERS)})",
+        )
+    if COMMAND_QUEUES[name] != queue_topic:
+        return Reply(
+            "error",
+            [Reason(ReasonCode.INCORRECT_Q, {"Command": name})],
+            message=f"{name} must be sent to {COMMAND_QUEUES[name]}",
+        )
+    try:
+        return handler(command, requester, registry, host)
+    except CommandFailed as failure:
+        return Reply("error", [Reason(failure.code, failure.properties)], message=failure.message)

@@ -1,0 +1,26 @@
+"""Subscriptions, MQTT and MQ alike: the registry, identities, options and the topic trie.
+
+Pure data and policy, no I/O. See `registry` for the theory of operation.
+"""
+
+from .registry import (
+    STORED_OPTIONS,
+    Identity,
+    Persistence,
+    Registry,
+    Route,
+    Subscription,
+    SubscriptionKey,
+)
+from .topic_tree import SubscriptionTree
+
+__all__ = [
+    "STORED_OPTIONS",
+    "Identity",
+    "Persistence",
+    "Registry",
+    "Route",
+    "Subscription",
+    "SubscriptionKey",
+    "SubscriptionTree",
+]

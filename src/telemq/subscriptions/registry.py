@@ -1,0 +1,284 @@
+"""The subscription registry: every subscription, MQTT or MQ, and how to match them.
+
+Theory of operation
+-------------------
+One model serves both front doors (design §5): an MQTT SUBSCRIBE is a
+registration for the client's own queue with default options, and an MQ RegSub
+command is a registration with whatever options it names. A subscription is
+identified by its key (identity, topic, subscription point, filter); the
+identity is (queue manager, queue, CorrelId) and is owned by a user id.
+
+Matching a publication (topic, subscription point) goes topic trie first
+(cheap, cached per topic), then the filter (expensive, evaluated only for the
+subscriptions the trie selected, with the payload parsed once for all of
+them). `Route` holds the cached, filter-free part already merged per queue, so
+the common case (plain MQTT subscriptions) costs one dict lookup per message.
+
+Pure data and policy: no I/O, no clock (times are arguments).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..filters import Filter, compile_filter
+from .topic_tree import SubscriptionTree
+
+
+class Persistence(enum.StrEnum):
+    """How deliveries of a subscription are kept (design §5)."""
+
+    PERS_AS_PUB = "PersAsPub"  # durable iff the delivered QoS >= 1 (the MQTT rule)
+    PERS = "Pers"  # durable, delivered at QoS >= 1
+    NON_PERS = "NonPers"  # memory only
+    PERS_AS_QUEUE = "PersAsQueue"  # the queue's default: durable sessions -> Pers
+
+
+# Options kept on a subscription (the others act on the command only).
+STORED_OPTIONS = frozenset(
+    {"CorrelAsId", "InformIfRet", "Local", "NewPubsOnly", "PubOnReqOnly", "VariableUserId"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """The traditional MQ subscriber identity: where deliveries go."""
+
+    qmgr: str
+    queue: str  # the session (client id) that receives the deliveries
+    correl_id: str = ""  # hex; only with CorrelAsId
+
+
+SubscriptionKey = tuple[Identity, str, str, str]  # identity, topic, sub point, filter text
+
+
+@dataclass(slots=True)
+class Subscription:
+    id: int
+    identity: Identity
+    topic: str
+    sub_point: str = ""
+    filter_text: str = ""
+    owner: str = ""  # user id that registered the identity
+    qos: int = 2  # highest QoS delivered
+    name: str = ""  # SubName
+    user_data: str = ""  # SubUserData
+    options: frozenset[str] = frozenset()
+    persistence: Persistence = Persistence.PERS_AS_PUB
+    members: dict[str, bool] = field(default_factory=dict)  # SubIdentity -> exclusive
+    expiry_at: float | None = None  # UTC seconds; None = never
+    created_at: float = 0.0
+    mqtt: bool = False  # created by an MQTT SUBSCRIBE
+    compiled: Filter | None = None
+
+    @property
+    def key(self) -> SubscriptionKey:
+        return (self.identity, self.topic, self.sub_point, self.filter_text)
+
+    @property
+    def queue(self) -> str:
+        return self.identity.queue
+
+    def has(self, option: str) -> bool:
+        return option in self.options
+
+    def locked_by(self) -> str | None:
+        for member, exclusive in self.members.items():
+            if exclusive:
+                return member
+        return None
+
+    def to_data(self) -> dict[str, Any]:
+        """JSON-able attributes for the store (the filter is kept as text)."""
+        return {
+            "id": self.id,
+            "qmgr": self.identity.qmgr,
+            "queue": self.identity.queue,
+            "correl_id": self.identity.correl_id,
+            "topic": self.topic,
+            "sub_point": self.sub_point,
+            "filter": self.filter_text,
+            "owner": self.owner,
+            "qos": self.qos,
+            "name": self.name,
+            "user_data": self.user_data,
+            "options": sorted(self.options),
+            "persistence": self.persistence.value,
+            "members": self.members,
+            "expiry_at": self.expiry_at,
+            "created_at": self.created_at,
+            "mqtt": self.mqtt,
+        }
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any]) -> Subscription:
+        """Rebuild from `to_data`; raises ValueError/KeyError/FilterError on bad data."""
+        filter_text = str(data.get("filter", ""))
+        subscription = cls(
+            id=int(data["id"]),
+            identity=Identity(
+                str(data.get("qmgr", "")), str(data["queue"]), str(data.get("correl_id", ""))
+            ),
+            topic=str(data["topic"]),
+            sub_point=str(data.get("sub_point", "")),
+            filter_text=filter_text,
+            owner=str(data.get("owner", "")),
+            qos=int(data.get("qos", 2)),
+            name=str(data.get("name", "")),
+            user_data=str(data.get("user_data", "")),
+            options=frozenset(str(o) for o in data.get("options", ())),
+            persistence=Persistence(data.get("persistence", "PersAsPub")),
+            members={str(k): bool(v) for k, v in dict(data.get("members", {})).items()},
+            expiry_at=None if data.get("expiry_at") is None else float(data["expiry_at"]),
+            created_at=float(data.get("created_at", 0.0)),
+            mqtt=bool(data.get("mqtt", False)),
+        )
+        if subscription.qos not in (0, 1, 2):
+            raise ValueError(f"qos {subscription.qos} out of range")
+        if filter_text:
+            subscription.compiled = compile_filter(filter_text)
+        return subscription
+
+
+@dataclass(slots=True)
+class Route:
+    """The cached result of matching one topic at one subscription point.
+
+    `plain` maps queue -> subscriptions without a filter (merged by the caller
+    per queue); `filtered` lists subscriptions whose filter must be evaluated
+    against each message. PubOnReqOnly subscriptions are in neither: they
+    receive nothing but what ReqUpdate sends.
+    """
+
+    plain: dict[str, list[Subscription]]
+    filtered: list[Subscription]
+
+
+class Registry:
+    """Every subscription, indexed by key, id, name and queue (see module docstring)."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, Subscription] = {}
+        self._by_key: dict[SubscriptionKey, Subscription] = {}
+        self._by_name: dict[tuple[str, str], Subscription] = {}  # (sub point, SubName)
+        self._by_queue: dict[str, dict[int, Subscription]] = {}
+        self._trees: dict[str, SubscriptionTree] = {}
+        self._routes: dict[tuple[str, str], Route] = {}
+        self._next_id = 1
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def __iter__(self) -> Iterator[Subscription]:
+        return iter(list(self._by_id.values()))
+
+    def new_id(self) -> int:
+        value = self._next_id
+        self._next_id += 1
+        return value
+
+    def get(self, key: SubscriptionKey) -> Subscription | None:
+        return self._by_key.get(key)
+
+    def by_id(self, subscription_id: int) -> Subscription | None:
+        return self._by_id.get(subscription_id)
+
+    def by_name(self, sub_point: str, name: str) -> Subscription | None:
+        return self._by_name.get((sub_point, name))
+
+    def of_queue(self, queue: str) -> list[Subscription]:
+        return list(self._by_queue.get(queue, {}).values())
+
+    def count_for(self, sub_point: str) -> int:
+        tree = self._trees.get(sub_point)
+        return tree.count if tree else 0
+
+    def add(self, subscription: Subscription) -> None:
+        """Insert a new subscription (its key must not be registered yet)."""
+        if subscription.key in self._by_key:
+            raise ValueError(f"subscription already registered: {subscription.key}")
+        if subscription.id >= self._next_id:
+            self._next_id = subscription.id + 1
+        self._by_id[subscription.id] = subscription
+        self._by_key[subscription.key] = subscription
+        if subscription.name:
+            self._by_name[(subscription.sub_point, subscription.name)] = subscription
+        self._by_queue.setdefault(subscription.queue, {})[subscription.id] = subscription
+        tree = self._trees.get(subscription.sub_point)
+        if tree is None:
+            tree = self._trees[subscription.sub_point] = SubscriptionTree()
+        tree.add(subscription.topic, subscription.id, subscription.qos)
+        self._routes.clear()
+
+    def remove(self, subscription: Subscription) -> bool:
+        if self._by_id.pop(subscription.id, None) is None:
+            return False
+        self._by_key.pop(subscription.key, None)
+        if subscription.name and self._by_name.get(
+            (subscription.sub_point, subscription.name)
+        ) is subscription:
+            del self._by_name[(subscription.sub_point, subscription.name)]
+        queue = self._by_queue.get(subscription.queue)
+        if queue is not None:
+            queue.pop(subscription.id, None)
+            if not queue:
+                del self._by_queue[subscription.queue]
+        tree = self._trees.get(subscription.sub_point)
+        if tree is not None:
+            tree.remove(subscription.topic, subscription.id)
+        self._routes.clear()
+        return True
+
+    def changed(self, subscription: Subscription, old_name: str = "") -> None:
+        """Re-index after attributes changed in place (name, QoS, options, filter)."""
+        if old_name and self._by_name.get((subscription.sub_point, old_name)) is subscription:
+            del self._by_name[(subscription.sub_point, old_name)]
+        if subscription.name:
+            self._by_name[(subscription.sub_point, subscription.name)] = subscription
+        tree = self._trees.get(subscription.sub_point)
+        if tree is not None:
+            tree.add(subscription.topic, subscription.id, subscription.qos)
+        self._routes.clear()
+
+    def route(self, sub_point: str, topic: str) -> Route | None:
+        """Subscriptions matching `topic` at `sub_point` (cached; see `Route`)."""
+        cache_key = (sub_point, topic)
+        route = self._routes.get(cache_key)
+        if route is not None:
+            return route
+        tree = self._trees.get(sub_point)
+        if tree is None:
+            return None
+        plain: dict[str, list[Subscription]] = {}
+        filtered: list[Subscription] = []
+        by_id = self._by_id
+        for subscription_id in tree.match(topic):
+            subscription = by_id.get(subscription_id)  # type: ignore[call-overload]
+            if subscription is None or "PubOnReqOnly" in subscription.options:
+                continue
+            if subscription.compiled is not None:
+                filtered.append(subscription)
+            else:
+                plain.setdefault(subscription.queue, []).append(subscription)
+        route = Route(plain, filtered)
+        if len(self._routes) > 16384:
+            self._routes.clear()
+        self._routes[cache_key] = route
+        return route
+
+    def expired(self, now: float) -> list[Subscription]:
+        return [s for s in self._by_id.values() if s.expiry_at is not None and s.expiry_at <= now]
+
+    def remove_queue(self, queue: str) -> list[Subscription]:
+        """Remove every subscription delivering to `queue`; returns them."""
+        removed = self.of_queue(queue)
+        for subscription in removed:
+            self.remove(subscription)
+        return removed
+
+    def load(self, subscriptions: Iterable[Subscription]) -> None:
+        for subscription in subscriptions:
+            self.add(subscription)
