@@ -14,7 +14,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, cast
 
-from ..protocol import Connection, ConnectionClosed
+from ..protocol import Connection, ConnectionClosed, Event
 from ..protocol.packets import Will
 
 if TYPE_CHECKING:
@@ -30,6 +30,7 @@ class Client(asyncio.Protocol):
         "_dirty",
         "_timer",
         "_timer_at",
+        "backlog",
         "broker",
         "client_id",
         "connection",
@@ -53,6 +54,7 @@ class Client(asyncio.Protocol):
         self.will: Will | None = None
         self.peer = "?"
         self.writable = True
+        self.backlog: list[Event] | None = None  # events held while CONNECT is checked
         self._dirty = False
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None

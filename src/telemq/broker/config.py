@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from .auth import AclRule, AuthError, Authorizer, UserConfig
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 1883
 DEFAULT_DATA_DIR = "./telemq-data"
@@ -97,6 +99,22 @@ class BrokerConfig:
             raise ConfigError("limits.connect_timeout: must be positive")
         if self.sys.interval < 0:
             raise ConfigError("sys.interval: must not be negative")
+        build_authorizer(self)
+
+
+def build_authorizer(config: BrokerConfig) -> Authorizer:
+    """The users, anonymous access and ACL of `config`; ConfigError names a bad entry."""
+    try:
+        users = [
+            UserConfig.from_mapping(entry, f"users[{index}]")
+            for index, entry in enumerate(config.users)
+        ]
+        acl = [
+            AclRule.from_mapping(entry, f"acl[{index}]") for index, entry in enumerate(config.acl)
+        ]
+        return Authorizer(users, acl, config.allow_anonymous)
+    except AuthError as error:
+        raise ConfigError(str(error)) from None
 
 
 def _build(cls: type[Any], values: Mapping[str, Any], where: str) -> Any:

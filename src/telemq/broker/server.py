@@ -35,7 +35,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
 
 from .. import __version__
 from ..commands import COMMAND_TOPICS, Requester
@@ -81,12 +80,10 @@ from ..store import (
     open_store,
 )
 from ..subscriptions import Identity, Persistence, Registry, Subscription
+from .auth import Action, Authorizer
 from .client import Client
-
-if TYPE_CHECKING:
-    from .auth import Authorizer
 from .committer import Committer
-from .config import BrokerConfig, ListenerConfig
+from .config import BrokerConfig, ListenerConfig, build_authorizer
 from .mq import CommandHost, reply_payload, reply_topic, run_command, wants_reply
 from .session import Delivery, Message, Session
 
@@ -136,7 +133,12 @@ class Broker:
         self.registry = Registry()
         self.sub_points = {"", *config.sub_points}
         self.command_host = CommandHost(self)
-        self.authorizer: Authorizer | None = None
+        authorizer = build_authorizer(config)
+        # An authorizer with nothing to check (no users, no rules) stays out of the hot path.
+        self.authorizer: Authorizer | None = (
+            None if authorizer.open and not authorizer.has_users and authorizer.allow_anonymous
+            else authorizer
+        )
         self.retained: dict[str, dict[str, Message]] = {}  # sub point -> topic -> message
         self.stats = BrokerStats()
         self.dirty_clients: list[Client] = []
@@ -152,6 +154,7 @@ class Broker:
         self._journal_cache: dict[str, bool] = {}
         self._started_at = time.monotonic()
         self._sys_task: asyncio.Task[None] | None = None
+        self._housekeeping_task: asyncio.Task[None] | None = None
         self._stopping = False
         self.store_stats = StoreStats()
         self.quarantined = 0
@@ -202,6 +205,7 @@ class Broker:
                 )
         if config.sys.interval > 0:
             self._sys_task = self.loop.create_task(self._sys_loop())
+        self._housekeeping_task = self.loop.create_task(self._housekeeping())
         self._started_at = time.monotonic()
 
     def _client_factory(self, listener: ListenerConfig) -> Callable[[], Client]:
@@ -214,10 +218,11 @@ class Broker:
         self._stopping = True
         for server in self._servers:
             server.close()
-        if self._sys_task is not None:
-            self._sys_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sys_task
+        for task in (self._sys_task, self._housekeeping_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         for client in list(self.clients):
             if client.transport is not None:
                 client.flush()
@@ -366,8 +371,14 @@ class Broker:
     # -- events -------------------------------------------------------------
 
     def handle_events(self, client: Client, events: Iterable[Event]) -> None:
-        for event in events:
+        if client.backlog is not None:
+            client.backlog.extend(events)  # CONNECT is being authenticated: keep the order
+            return
+        iterator = iter(events)
+        for event in iterator:
             kind = type(event)
+            if kind is ConnectRequested and self._authenticate_later(client, event, iterator):
+                return
             if kind is MessageReceived:
                 assert isinstance(event, MessageReceived)
                 self._on_publish(client, event)
@@ -397,17 +408,79 @@ class Broker:
 
     # -- CONNECT / end of connection ---------------------------------------
 
-    def _on_connect(self, client: Client, event: ConnectRequested) -> None:
+    def _authenticate_later(
+        self, client: Client, event: Event, rest: Iterable[Event]
+    ) -> bool:
+        """Check a password off the event loop (a key derivation takes a while).
+
+        Events after CONNECT wait in `client.backlog` and run, in order, once the
+        client is accepted or refused.
+        """
+        authorizer = self.authorizer
+        assert isinstance(event, ConnectRequested)
+        if authorizer is None or event.packet.username is None or not authorizer.has_users:
+            return False
+        client.backlog = list(rest)
+        if client.transport is not None:
+            client.transport.pause_reading()
+        packet = event.packet
+        future = self.loop.run_in_executor(
+            None, authorizer.authenticate, packet.username, packet.password
+        )
+
+        def done(result: asyncio.Future[bool]) -> None:
+            backlog = client.backlog or []
+            client.backlog = None
+            if client.transport is not None and not client.transport.is_closing():
+                client.transport.resume_reading()
+            ok = not result.cancelled() and result.exception() is None and result.result()
+            if client.connection is None or client.connection.closed:
+                return
+            if ok:
+                self._on_connect(client, event, authenticated=True)
+                self.handle_events(client, backlog)
+            else:
+                self._refuse(client, ConnectReturnCode.BAD_USERNAME_OR_PASSWORD,
+                             f"bad user name or password for {packet.username!r}")
+            client.flush()
+
+        future.add_done_callback(done)
+        return True
+
+    def _refuse(self, client: Client, code: ConnectReturnCode, reason: str) -> None:
+        connection = client.connection
+        assert connection is not None
+        closed = connection.refuse(code, reason)
+        self._on_closed(client, closed)
+
+    def _on_connect(
+        self, client: Client, event: ConnectRequested, authenticated: bool = False
+    ) -> None:
         packet = event.packet
         connection = client.connection
         assert connection is not None
         limits = self.config.limits
         if limits.max_connections and self.connected >= limits.max_connections:
-            closed = connection.refuse(
+            self._refuse(
+                client,
                 ConnectReturnCode.SERVER_UNAVAILABLE,
                 f"connection limit of {limits.max_connections} reached",
             )
-            self._on_closed(client, closed)
+            return
+        authorizer = self.authorizer
+        if (
+            not authenticated
+            and authorizer is not None
+            and not authorizer.authenticate(packet.username, packet.password)
+        ):
+            if packet.username is None:
+                self._refuse(client, ConnectReturnCode.NOT_AUTHORIZED, "anonymous access is off")
+            else:
+                self._refuse(
+                    client,
+                    ConnectReturnCode.BAD_USERNAME_OR_PASSWORD,
+                    f"bad user name or password for {packet.username!r}",
+                )
             return
         client_id = packet.client_id or f"telemq-{uuid.uuid4().hex[:16]}"
         client.client_id = client_id
@@ -617,8 +690,6 @@ class Broker:
         authorizer = self.authorizer
         if authorizer is None:
             return True
-        from .auth import Action
-
         return authorizer.allowed(Action(action), topic, user=user or None, client_id=client_id)
 
     def ensure_queue(self, queue: str) -> None:
@@ -1080,6 +1151,30 @@ class Broker:
                 client.mark_dirty()
 
         self.committer.after(answer)
+
+    # -- housekeeping ---------------------------------------------------------
+
+    async def _housekeeping(self) -> None:
+        """Once a second: remove expired subscriptions (RegSub <mqmd><Expiry>)."""
+        while True:
+            await asyncio.sleep(1.0)
+            try:
+                self.expire_subscriptions(time.time())
+            except Exception:
+                log.exception("housekeeping failed")
+
+    def expire_subscriptions(self, now: float) -> int:
+        expired = self.registry.expired(now)
+        for subscription in expired:
+            self.registry.remove(subscription)
+            self.forget_subscription(subscription)
+            log.info(
+                "subscription %r of queue %r on %r expired",
+                subscription.name or subscription.id,
+                subscription.queue,
+                subscription.topic,
+            )
+        return len(expired)
 
     # -- $SYS ---------------------------------------------------------------
 

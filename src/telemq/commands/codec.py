@@ -105,6 +105,7 @@ class Reply:
     reasons: list[Reason] = field(default_factory=list)
     attributes: dict[str, list[str]] = field(default_factory=dict)  # FullResp
     message: str = ""  # human-readable detail (telemq extension: <Detail>)
+    subscriptions: list[dict[str, list[str]]] = field(default_factory=list)  # ListSubs
 
 
 def _normalize_hex(value: str, where: str) -> str:
@@ -289,6 +290,8 @@ def encode_reply(reply: Reply, command: Command | None, form: str = "xml") -> by
             pscr[key] = values if key in REPEATABLE else values[0]
         if reply.message:
             pscr["Detail"] = reply.message
+        if reply.subscriptions:
+            pscr["Subscriptions"] = reply.subscriptions
         document: dict[str, Any] = {"mqmd": {"MsgType": "reply"}, "pscr": pscr}
         if correl:
             document["mqmd"]["CorrelId"] = correl
@@ -312,6 +315,13 @@ def encode_reply(reply: Reply, command: Command | None, form: str = "xml") -> by
         inner += "".join(f"<{key}>{escape(value)}</{key}>" for value in values)
     if reply.message:
         inner += f"<Detail>{escape(reply.message)}</Detail>"
+    for attributes in reply.subscriptions:
+        listed = "".join(
+            f"<{key}>{escape(value)}</{key}>"
+            for key, values in attributes.items()
+            for value in values
+        )
+        inner += f"<Subscription>{listed}</Subscription>"
     parts.append(f"<pscr>{inner}</pscr>")
     if echo and command is not None:
         parts.append(

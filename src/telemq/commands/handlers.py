@@ -57,6 +57,7 @@ COMMAND_QUEUES = {
     "ReqUpdate": CONTROL_QUEUE,
     "Publish": DEFAULT_STREAM,
     "DeletePub": DEFAULT_STREAM,
+    "ListSubs": CONTROL_QUEUE,
 }
 
 
@@ -652,12 +653,33 @@ def delete_pub(command: Command, requester: Requester, registry: Registry, host:
     return Reply("warning" if warnings else "ok", warnings)
 
 
+def list_subs(command: Command, requester: Requester, registry: Registry, host: Host) -> Reply:
+    """telemq extension: every subscription with all its attributes (as FullResp shows one).
+
+    Optional properties narrow the list: QName, SubPoint, SubName, Topic (exact).
+    """
+    queue = command.first("QName")
+    sub_point = command.first("SubPoint") if "SubPoint" in command.psc else None
+    name = command.first("SubName")
+    topics = command.all("Topic")
+    chosen = [
+        s
+        for s in sorted(registry, key=lambda s: s.id)
+        if (not queue or s.queue == queue)
+        and (sub_point is None or s.sub_point == sub_point)
+        and (not name or s.name == name)
+        and (not topics or s.topic in topics)
+    ]
+    return Reply("ok", subscriptions=[_attributes(s) for s in chosen])
+
+
 HANDLERS: dict[str, Callable[[Command, Requester, Registry, Host], Reply]] = {
     "RegSub": reg_sub,
     "DeregSub": dereg_sub,
     "ReqUpdate": req_update,
     "Publish": publish,
     "DeletePub": delete_pub,
+    "ListSubs": list_subs,
 }
 
 

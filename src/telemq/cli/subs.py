@@ -1,0 +1,134 @@
+"""`telemq subs register|deregister|request-update|list`: MQ commands to a running broker.
+
+Each sub-command builds a JSON `<psc>` command, publishes it to the broker's
+control queue over MQTT and prints the reply. The exit code is 0 for `ok`,
+1 for `warning` and 2 for `error` or a broker that cannot be reached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from ..client import BlockingClient, ClientError
+from ..commands import CONTROL_QUEUE, RESPONSE_PREFIX, parse_reply
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1", help="broker address (default 127.0.0.1)")
+    parser.add_argument("--port", "-p", type=int, default=1883, help="broker port (default 1883)")
+    parser.add_argument("--username", "-u", help="user name for CONNECT")
+    parser.add_argument("--password", "-P", help="password for CONNECT")
+    parser.add_argument("--json", action="store_true", help="print the raw JSON reply")
+
+
+def _selection(parser: argparse.ArgumentParser, topics_required: bool) -> None:
+    parser.add_argument(
+        "--topic", "-t", action="append", default=[], required=topics_required,
+        help="topic filter (repeatable)",
+    )
+    parser.add_argument("--queue", "-q", help="subscriber queue (QName; default: this tool's id)")
+    parser.add_argument("--qmgr", help="queue manager name (QMgrName)")
+    parser.add_argument("--sub-point", help="subscription point (SubPoint)")
+    parser.add_argument("--filter", "-f", help="SQL content filter (Filter)")
+    parser.add_argument("--name", "-n", help="subscription name (SubName)")
+    parser.add_argument("--identity", "-i", help="subscriber identity (SubIdentity)")
+    parser.add_argument("--correl-id", help="CorrelId in hex (with --option CorrelAsId)")
+    parser.add_argument(
+        "--option", "-o", action="append", default=[], help="RegOpt value (repeatable)"
+    )
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    subs = subparsers.add_parser(
+        "subs", help="manage MQ subscriptions on a running broker",
+        description="Send MQ publish/subscribe commands to a running broker.",
+    )
+    actions = subs.add_subparsers(dest="subs_command", metavar="ACTION", required=True)
+
+    reg = actions.add_parser("register", help="RegSub: register a subscription")
+    _common(reg)
+    _selection(reg, topics_required=True)
+    reg.add_argument("--user-data", help="SubUserData")
+    reg.add_argument("--expiry", type=float, help="subscription lifetime in seconds")
+    reg.set_defaults(handler=run, psc_command="RegSub")
+
+    dereg = actions.add_parser("deregister", help="DeregSub: remove subscriptions")
+    _common(dereg)
+    _selection(dereg, topics_required=False)
+    dereg.set_defaults(handler=run, psc_command="DeregSub")
+
+    update = actions.add_parser(
+        "request-update", help="ReqUpdate: have the retained publications sent again"
+    )
+    _common(update)
+    _selection(update, topics_required=False)
+    update.set_defaults(handler=run, psc_command="ReqUpdate")
+
+    listing = actions.add_parser("list", help="list subscriptions with every attribute")
+    _common(listing)
+    listing.add_argument("--queue", "-q", help="only this queue")
+    listing.add_argument("--sub-point", help="only this subscription point")
+    listing.add_argument("--name", "-n", help="only this subscription name")
+    listing.set_defaults(handler=run, psc_command="ListSubs")
+
+
+def build_command(args: argparse.Namespace) -> dict[str, Any]:
+    psc: dict[str, Any] = {"Command": args.psc_command}
+    mqmd: dict[str, Any] = {}
+
+    def put(key: str, value: object) -> None:
+        if value not in (None, "", []):
+            psc[key] = value
+
+    put("Topic", getattr(args, "topic", None))
+    put("QName", getattr(args, "queue", None))
+    put("QMgrName", getattr(args, "qmgr", None))
+    put("SubPoint", getattr(args, "sub_point", None))
+    put("Filter", getattr(args, "filter", None))
+    put("SubName", getattr(args, "name", None))
+    put("SubIdentity", getattr(args, "identity", None))
+    put("SubUserData", getattr(args, "user_data", None))
+    put("RegOpt", getattr(args, "option", None))
+    if getattr(args, "correl_id", None):
+        mqmd["CorrelId"] = args.correl_id
+    if getattr(args, "expiry", None) is not None:
+        mqmd["Expiry"] = round(args.expiry * 10)
+    document: dict[str, Any] = {"psc": psc}
+    if mqmd:
+        document["mqmd"] = mqmd
+    return document
+
+
+def run(args: argparse.Namespace) -> int:
+    document = build_command(args)
+    try:
+        with BlockingClient(
+            args.host, args.port, username=args.username, password=args.password
+        ) as client:
+            client.subscribe(RESPONSE_PREFIX + client.client_id, 1)
+            client.publish(CONTROL_QUEUE, json.dumps(document).encode("utf-8"), qos=1)
+            reply = client.receive()
+    except ClientError as error:
+        print(f"telemq subs: {error}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(reply.payload.decode("utf-8"))
+    completion, reasons, extra = parse_reply(reply.payload)
+    if not args.json:
+        print(f"completion: {completion}")
+        for reason in reasons:
+            details = " ".join(f"{k}={v!r}" for k, v in reason.properties.items())
+            print(f"  reason {reason.code} {details}".rstrip())
+        for key, values in extra.items():
+            if key == "Subscriptions":
+                continue
+            print(f"  {key}: {', '.join(values)}")
+        listed = json.loads(reply.payload).get("pscr", {}).get("Subscriptions", [])
+        for index, attributes in enumerate(listed):
+            print(f"subscription {index + 1}:")
+            for key, values in attributes.items():
+                print(f"  {key}: {', '.join(values)}")
+    return {"ok": 0, "warning": 1}.get(completion, 2)
