@@ -79,7 +79,7 @@ from ..store import (
     SyncMode,
     open_store,
 )
-from ..subscriptions import Identity, Persistence, Registry, Subscription
+from ..subscriptions import PERSISTENCE_RANK, Identity, Registry, Subscription
 from .auth import Action, Authorizer
 from .client import Client
 from .committer import Committer
@@ -827,11 +827,15 @@ class Broker:
         route = self.registry.route(message.sub_point, message.topic)
         if route is None:
             return []
-        targets: dict[str, tuple[int, int]] = {}  # queue -> (QoS, persistence rank)
         msg_qos = message.qos
-        for queue, subscriptions in route.plain.items():
-            for subscription in subscriptions:
-                _merge_target(targets, queue, subscription, msg_qos)
+        targets: dict[str, tuple[int, int]]  # queue -> (QoS, persistence rank)
+        if msg_qos == 2 and not route.filtered:
+            targets = route.plain  # nothing to cap or add: the cached merge is the answer
+        else:
+            targets = {
+                queue: (cap if cap < msg_qos else msg_qos, rank)
+                for queue, (cap, rank) in route.plain.items()
+            }
         if route.filtered:
             view = FilterMessage(
                 message.payload,
@@ -1103,7 +1107,7 @@ class Broker:
         compiled = subscription.compiled
         # MQTT always marks retained copies; MQ only for InformIfRet (IsRetainedPub).
         mark = subscription.mqtt or "InformIfRet" in subscription.options
-        rank = _PERSISTENCE_RANK[subscription.persistence]
+        rank = PERSISTENCE_RANK[subscription.persistence]
         sent = 0
         for message in messages:
             if compiled is not None and compiled.evaluate(
@@ -1234,20 +1238,12 @@ class Broker:
         return {prefix + key: value for key, value in values.items()}
 
 
-_PERSISTENCE_RANK = {
-    Persistence.NON_PERS: 0,
-    Persistence.PERS_AS_PUB: 1,
-    Persistence.PERS_AS_QUEUE: 2,
-    Persistence.PERS: 3,
-}
-
-
 def _merge_target(
     targets: dict[str, tuple[int, int]], queue: str, subscription: Subscription, msg_qos: int
 ) -> None:
     """One copy per queue: the highest QoS and the most durable persistence win."""
     qos = subscription.qos if subscription.qos < msg_qos else msg_qos
-    rank = _PERSISTENCE_RANK[subscription.persistence]
+    rank = PERSISTENCE_RANK[subscription.persistence]
     current = targets.get(queue)
     if current is None:
         targets[queue] = (qos, rank)

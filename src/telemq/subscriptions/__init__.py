@@ -4,6 +4,7 @@ Pure data and policy, no I/O. See `registry` for the theory of operation.
 """
 
 from .registry import (
+    PERSISTENCE_RANK,
     STORED_OPTIONS,
     Identity,
     Persistence,
@@ -15,6 +16,7 @@ from .registry import (
 from .topic_tree import SubscriptionTree
 
 __all__ = [
+    "PERSISTENCE_RANK",
     "STORED_OPTIONS",
     "Identity",
     "Persistence",

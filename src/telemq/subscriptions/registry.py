@@ -22,7 +22,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from ..filters import Filter, compile_filter
 from .topic_tree import SubscriptionTree
@@ -36,6 +36,15 @@ class Persistence(enum.StrEnum):
     NON_PERS = "NonPers"  # memory only
     PERS_AS_QUEUE = "PersAsQueue"  # the queue's default: durable sessions -> Pers
 
+
+# How durable each persistence option is: with several subscriptions of one queue
+# matching, the most durable wins.
+PERSISTENCE_RANK: dict[Persistence, int] = {
+    Persistence.NON_PERS: 0,
+    Persistence.PERS_AS_PUB: 1,
+    Persistence.PERS_AS_QUEUE: 2,
+    Persistence.PERS: 3,
+}
 
 # Options kept on a subscription (the others act on the command only).
 STORED_OPTIONS = frozenset(
@@ -147,13 +156,14 @@ class Subscription:
 class Route:
     """The cached result of matching one topic at one subscription point.
 
-    `plain` maps queue -> subscriptions without a filter (merged by the caller
-    per queue); `filtered` lists subscriptions whose filter must be evaluated
-    against each message. PubOnReqOnly subscriptions are in neither: they
-    receive nothing but what ReqUpdate sends.
+    `plain` maps queue -> (highest QoS, highest persistence rank) over the
+    subscriptions without a filter, already merged per queue; `filtered` lists
+    subscriptions whose filter must be evaluated against each message.
+    PubOnReqOnly subscriptions are in neither: they receive nothing but what
+    ReqUpdate sends.
     """
 
-    plain: dict[str, list[Subscription]]
+    plain: dict[str, tuple[int, int]]
     filtered: list[Subscription]
 
 
@@ -252,17 +262,25 @@ class Registry:
         tree = self._trees.get(sub_point)
         if tree is None:
             return None
-        plain: dict[str, list[Subscription]] = {}
+        plain: dict[str, tuple[int, int]] = {}
         filtered: list[Subscription] = []
         by_id = self._by_id
         for subscription_id in tree.match(topic):
-            subscription = by_id.get(subscription_id)  # type: ignore[call-overload]
+            subscription = by_id.get(cast(int, subscription_id))
             if subscription is None or "PubOnReqOnly" in subscription.options:
                 continue
             if subscription.compiled is not None:
                 filtered.append(subscription)
             else:
-                plain.setdefault(subscription.queue, []).append(subscription)
+                rank = PERSISTENCE_RANK[subscription.persistence]
+                current = plain.get(subscription.queue)
+                if current is None:
+                    plain[subscription.queue] = (subscription.qos, rank)
+                else:
+                    plain[subscription.queue] = (
+                        max(current[0], subscription.qos),
+                        max(current[1], rank),
+                    )
         route = Route(plain, filtered)
         if len(self._routes) > 16384:
             self._routes.clear()
