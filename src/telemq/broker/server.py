@@ -57,6 +57,7 @@ from ..protocol import (
     PubComp,
     Publish,
     PubRec,
+    PubRel,
     SubAck,
     SubscribeRequested,
     UnsubAck,
@@ -726,7 +727,7 @@ class Broker:
         self._accept(message, hand_off_now=True, exclude_queue=exclude_queue)
         self.committer.schedule()
 
-    def _send_ack(self, client: Client, packet: PubAck | PubRec | PubComp) -> None:
+    def _send_ack(self, client: Client, packet: PubAck | PubRec | PubRel | PubComp) -> None:
         connection = client.connection
         if connection is not None and not connection.closed:
             connection.send(packet)
@@ -996,19 +997,22 @@ class Broker:
     def _on_delivery_received(self, client: Client, event: DeliveryReceived) -> None:
         ref = event.ref
         session = client.session
-        if isinstance(ref, Delivery) and ref.delivery_id and session is not None:
-            self.committer.pending.put_delivery(
-                DeliveryRecord(
-                    ref.delivery_id,
-                    session.client_id,
-                    ref.message.store_id,
-                    ref.qos,
-                    DeliveryState.RELEASED,
-                    event.packet_id,
-                    ref.retain,
-                )
+        release = PubRel(event.packet_id)
+        if not (isinstance(ref, Delivery) and ref.delivery_id and session is not None):
+            self._send_ack(client, release)
+            return
+        self.committer.pending.put_delivery(
+            DeliveryRecord(
+                ref.delivery_id,
+                session.client_id,
+                ref.message.store_id,
+                ref.qos,
+                DeliveryState.RELEASED,
+                event.packet_id,
+                ref.retain,
             )
-            self.committer.schedule()
+        )
+        self.committer.after(lambda: self._send_ack(client, release))
 
     def _release_message_ref(self, delivery: Delivery) -> None:
         message = delivery.message

@@ -16,9 +16,10 @@ States: AWAIT_CONNECT -> CONNECTED -> CLOSED. Rules enforced here:
 * packets a client never sends (CONNACK, SUBACK, ...) close the connection;
 * PINGREQ is answered here; keep-alive expiry (1.5 x the keep-alive) and the
   CONNECT timeout close the connection;
-* outbound QoS 1/2 bookkeeping through the session's `Flows`, PUBREL sent on
-  PUBREC, re-sending in order with DUP=1 on resumption, and, for MQTT 3.1
-  peers, after `retry_interval` seconds without an answer.
+* outbound QoS 1/2 bookkeeping through the session's `Flows`, re-sending in
+  order with DUP=1 on resumption, and, for MQTT 3.1 peers, after
+  `retry_interval` seconds without an answer. On PUBREC the owner sends PUBREL
+  (`DeliveryReceived`), once it has recorded the released state.
 
 Any protocol violation ends in `ConnectionClosed` with the reason; after it
 the connection ignores input. Acknowledgements of *incoming* QoS 1/2
@@ -159,10 +160,13 @@ class Connection:
         elif kind is PubRec:
             assert isinstance(packet, PubRec)
             inflight = flows.received(packet.packet_id, now) if flows else None
-            # PUBREL even for an unknown id, so a peer stuck in the flow completes it.
-            self._out.append(encode(PubRel(packet.packet_id)))
             if inflight is not None:
+                # The owner sends PUBREL once the released state is durable: after a
+                # crash it must resume with PUBREL, never re-send the PUBLISH.
                 events.append(DeliveryReceived(packet.packet_id, inflight.ref))
+            else:
+                # Unknown id: PUBREL anyway, so a peer stuck in the flow completes it.
+                self._out.append(encode(PubRel(packet.packet_id)))
         elif kind is PubComp:
             assert isinstance(packet, PubComp)
             inflight = flows.complete(packet.packet_id) if flows else None

@@ -55,7 +55,7 @@ class DeliveryAcknowledged:
 
 @dataclass(slots=True)
 class DeliveryReceived:
-    """PUBREC for an outbound QoS 2 delivery: PUBREL was sent; await PUBCOMP."""
+    """PUBREC for an outbound QoS 2 delivery: the owner sends PUBREL, then awaits PUBCOMP."""
 
     packet_id: int
     ref: object
