@@ -28,25 +28,21 @@ from .base import (
 Row = tuple[Any, ...]
 
 COLUMNS: dict[str, tuple[str, ...]] = {
-    "sessions": ("client_id", "data"),
-    "subscriptions": ("client_id", "key", "data"),
-    "retained": ("sub_point", "topic", "payload", "qos", "ts_us", "data"),
-    "messages": (
-        "id", "topic", "payload", "qos", "retain", "sub_point", "client_id", "user_id", "ts_us",
-    ),
-    "deliveries": (
-        "delivery_id", "client_id", "message_id", "qos", "state", "packet_id", "retain", "data",
-    ),
-    "incoming": (
-        "client_id", "packet_id", "message_id", "topic", "payload", "qos", "retain",
-        "sub_point", "msg_client_id", "user_id", "ts_us",
-    ),
-    "journal": (
-        "seq", "ts_us", "topic", "sub_point", "qos", "retain", "payload", "client_id", "user_id",
-    ),
+    table: tuple(columns.split())
+    for table, columns in {
+        "sessions": "client_id data",
+        "subscriptions": "client_id key data",
+        "retained": "sub_point topic payload qos ts_us data",
+        "messages": "id topic payload qos retain sub_point client_id user_id ts_us",
+        "deliveries": "delivery_id client_id message_id qos state packet_id retain data",
+        "incoming": "client_id packet_id message_id topic payload qos retain sub_point"
+        " msg_client_id user_id ts_us",
+        "journal": "seq ts_us topic sub_point qos retain payload client_id user_id",
+    }.items()
 }
 
-# Compact, strict JSON (no NaN/Infinity: other readers of the file must be able to parse it).
+# `data` as compact, strict JSON (no NaN/Infinity: other readers of the file must parse it);
+# builders skip the encoder for the common empty dict and store NULL.
 _encode_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 
 
@@ -54,38 +50,20 @@ class BadRecord(ValueError):
     """A stored row that cannot be turned back into a record; the message says why."""
 
 
-def encode_data(data: dict[str, Any]) -> str | None:
-    """JSON text of a record's `data`; None for the (common) empty dict, skipping the encoder."""
-    return _encode_json(data) if data else None
-
-
-def decode_data(raw: object) -> dict[str, Any]:
-    if raw is None:
-        return {}
-    if type(raw) is not str:
-        raise BadRecord("data is not JSON text")
-    try:
-        value = json.loads(raw)
-    except ValueError as exc:
-        raise BadRecord(f"data is not valid JSON ({exc})") from None
-    if type(value) is not dict:
-        raise BadRecord("data is not a JSON object")
-    return value
-
-
-# -- records -> rows (commit hot path: tuple building only) ---------------------------------
+# -- records -> rows (commit hot path: tuple building only) -----------------------------------
 
 
 def session_row(r: SessionRecord) -> Row:
-    return (r.client_id, encode_data(r.data) if r.data else None)
+    return (r.client_id, _encode_json(r.data) if r.data else None)
 
 
 def subscription_row(r: SubscriptionRecord) -> Row:
-    return (r.client_id, r.key, encode_data(r.data) if r.data else None)
+    return (r.client_id, r.key, _encode_json(r.data) if r.data else None)
 
 
 def retained_row(r: RetainedRecord) -> Row:
-    return (r.sub_point, r.topic, r.payload, r.qos, r.ts_us, encode_data(r.data) if r.data else None)
+    data = _encode_json(r.data) if r.data else None
+    return (r.sub_point, r.topic, r.payload, r.qos, r.ts_us, data)
 
 
 def message_row(m: StoredMessage) -> Row:
@@ -94,21 +72,84 @@ def message_row(m: StoredMessage) -> Row:
 
 def delivery_row(r: DeliveryRecord) -> Row:
     return (
-        r.delivery_id, r.client_id, r.message_id, r.qos, r.state, r.packet_id, r.retain,
-        encode_data(r.data) if r.data else None,
+        r.delivery_id,
+        r.client_id,
+        r.message_id,
+        r.qos,
+        r.state,
+        r.packet_id,
+        r.retain,
+        _encode_json(r.data) if r.data else None,
     )
 
 
 def incoming_row(r: IncomingRecord) -> Row:
     m = r.message
     return (
-        r.client_id, r.packet_id, m.id, m.topic, m.payload, m.qos, m.retain, m.sub_point,
-        m.client_id, m.user_id, m.ts_us,
+        r.client_id,
+        r.packet_id,
+        m.id,
+        m.topic,
+        m.payload,
+        m.qos,
+        m.retain,
+        m.sub_point,
+        m.client_id,
+        m.user_id,
+        m.ts_us,
     )
 
 
 def journal_row(r: JournalRecord) -> Row:
-    return (r.seq, r.ts_us, r.topic, r.sub_point, r.qos, r.retain, r.payload, r.client_id, r.user_id)
+    return (
+        r.seq,
+        r.ts_us,
+        r.topic,
+        r.sub_point,
+        r.qos,
+        r.retain,
+        r.payload,
+        r.client_id,
+        r.user_id,
+    )
+
+
+# -- the CHECK constraints of the SQLite schema, for the memory store's commits ---------------
+
+
+def _check(ok: bool, table: str, what: str, row: Row) -> None:
+    if not ok:
+        raise BadRecord(f"{table}: {what} is invalid in {row!r:.200}")
+
+
+def check_retained(row: Row) -> None:
+    _check(type(row[2]) is bytes, "retained", "payload", row)
+    _check(row[3] in (0, 1, 2), "retained", "qos", row)
+
+
+def check_message(row: Row, table: str = "messages", at: int = 0) -> None:
+    """`at`: where the message's columns start (incoming rows embed one at 2)."""
+    _check(type(row[at + 2]) is bytes, table, "payload", row)
+    _check(row[at + 3] in (0, 1, 2), table, "qos", row)
+    _check(row[at + 4] in (0, 1), table, "retain", row)
+
+
+def check_delivery(row: Row) -> None:
+    _check(row[3] in (0, 1, 2), "deliveries", "qos", row)
+    _check(row[4] in (0, 1, 2), "deliveries", "state", row)
+    _check(type(row[5]) is int and 0 <= row[5] <= 65535, "deliveries", "packet_id", row)
+    _check(row[6] in (0, 1), "deliveries", "retain", row)
+
+
+def check_incoming(row: Row) -> None:
+    _check(type(row[1]) is int and 1 <= row[1] <= 65535, "incoming", "packet_id", row)
+    check_message(row, "incoming", 2)
+
+
+def check_journal(row: Row) -> None:
+    _check(row[4] in (0, 1, 2), "journal", "qos", row)
+    _check(row[5] in (0, 1), "journal", "retain", row)
+    _check(type(row[6]) is bytes, "journal", "payload", row)
 
 
 # -- rows -> records (load: validate everything) --------------------------------------------
@@ -118,6 +159,11 @@ def journal_row(r: JournalRecord) -> Row:
 def _text(value: object, name: str) -> str:
     if type(value) is not str:
         raise BadRecord(f"{name} is not text: {value!r}")
+    if not value.isascii():
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            raise BadRecord(f"{name} is not valid UTF-8: {value!r}") from None
     return value
 
 
@@ -143,6 +189,19 @@ def _payload(value: object) -> bytes:
     return value
 
 
+def decode_data(raw: object) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    text = _text(raw, "data")
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise BadRecord(f"data is not valid JSON ({exc})") from None
+    if type(value) is not dict:
+        raise BadRecord("data is not a JSON object")
+    return value
+
+
 def session_from_row(row: Sequence[object]) -> SessionRecord:
     return SessionRecord(_text(row[0], "client_id"), decode_data(row[1]))
 
@@ -153,45 +212,54 @@ def subscription_from_row(row: Sequence[object]) -> SubscriptionRecord:
 
 def retained_from_row(row: Sequence[object]) -> RetainedRecord:
     return RetainedRecord(
-        _text(row[0], "sub_point"), _text(row[1], "topic"), _payload(row[2]), _qos(row[3]),
-        _int(row[4], "ts_us"), decode_data(row[5]),
+        _text(row[0], "sub_point"),
+        _text(row[1], "topic"),
+        _payload(row[2]),
+        _qos(row[3]),
+        _int(row[4], "ts_us"),
+        decode_data(row[5]),
     )
 
 
 def message_from_row(row: Sequence[object]) -> StoredMessage:
     return StoredMessage(
-        _int(row[0], "id"), _text(row[1], "topic"), _payload(row[2]), _qos(row[3]),
-        _flag(row[4], "retain"), _text(row[5], "sub_point"), _text(row[6], "client_id"),
-        _text(row[7], "user_id"), _int(row[8], "ts_us"),
+        _int(row[0], "id"),
+        _text(row[1], "topic"),
+        _payload(row[2]),
+        _qos(row[3]),
+        _flag(row[4], "retain"),
+        _text(row[5], "sub_point"),
+        _text(row[6], "client_id"),
+        _text(row[7], "user_id"),
+        _int(row[8], "ts_us"),
     )
 
 
 def delivery_from_row(row: Sequence[object]) -> DeliveryRecord:
     state = _int(row[4], "state", 0, 2)
     return DeliveryRecord(
-        _int(row[0], "delivery_id"), _text(row[1], "client_id"), _int(row[2], "message_id"),
-        _qos(row[3]), DeliveryState(state), _int(row[5], "packet_id", 0, 65535),
-        _flag(row[6], "retain"), decode_data(row[7]),
+        _int(row[0], "delivery_id"),
+        _text(row[1], "client_id"),
+        _int(row[2], "message_id"),
+        _qos(row[3]),
+        DeliveryState(state),
+        _int(row[5], "packet_id", 0, 65535),
+        _flag(row[6], "retain"),
+        decode_data(row[7]),
     )
 
 
 def incoming_from_row(row: Sequence[object]) -> IncomingRecord:
     return IncomingRecord(
-        _text(row[0], "client_id"), _int(row[1], "packet_id", 1, 65535), message_from_row(row[2:]),
-    )
-
-
-def journal_from_row(row: Sequence[object]) -> JournalRecord:
-    """Validate one journal row (used where a bad row must be refused, not trusted)."""
-    return JournalRecord(
-        _int(row[0], "seq"), _int(row[1], "ts_us"), _text(row[2], "topic"),
-        _text(row[3], "sub_point"), _qos(row[4]), _flag(row[5], "retain"), _payload(row[6]),
-        _text(row[7], "client_id"), _text(row[8], "user_id"),
+        _text(row[0], "client_id"),
+        _int(row[1], "packet_id", 1, 65535),
+        message_from_row(row[2:]),
     )
 
 
 def journal_from_trusted_row(row: Row) -> JournalRecord:
-    """Journal rows as `read_journal` returns them: no validation, it is the reader's hot path."""
+    """A journal row as `read_journal` returns it: not validated (the journal is not loaded
+    at start-up, and CHECK constraints guard what goes in)."""
     return JournalRecord(
         row[0], row[1], row[2], row[3], row[4], bool(row[5]), row[6], row[7], row[8]
     )
@@ -207,10 +275,9 @@ def row_json(table: str, row: Sequence[object]) -> str:
             return value
         return repr(value)
 
-    return json.dumps(
-        {name: plain(value) for name, value in zip(COLUMNS[table], row, strict=False)},
-        ensure_ascii=False,
-    )
+    # ASCII-only: the row may hold text that is not valid UTF-8 (as surrogate escapes).
+    columns = COLUMNS[table]  # the row may carry extra columns (rowid): zip drops them
+    return json.dumps({name: plain(value) for name, value in zip(columns, row, strict=False)})
 
 
 def link_deliveries(

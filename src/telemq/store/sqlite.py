@@ -1,0 +1,707 @@
+"""`SqliteStore`: the default durable store, one SQLite file in WAL mode (stdlib `sqlite3`).
+
+Commit path. `commit` opens a `BEGIN IMMEDIATE` transaction, sorts the batch's ops into
+one lane per table (keeping their order within each table: ops on different tables commute),
+runs each run of same-kind ops in a lane as one `executemany` of a cached statement, and
+ends with `COMMIT`; with `synchronous=FULL` that is one fsync of the WAL per batch. So the
+broker's "journal, message, delivery" per publication costs three statements per batch, not
+three per message. Per op, Python only builds a parameter tuple (`_codec`); `data` is
+JSON-encoded only when not empty. Any error rolls back and raises `StoreError`.
+
+Identifiers are never reused. `load` returns counters one past the largest id a committed
+batch named: the current maxima, or the high-water marks kept in the `meta` table when the
+largest rows are gone. A commit that deletes messages or deliveries at or above the mark it
+knows raises the mark in the same transaction (one statement per batch, not a trigger per
+row); cascades, QoS 2 releases and `trim_journal` raise it from the rows they remove.
+
+Damage. If SQLite calls the file corrupt or not a database while opening or loading, the
+file (with its `-wal` and `-shm`) is renamed to `telemq.db.corrupt-<UTC time>` for an
+operator to examine (e.g. with `sqlite3 ... .recover`), an empty store takes its place
+(keeping the id counters if they could still be read), and the event is counted as
+quarantined. A row that decodes badly (invalid JSON `data`, qos out of range, text that
+is not UTF-8, a delivery whose message is gone) is moved to the `quarantine` table with the
+reason and the rest loads. Both are logged on the `telemq.store` logger.
+
+Readers. WAL lets `open_journal_reader` connections read while the broker commits; neither
+blocks the other. A reader that keeps one read transaction open for long stops checkpoints
+from reclaiming the WAL, so readers should read in bounded chunks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from itertools import groupby
+from operator import itemgetter
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from . import _codec
+from ._codec import COLUMNS, BadRecord, Row
+from .base import (
+    JournalRecord,
+    Op,
+    Store,
+    StoreError,
+    StoreState,
+    StoreStats,
+    SyncMode,
+    WriteBatch,
+)
+
+log = logging.getLogger("telemq.store")
+
+DB_FILENAME = "telemq.db"
+SCHEMA_VERSION = 1
+_BUSY_TIMEOUT_S = 5.0  # only another writer (an operator's sqlite3 shell) can make us wait
+_CORRUPTION = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
+_WAL_SIZE_LIMIT = 64 << 20
+_ROW_LOG_LIMIT = 20  # per load: beyond this, quarantined rows are only counted
+
+# The CHECK constraints have twins in `_codec.check_*`, which the memory store applies.
+_SCHEMA = f"""
+BEGIN IMMEDIATE;
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO meta (key, value)
+    VALUES ('next_seq', 1), ('next_message_id', 1), ('next_delivery_id', 1);
+CREATE TABLE IF NOT EXISTS sessions (
+    client_id TEXT PRIMARY KEY,
+    data TEXT  -- JSON object; NULL when empty
+);
+CREATE TABLE IF NOT EXISTS subscriptions (
+    client_id TEXT NOT NULL,
+    key TEXT NOT NULL,
+    data TEXT,
+    PRIMARY KEY (client_id, key)
+);
+CREATE TABLE IF NOT EXISTS retained (
+    sub_point TEXT NOT NULL,
+    topic TEXT NOT NULL,
+    payload BLOB NOT NULL CHECK (typeof(payload) = 'blob'),
+    qos INTEGER NOT NULL CHECK (qos BETWEEN 0 AND 2),
+    ts_us INTEGER NOT NULL,
+    data TEXT,
+    PRIMARY KEY (sub_point, topic)
+);
+-- Each message is stored once; deliveries reference it (mosquitto's base_msgs/client_msgs).
+CREATE TABLE IF NOT EXISTS messages (
+    id INTEGER PRIMARY KEY,
+    topic TEXT NOT NULL,
+    payload BLOB NOT NULL CHECK (typeof(payload) = 'blob'),
+    qos INTEGER NOT NULL CHECK (qos BETWEEN 0 AND 2),
+    retain INTEGER NOT NULL CHECK (retain IN (0, 1)),
+    sub_point TEXT NOT NULL,
+    client_id TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    ts_us INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS deliveries (
+    delivery_id INTEGER PRIMARY KEY,
+    client_id TEXT NOT NULL,
+    message_id INTEGER NOT NULL,
+    qos INTEGER NOT NULL CHECK (qos BETWEEN 0 AND 2),
+    state INTEGER NOT NULL CHECK (state BETWEEN 0 AND 2),
+    packet_id INTEGER NOT NULL CHECK (packet_id BETWEEN 0 AND 65535),
+    retain INTEGER NOT NULL CHECK (retain IN (0, 1)),
+    data TEXT
+);
+CREATE INDEX IF NOT EXISTS deliveries_by_client ON deliveries (client_id);
+CREATE TABLE IF NOT EXISTS incoming (
+    client_id TEXT NOT NULL,
+    packet_id INTEGER NOT NULL CHECK (packet_id BETWEEN 1 AND 65535),
+    message_id INTEGER NOT NULL,
+    topic TEXT NOT NULL,
+    payload BLOB NOT NULL CHECK (typeof(payload) = 'blob'),
+    qos INTEGER NOT NULL CHECK (qos BETWEEN 0 AND 2),
+    retain INTEGER NOT NULL CHECK (retain IN (0, 1)),
+    sub_point TEXT NOT NULL,
+    msg_client_id TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    ts_us INTEGER NOT NULL,
+    PRIMARY KEY (client_id, packet_id)
+);
+CREATE TABLE IF NOT EXISTS journal (
+    seq INTEGER PRIMARY KEY,
+    ts_us INTEGER NOT NULL,
+    topic TEXT NOT NULL,
+    sub_point TEXT NOT NULL,
+    qos INTEGER NOT NULL CHECK (qos BETWEEN 0 AND 2),
+    retain INTEGER NOT NULL CHECK (retain IN (0, 1)),
+    payload BLOB NOT NULL CHECK (typeof(payload) = 'blob'),
+    client_id TEXT NOT NULL,
+    user_id TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS quarantine (
+    id INTEGER PRIMARY KEY,
+    table_name TEXT NOT NULL,
+    row_json TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    ts_us INTEGER NOT NULL
+);
+-- The one replace that can make an id vanish: a QoS 2 packet id reused for another message.
+CREATE TRIGGER IF NOT EXISTS incoming_replaced BEFORE INSERT ON incoming
+    WHEN EXISTS (SELECT 1 FROM incoming WHERE client_id = NEW.client_id
+                 AND packet_id = NEW.packet_id AND message_id > NEW.message_id)
+    BEGIN
+        UPDATE meta SET value = MAX(value, (SELECT message_id + 1 FROM incoming
+            WHERE client_id = NEW.client_id AND packet_id = NEW.packet_id))
+        WHERE key = 'next_message_id';
+    END;
+PRAGMA user_version = {SCHEMA_VERSION};
+COMMIT;
+"""
+
+
+def _insert(table: str, verb: str) -> str:
+    columns = COLUMNS[table]
+    marks = ", ".join("?" * len(columns))
+    return f"{verb} INTO {table} ({', '.join(columns)}) VALUES ({marks})"
+
+
+# A commit writes table by table (lane by lane), keeping the batch's order within each
+# table. Ops on different tables commute (no foreign keys; the only shared row, a high-water
+# mark in `meta`, is only ever raised), so the result is the batch's, and the broker's
+# interleaved "journal, message, delivery" per publication becomes three `executemany`s.
+_SESSIONS, _SUBSCRIPTIONS, _RETAINED, _MESSAGES, _DELIVERIES, _INCOMING, _JOURNAL = range(7)
+
+_RAISE_MARK = "UPDATE meta SET value = MAX(value, ?) WHERE key = ?"
+
+
+def _raise_mark_from(key: str, table: str, column: str, where: str) -> str:
+    """SQL raising a high-water mark past the rows a delete is about to remove."""
+    return (
+        f"UPDATE meta SET value = MAX(value, (SELECT IFNULL(MAX({column}), 0) + 1"
+        f" FROM {table} WHERE {where})) WHERE key = '{key}'"
+    )
+
+
+class _Plan(NamedTuple):
+    """How `commit` writes one kind of op."""
+
+    statements: dict[int, tuple[str, ...]]  # per lane, run in order with the same parameters
+    build: Callable[[Any], Row] | None  # row builder; None: the op's args are the parameters
+    counted: int  # change of the message count per row the (last) statement affects
+    mark: str | None  # meta key that deleting these ids (the first parameter) may have to raise
+
+
+_BY_CLIENT = "client_id = ?"
+_BY_PACKET = "client_id = ? AND packet_id = ?"
+_PLAN: dict[Op, _Plan] = {
+    Op.PUT_SESSION: _Plan(
+        {_SESSIONS: (_insert("sessions", "INSERT OR REPLACE"),)}, _codec.session_row, 0, None
+    ),
+    Op.DELETE_SESSION: _Plan(
+        {
+            _SESSIONS: ("DELETE FROM sessions WHERE client_id = ?",),
+            _SUBSCRIPTIONS: ("DELETE FROM subscriptions WHERE client_id = ?",),
+            _DELIVERIES: (
+                _raise_mark_from("next_delivery_id", "deliveries", "delivery_id", _BY_CLIENT),
+                "DELETE FROM deliveries WHERE client_id = ?",
+            ),
+            _INCOMING: (
+                _raise_mark_from("next_message_id", "incoming", "message_id", _BY_CLIENT),
+                "DELETE FROM incoming WHERE client_id = ?",
+            ),
+        },
+        None,
+        0,
+        None,
+    ),
+    Op.PUT_SUBSCRIPTION: _Plan(
+        {_SUBSCRIPTIONS: (_insert("subscriptions", "INSERT OR REPLACE"),)},
+        _codec.subscription_row,
+        0,
+        None,
+    ),
+    Op.DELETE_SUBSCRIPTION: _Plan(
+        {_SUBSCRIPTIONS: ("DELETE FROM subscriptions WHERE client_id = ? AND key = ?",)},
+        None,
+        0,
+        None,
+    ),
+    Op.PUT_RETAINED: _Plan(
+        {_RETAINED: (_insert("retained", "INSERT OR REPLACE"),)}, _codec.retained_row, 0, None
+    ),
+    Op.DELETE_RETAINED: _Plan(
+        {_RETAINED: ("DELETE FROM retained WHERE sub_point = ? AND topic = ?",)}, None, 0, None
+    ),
+    # Messages are immutable: putting an id that is already stored keeps the stored one.
+    # (Not INSERT OR IGNORE: that would also skip rows that violate a CHECK.)
+    Op.PUT_MESSAGE: _Plan(
+        {_MESSAGES: (_insert("messages", "INSERT") + " ON CONFLICT (id) DO NOTHING",)},
+        _codec.message_row,
+        1,
+        None,
+    ),
+    Op.DELETE_MESSAGE: _Plan(
+        {_MESSAGES: ("DELETE FROM messages WHERE id = ?",)}, None, -1, "next_message_id"
+    ),
+    Op.PUT_DELIVERY: _Plan(
+        {_DELIVERIES: (_insert("deliveries", "INSERT OR REPLACE"),)}, _codec.delivery_row, 0, None
+    ),
+    Op.DELETE_DELIVERY: _Plan(
+        {_DELIVERIES: ("DELETE FROM deliveries WHERE delivery_id = ?",)},
+        None,
+        0,
+        "next_delivery_id",
+    ),
+    Op.PUT_INCOMING: _Plan(
+        {_INCOMING: (_insert("incoming", "INSERT OR REPLACE"),)}, _codec.incoming_row, 0, None
+    ),
+    Op.DELETE_INCOMING: _Plan(
+        {
+            _INCOMING: (
+                _raise_mark_from("next_message_id", "incoming", "message_id", _BY_PACKET),
+                "DELETE FROM incoming WHERE client_id = ? AND packet_id = ?",
+            )
+        },
+        None,
+        0,
+        None,
+    ),
+    Op.APPEND_JOURNAL: _Plan(
+        {_JOURNAL: (_insert("journal", "INSERT"),)}, _codec.journal_row, 0, None
+    ),
+}
+
+
+def _lanes_by_op() -> list[tuple[int, ...]]:
+    """Indexed by op value: the lanes an op goes to (a list index beats a dict lookup)."""
+    lanes: list[tuple[int, ...]] = [()] * (max(Op) + 1)
+    for op, plan in _PLAN.items():
+        lanes[op] = tuple(plan.statements)
+    return lanes
+
+
+_LANES_OF = _lanes_by_op()
+_op_of = itemgetter(0)
+
+_READ_JOURNAL = (
+    f"SELECT {', '.join(COLUMNS['journal'])} FROM journal"
+    " WHERE seq >= ? AND seq < ? ORDER BY seq LIMIT ?"
+)
+# Load order: what each table is sorted by, so both stores return the same lists.
+_LOAD_ORDER = {
+    "sessions": "client_id",
+    "subscriptions": "client_id, key",
+    "retained": "sub_point, topic",
+    "messages": "id",
+    "deliveries": "delivery_id",
+    "incoming": "client_id, packet_id",
+}
+
+
+def _is_corruption(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF in _CORRUPTION
+
+
+def _now_us() -> int:
+    return time.time_ns() // 1000
+
+
+def _lenient_text(raw: bytes) -> str:
+    """Text factory for re-reading a table that holds invalid UTF-8: keep the bad bytes as
+    surrogates so the row decoder can reject that row alone."""
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def _file_size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
+
+
+_NO_MARKS = {"next_seq": 1, "next_message_id": 1, "next_delivery_id": 1}
+_MAXIMA = (
+    ("next_seq", "SELECT MAX(seq) FROM journal"),
+    ("next_message_id", "SELECT MAX(id) FROM messages"),
+    (
+        "next_message_id",
+        "SELECT MAX(message_id) FROM incoming WHERE typeof(message_id) = 'integer'",
+    ),
+    ("next_delivery_id", "SELECT MAX(delivery_id) FROM deliveries"),
+)
+
+
+def _next_ids(
+    conn: sqlite3.Connection, marks: dict[str, int], tolerant: bool = False
+) -> dict[str, int]:
+    """Next ids: past both the high-water marks and the largest ids stored.
+
+    `tolerant` skips tables that cannot be read (salvaging a damaged file).
+    """
+    counters = dict(marks)
+    for key, sql in _MAXIMA:
+        try:
+            top = conn.execute(sql).fetchone()[0]
+        except sqlite3.Error:
+            if not tolerant:
+                raise
+            continue
+        if isinstance(top, int):
+            counters[key] = max(counters[key], top + 1)
+    return counters
+
+
+def open_journal_reader(path: str | os.PathLike[str]) -> sqlite3.Connection:
+    """A read-only connection to a store's journal (`path`: the data directory or the file).
+
+    WAL readers see a consistent snapshot per transaction and never block the broker's
+    commits. Query the `journal` table by `seq` ranges and keep read transactions short.
+    """
+    file = Path(path)
+    if file.is_dir():
+        file = file / DB_FILENAME
+    if not file.is_file():
+        raise StoreError(f"no store file at {file}")
+    uri = file.resolve().as_uri() + "?mode=ro"
+    try:
+        return sqlite3.connect(uri, uri=True, timeout=_BUSY_TIMEOUT_S)
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot open {file} for reading: {exc}") from exc
+
+
+class SqliteStore(Store):
+    """The durable state in one SQLite file; see the module docstring."""
+
+    def __init__(self, path: str | os.PathLike[str], sync: SyncMode | str = SyncMode.FULL) -> None:
+        self.path = Path(path)
+        self.sync = SyncMode(sync)
+        self._conn: sqlite3.Connection | None = None
+        self._unreported = 0  # damaged files set aside that no load() has reported yet
+        self._quarantined = 0  # rows in the quarantine table
+        self._messages: int | None = None  # message count, kept up to date by commit
+        # The `meta` high-water marks as last written by this store (lower is safe: it only
+        # costs a redundant update).
+        self._marks = dict(_NO_MARKS)
+        try:
+            self._conn = self._connect()
+        except sqlite3.Error as exc:
+            if not _is_corruption(exc):
+                raise StoreError(f"cannot open store {self.path}: {exc}") from exc
+            self._conn = self._replace_damaged_file(exc)
+
+    # -- Store API ------------------------------------------------------------------------
+
+    def load(self) -> StoreState:
+        conn = self._live()
+        try:
+            try:
+                state = self._load(conn)
+            except sqlite3.Error as exc:
+                if not _is_corruption(exc):
+                    raise
+                state = self._load(self._replace_damaged_file(exc))
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot load store {self.path}: {exc}") from exc
+        state.quarantined += self._unreported
+        self._unreported = 0
+        return state
+
+    def commit(self, batch: WriteBatch) -> None:
+        conn = self._live()
+        ops = batch.ops
+        if not ops:
+            return
+        lanes: list[list[tuple[Op, tuple[Any, ...]]]] = [[], [], [], [], [], [], []]
+        for entry in ops:
+            for lane in _LANES_OF[entry[0]]:
+                lanes[lane].append(entry)
+        message_delta = 0
+        raised: dict[str, int] = {}  # high-water marks this batch must persist
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for lane, entries in enumerate(lanes):
+                if not entries:
+                    continue
+                for op, run in groupby(entries, _op_of):
+                    statements, build, counted, mark = _PLAN[op]
+                    if build is None:
+                        params = [args for _, args in run]
+                    else:
+                        params = [build(args[0]) for _, args in run]
+                    for sql in statements[lane]:
+                        cursor = conn.executemany(sql, params)
+                    if counted:
+                        message_delta += counted * cursor.rowcount
+                    if mark is not None:
+                        top = max(params)[0] + 1
+                        if top > self._marks[mark] and top > raised.get(mark, 0):
+                            raised[mark] = top
+            if raised:
+                conn.executemany(_RAISE_MARK, [(top, key) for key, top in raised.items()])
+            conn.execute("COMMIT")
+        except Exception as exc:
+            self._rollback(conn)
+            raise StoreError(f"commit failed, nothing applied: {exc}") from exc
+        except BaseException:
+            self._rollback(conn)
+            raise
+        if self._messages is not None:
+            self._messages += message_delta
+        self._marks.update(raised)
+
+    def read_journal(
+        self, start_seq: int, end_seq: int, limit: int | None = None
+    ) -> list[JournalRecord]:
+        conn = self._live()
+        bound = -1 if limit is None else max(limit, 0)
+        try:
+            rows = conn.execute(_READ_JOURNAL, (start_seq, end_seq, bound)).fetchall()
+        except (sqlite3.Error, OverflowError) as exc:
+            raise StoreError(f"cannot read the journal: {exc}") from exc
+        return list(map(_codec.journal_from_trusted_row, rows))
+
+    def trim_journal(self, before_seq: int) -> int:
+        conn = self._live()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            # Remember where seq stands before its largest rows can go: it must not restart.
+            conn.execute(
+                "UPDATE meta SET value = MAX(value,"
+                " (SELECT IFNULL(MAX(seq), 0) + 1 FROM journal WHERE seq < ?))"
+                " WHERE key = 'next_seq'",
+                (before_seq,),
+            )
+            deleted: int = conn.execute("DELETE FROM journal WHERE seq < ?", (before_seq,)).rowcount
+            conn.execute("COMMIT")
+        except (sqlite3.Error, OverflowError) as exc:
+            self._rollback(conn)
+            raise StoreError(f"cannot trim the journal: {exc}") from exc
+        return deleted
+
+    def stats(self) -> StoreStats:
+        """Sizes; `journal_rows` is `last - first + 1`, exact while seq has no gaps (design
+        §8), and `deliveries` counts the client index (cheap, but linear in queued rows)."""
+        conn = self._live()
+        try:
+            first = conn.execute("SELECT MIN(seq) FROM journal").fetchone()[0]
+            last = conn.execute("SELECT MAX(seq) FROM journal").fetchone()[0]
+            deliveries = conn.execute("SELECT COUNT(*) FROM deliveries").fetchone()[0]
+            if self._messages is None:
+                self._messages = conn.execute("SELECT COUNT(*) FROM messages").fetchone()[0]
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read store sizes: {exc}") from exc
+        return StoreStats(
+            bytes_on_disk=_file_size(str(self.path)) + _file_size(f"{self.path}-wal"),
+            journal_rows=0 if last is None else last - first + 1,
+            journal_first_seq=first or 0,
+            journal_last_seq=last or 0,
+            messages=self._messages,
+            deliveries=deliveries,
+            quarantined=self._quarantined,
+        )
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot close store {self.path}: {exc}") from exc
+
+    # -- opening --------------------------------------------------------------------------
+
+    def _live(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StoreError("store is closed")
+        return self._conn
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+        )
+        try:
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                log.warning("store %s: no WAL mode (got %s); readers may block", self.path, mode)
+            conn.execute(f"PRAGMA synchronous={self.sync.name}")
+            # After a burst, checkpoints truncate the WAL back to this size instead of keeping it.
+            conn.execute(f"PRAGMA journal_size_limit={_WAL_SIZE_LIMIT}")
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"store {self.path} has schema version {version}, newer than this"
+                    f" telemq understands ({SCHEMA_VERSION}); refusing to touch it"
+                )
+            conn.executescript(_SCHEMA)
+            self._quarantined = conn.execute("SELECT COUNT(*) FROM quarantine").fetchone()[0]
+            self._marks = self._read_marks(conn)
+        except BaseException:
+            self._rollback(conn)
+            conn.close()
+            raise
+        return conn
+
+    @staticmethod
+    def _rollback(conn: sqlite3.Connection) -> None:
+        if conn.in_transaction:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                log.exception("rollback failed")
+
+    def _replace_damaged_file(self, exc: sqlite3.Error) -> sqlite3.Connection:
+        """Move the damaged file aside, start an empty one, and record that in it."""
+        counters = self._salvage_counters()
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            with contextlib.suppress(sqlite3.Error):  # it is damaged; the file is what matters
+                conn.close()
+        aside = self._aside_name()
+        for suffix in ("", "-wal", "-shm"):
+            source = Path(f"{self.path}{suffix}")
+            if source.exists():
+                os.replace(source, f"{aside}{suffix}")
+        log.error(
+            "store %s is damaged (%s): moved it to %s and started an empty store",
+            self.path,
+            exc,
+            aside.name,
+        )
+        try:
+            conn = self._connect()
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(_RAISE_MARK, counters)
+            conn.execute(
+                "INSERT INTO quarantine (table_name, row_json, reason, ts_us) VALUES (?, ?, ?, ?)",
+                ("*", json.dumps({"moved_to": aside.name}), str(exc), _now_us()),
+            )
+            conn.execute("COMMIT")
+        except sqlite3.Error as again:
+            raise StoreError(f"cannot start a new store at {self.path}: {again}") from again
+        self._quarantined += 1
+        self._unreported += 1
+        self._messages = None
+        self._marks = self._read_marks(conn)
+        return conn
+
+    def _aside_name(self) -> Path:
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
+        n = 1
+        while aside.exists():
+            n += 1
+            aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}-{n}")
+        return aside
+
+    def _salvage_counters(self) -> list[tuple[int, str]]:
+        """Best effort: the id counters of a damaged file, so a new store does not reuse ids."""
+        try:
+            reader = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True)
+        except sqlite3.Error:
+            return []
+        try:
+            try:
+                marks = self._read_marks(reader)
+            except sqlite3.Error:
+                marks = dict(_NO_MARKS)
+            counters = _next_ids(reader, marks, tolerant=True)
+        finally:
+            reader.close()
+        return [(value, key) for key, value in counters.items()]
+
+    # -- loading --------------------------------------------------------------------------
+
+    def _rows(self, conn: sqlite3.Connection, table: str) -> list[Row]:
+        """All rows of `table` in load order, each with its rowid appended."""
+        columns = ", ".join(COLUMNS[table])
+        sql = f"SELECT {columns}, rowid FROM {table} ORDER BY {_LOAD_ORDER[table]}"
+        try:
+            return conn.execute(sql).fetchall()
+        except sqlite3.OperationalError as exc:
+            if "decode" not in str(exc):
+                raise
+        conn.text_factory = _lenient_text  # some text is not UTF-8: find out which rows
+        try:
+            return conn.execute(sql).fetchall()
+        finally:
+            conn.text_factory = str
+
+    def _load(self, conn: sqlite3.Connection) -> StoreState:
+        bad: list[tuple[str, Row, str]] = []
+
+        def decode(table: str, from_row: Callable[[Sequence[object]], Any]) -> list[Any]:
+            records = []
+            for row in self._rows(conn, table):
+                try:
+                    records.append(from_row(row))
+                except BadRecord as exc:
+                    bad.append((table, row, str(exc)))
+            return records
+
+        state = StoreState(
+            sessions=decode("sessions", _codec.session_from_row),
+            subscriptions=decode("subscriptions", _codec.subscription_from_row),
+            retained=decode("retained", _codec.retained_from_row),
+            messages={m.id: m for m in decode("messages", _codec.message_from_row)},
+            incoming=decode("incoming", _codec.incoming_from_row),
+        )
+        deliveries = decode("deliveries", _codec.delivery_from_row)
+        state.deliveries, dangling, orphans = _codec.link_deliveries(state.messages, deliveries)
+        for d in dangling:
+            row = (*_codec.delivery_row(d), d.delivery_id)
+            bad.append(("deliveries", row, f"message {d.message_id} is missing"))
+        for message_id in orphans:
+            del state.messages[message_id]
+        counters = _next_ids(conn, self._read_marks(conn))  # rows set aside count too
+        if bad or orphans or counters != self._marks:
+            self._set_aside(conn, bad, orphans, counters)
+        state.next_seq = counters["next_seq"]
+        state.next_message_id = counters["next_message_id"]
+        state.next_delivery_id = counters["next_delivery_id"]
+        state.quarantined = len(bad)
+        self._messages = len(state.messages)
+        return state
+
+    @staticmethod
+    def _read_marks(conn: sqlite3.Connection) -> dict[str, int]:
+        marks = dict(_NO_MARKS)
+        for key, value in conn.execute("SELECT key, value FROM meta"):
+            if key in marks and isinstance(value, int):
+                marks[key] = value
+        return marks
+
+    def _set_aside(
+        self,
+        conn: sqlite3.Connection,
+        bad: list[tuple[str, Row, str]],
+        orphans: list[int],
+        counters: dict[str, int],
+    ) -> None:
+        """Move bad rows to `quarantine`, drop orphan messages and persist the counters (so
+        that the rows going away cannot lower them), in one transaction."""
+        for table, _, reason in bad[:_ROW_LOG_LIMIT]:
+            log.warning("quarantined a row of %s: %s", table, reason)
+        if len(bad) > _ROW_LOG_LIMIT:
+            log.warning("quarantined %d more rows", len(bad) - _ROW_LOG_LIMIT)
+        if orphans:
+            log.info("dropped %d stored messages that no delivery references", len(orphans))
+        now = _now_us()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(_RAISE_MARK, [(value, key) for key, value in counters.items()])
+            conn.executemany(
+                "INSERT INTO quarantine (table_name, row_json, reason, ts_us) VALUES (?, ?, ?, ?)",
+                [(table, _codec.row_json(table, row), reason, now) for table, row, reason in bad],
+            )
+            for table, row, _ in bad:
+                conn.execute(f"DELETE FROM {table} WHERE rowid = ?", (row[-1],))
+            conn.executemany("DELETE FROM messages WHERE id = ?", [(m,) for m in orphans])
+            conn.execute("COMMIT")
+        except BaseException:
+            self._rollback(conn)
+            raise
+        self._marks = counters
+        self._quarantined += len(bad)

@@ -1,0 +1,390 @@
+"""SQLite-only behaviour: pragmas, crash durability, damage tolerance, concurrent readers."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+import telemq
+from telemq.store import (
+    DeliveryRecord,
+    JournalRecord,
+    SessionRecord,
+    SqliteStore,
+    StoredMessage,
+    StoreError,
+    SubscriptionRecord,
+    SyncMode,
+    WriteBatch,
+    open_journal_reader,
+)
+from telemq.store.sqlite import SCHEMA_VERSION
+
+
+def journal(seq: int, payload: bytes = b"x") -> JournalRecord:
+    return JournalRecord(seq, seq, "t/a", "", 1, False, payload, "pub", "user")
+
+
+def append(store: SqliteStore, seqs: range, payload: bytes = b"x") -> None:
+    batch = WriteBatch()
+    for seq in seqs:
+        batch.append_journal(journal(seq, payload))
+    store.commit(batch)
+
+
+def connection(store: SqliteStore) -> sqlite3.Connection:
+    """The store's own connection: pragmas such as `synchronous` are per connection."""
+    conn = store._conn
+    assert conn is not None
+    return conn
+
+
+def raw(path: Path) -> sqlite3.Connection:
+    """A plain connection for tampering with a closed store's file."""
+    return sqlite3.connect(path, isolation_level=None)
+
+
+@pytest.mark.parametrize(
+    ("sync", "level"), [(SyncMode.FULL, 2), (SyncMode.NORMAL, 1), (SyncMode.OFF, 0), ("off", 0)]
+)
+def test_pragmas_follow_the_settings(tmp_path: Path, sync: SyncMode | str, level: int) -> None:
+    store = SqliteStore(tmp_path / "telemq.db", sync)
+    try:
+        conn = connection(store)
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == level
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert conn.isolation_level is None
+    finally:
+        store.close()
+
+
+def test_a_newer_schema_is_refused_not_quarantined(tmp_path: Path) -> None:
+    path = tmp_path / "telemq.db"
+    SqliteStore(path).close()
+    with raw(path) as conn:
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.close()
+    with pytest.raises(StoreError, match="newer"):
+        SqliteStore(path)
+    assert path.exists() and not list(tmp_path.glob("*.corrupt-*"))
+
+
+def test_a_failed_commit_leaves_no_transaction_open(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "telemq.db")
+    append(store, range(1, 3))
+    with pytest.raises(StoreError):
+        append(store, range(2, 4))
+    assert not connection(store).in_transaction
+    append(store, range(3, 5))
+    assert [r.seq for r in store.read_journal(0, 10)] == [1, 2, 3, 4]
+    store.close()
+
+
+# -- crash durability --------------------------------------------------------------------------
+
+CHILD = textwrap.dedent(
+    """
+    import sys
+    from telemq.store import (
+        DeliveryRecord, JournalRecord, SessionRecord, SqliteStore, StoredMessage, WriteBatch,
+    )
+
+    store = SqliteStore(sys.argv[1], sys.argv[2])
+    store.load()
+    for i in range(1, 1_000_000):
+        batch = WriteBatch()
+        batch.append_journal(JournalRecord(i, i, "t", "", 1, False, i.to_bytes(8, "big"), "c", "u"))
+        batch.put_message(StoredMessage(i, "t", b"m%d" % i, 1))
+        batch.put_delivery(DeliveryRecord(i, "sub", i, 1))
+        batch.put_session(SessionRecord("sub", {"last": i}))
+        store.commit(batch)
+        print(i, flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize("sync", list(SyncMode))
+def test_committed_batches_survive_sigkill(tmp_path: Path, sync: SyncMode) -> None:
+    path = tmp_path / "telemq.db"
+    src = str(Path(telemq.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(path), sync.value],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert child.stdout is not None
+    reported = 0
+    try:
+        for line in child.stdout:
+            reported = int(line)
+            if reported >= 150:
+                break
+        os.kill(child.pid, signal.SIGKILL)  # mid-stream: it is busy committing the next ones
+        for line in child.stdout:  # lines already in the pipe were committed too
+            reported = int(line)
+    finally:
+        child.kill()
+        child.wait()
+    assert child.returncode == -signal.SIGKILL
+    assert reported >= 150
+
+    store = SqliteStore(path, sync)
+    try:
+        state = store.load()
+        seqs = [r.seq for r in store.read_journal(0, 10_000_000)]
+        last = seqs[-1]
+        assert last >= reported
+        assert seqs == list(range(1, last + 1))  # no gaps: every batch is all or nothing
+        assert state.next_seq == last + 1
+        assert sorted(state.messages) == list(range(1, last + 1))
+        assert [d.delivery_id for d in state.deliveries] == list(range(1, last + 1))
+        assert state.sessions == [SessionRecord("sub", {"last": last})]
+        assert state.quarantined == 0
+    finally:
+        store.close()
+
+
+# -- damage ------------------------------------------------------------------------------------
+
+
+def test_a_garbage_file_is_moved_aside(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "telemq.db"
+    garbage = b"this is not an SQLite database, just bytes " * 200
+    path.write_bytes(garbage)
+    with caplog.at_level(logging.ERROR, logger="telemq.store"):
+        store = SqliteStore(path)
+    try:
+        state = store.load()
+        assert state.quarantined >= 1
+        assert store.stats().quarantined >= 1
+        assert state.sessions == [] and state.next_seq == 1
+        [moved] = tmp_path.glob("telemq.db.corrupt-*")
+        assert moved.read_bytes() == garbage
+        assert [r.levelno for r in caplog.records] == [logging.ERROR]
+        assert moved.name in caplog.text and "not a database" in caplog.text
+        # The new store works and remembers the incident.
+        store.commit(_one_session("after"))
+        store.close()
+        store = SqliteStore(path)
+        again = store.load()
+        assert [s.client_id for s in again.sessions] == ["after"]
+        assert again.quarantined == 0 and store.stats().quarantined == 1
+    finally:
+        store.close()
+
+
+def _one_session(client_id: str) -> WriteBatch:
+    batch = WriteBatch()
+    batch.put_session(SessionRecord(client_id))
+    return batch
+
+
+def _fill(path: Path) -> None:
+    """A store of several hundred pages, checkpointed into the main file."""
+    store = SqliteStore(path)
+    for i in range(1, 101):
+        batch = WriteBatch()
+        batch.append_journal(journal(i, os.urandom(1000)))
+        batch.put_message(StoredMessage(i, f"t/{i}", os.urandom(1000), 1))
+        batch.put_delivery(DeliveryRecord(i, f"c{i % 7}", i, 1))
+        batch.put_session(SessionRecord(f"c{i % 7}", {"n": i}))
+        batch.put_subscription(SubscriptionRecord(f"c{i % 7}", f"t/{i}", {"qos": 1}))
+        store.commit(batch)
+    store.close()  # the last connection's close checkpoints and removes the WAL
+    assert not Path(f"{path}-wal").exists()
+
+
+def test_a_truncated_file_still_opens(tmp_path: Path) -> None:
+    path = tmp_path / "telemq.db"
+    _fill(path)
+    size = path.stat().st_size
+    with path.open("r+b") as f:
+        f.truncate(size // 2)
+    store = SqliteStore(path)
+    try:
+        state = store.load()
+        assert state.quarantined >= 1
+        assert list(tmp_path.glob("telemq.db.corrupt-*"))
+        # Ids of the damaged store are not handed out again where they could be read.
+        assert state.next_seq >= 1 and state.next_message_id >= 1
+        store.commit(_one_session("after"))
+        assert [s.client_id for s in store.load().sessions] == ["after"]
+    finally:
+        store.close()
+
+
+def test_a_damaged_file_keeps_its_counters_when_they_are_readable(tmp_path: Path) -> None:
+    path = tmp_path / "telemq.db"
+    _fill(path)
+    with raw(path) as conn:  # damage one table's pages only: deliveries' root page
+        root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'deliveries'")
+        page = root.fetchone()[0]
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    conn.close()
+    with path.open("r+b") as f:
+        f.seek((page - 1) * page_size)
+        f.write(b"\xff" * page_size)
+    store = SqliteStore(path)
+    try:
+        state = store.load()
+        assert state.quarantined >= 1
+        assert state.deliveries == []
+        assert (state.next_seq, state.next_message_id) == (101, 101)
+    finally:
+        store.close()
+
+
+def test_a_bad_json_row_is_quarantined_and_the_rest_loads(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "telemq.db"
+    store = SqliteStore(path)
+    batch = WriteBatch()
+    for name in ("a", "b", "c"):
+        batch.put_session(SessionRecord(name, {"name": name}))
+        batch.put_subscription(SubscriptionRecord(name, "t/#", {"qos": 1}))
+    batch.put_message(StoredMessage(1, "t", b"p", 1))
+    batch.put_delivery(DeliveryRecord(1, "a", 1, 1))
+    batch.put_delivery(DeliveryRecord(2, "b", 1, 1))
+    store.commit(batch)
+    store.close()
+    with raw(path) as conn:
+        conn.execute("UPDATE sessions SET data = '{not json' WHERE client_id = 'b'")
+        conn.execute("UPDATE subscriptions SET data = '[1, 2]' WHERE client_id = 'c'")
+        conn.execute("PRAGMA ignore_check_constraints = ON")
+        conn.execute("UPDATE deliveries SET qos = 7 WHERE delivery_id = 2")
+        conn.execute("UPDATE sessions SET client_id = CAST(x'41ff' AS TEXT) WHERE client_id = 'c'")
+    conn.close()
+
+    store = SqliteStore(path)
+    try:
+        with caplog.at_level(logging.WARNING, logger="telemq.store"):
+            state = store.load()
+        assert [s.client_id for s in state.sessions] == ["a"]
+        assert [(s.client_id, s.key) for s in state.subscriptions] == [("a", "t/#"), ("b", "t/#")]
+        assert [d.delivery_id for d in state.deliveries] == [1]
+        assert state.quarantined == 4
+        assert store.stats().quarantined == 4
+        assert caplog.text.count("quarantined a row") == 4
+        rows = (
+            connection(store)
+            .execute("SELECT table_name, reason, row_json FROM quarantine ORDER BY id")
+            .fetchall()
+        )
+        assert sorted(t for t, _, _ in rows) == [
+            "deliveries",
+            "sessions",
+            "sessions",
+            "subscriptions",
+        ]
+        reasons = " | ".join(r for _, r, _ in rows)
+        assert "not valid JSON" in reasons and "not a JSON object" in reasons
+        assert "qos" in reasons and "UTF-8" in reasons
+        assert any('"{not json"' in j for _, _, j in rows)
+    finally:
+        store.close()
+    # Quarantined rows are gone from their tables: the next load is clean.
+    store = SqliteStore(path)
+    try:
+        assert store.load().quarantined == 0
+        assert store.stats().quarantined == 4
+    finally:
+        store.close()
+
+
+# -- readers -----------------------------------------------------------------------------------
+
+
+def test_a_reader_neither_blocks_nor_is_blocked_by_the_writer(tmp_path: Path) -> None:
+    path = tmp_path / "telemq.db"
+    store = SqliteStore(path)
+    append(store, range(1, 11))
+    reader = open_journal_reader(tmp_path)  # a data directory works as well as the file
+    try:
+        cursor = reader.execute("BEGIN")
+        cursor = reader.execute("SELECT seq FROM journal ORDER BY seq")
+        assert cursor.fetchmany(3) == [(1,), (2,), (3,)]  # a read transaction is open
+        for start in range(11, 211, 10):
+            append(store, range(start, start + 10))  # would raise "database is locked" if blocked
+        assert store.trim_journal(5) == 4
+        # The reader still sees its snapshot, untouched by the commits and the trim.
+        assert [seq for (seq,) in cursor.fetchall()] == list(range(4, 11))
+        reader.execute("COMMIT")
+        rows = reader.execute("SELECT MIN(seq), MAX(seq), COUNT(*) FROM journal").fetchone()
+        assert rows == (5, 210, 206)
+        with pytest.raises(sqlite3.OperationalError, match="readonly"):
+            reader.execute("DELETE FROM journal")
+    finally:
+        reader.close()
+        store.close()
+
+
+def test_a_reader_thread_reads_while_the_writer_commits(tmp_path: Path) -> None:
+    path = tmp_path / "telemq.db"
+    store = SqliteStore(path, SyncMode.OFF)
+    append(store, range(1, 2))
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def write() -> None:
+        try:
+            for start in range(2, 3002, 10):
+                append(store, range(start, start + 10), payload=b"p" * 200)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            done.set()
+
+    writer = threading.Thread(target=write)
+    reader = open_journal_reader(path)
+    seen: list[int] = []
+    try:
+        writer.start()
+        while True:
+            finished = done.is_set()  # before the read: then the read sees every commit
+            rows = reader.execute(
+                "SELECT seq FROM journal WHERE seq > ? ORDER BY seq LIMIT 500",
+                (seen[-1] if seen else 0,),
+            ).fetchall()
+            seen.extend(seq for (seq,) in rows)
+            if finished and not rows:
+                break
+        writer.join()
+    finally:
+        reader.close()
+        store.close()
+    assert errors == []
+    assert seen == list(range(1, 3002))
+
+
+def test_a_reader_needs_an_existing_store(tmp_path: Path) -> None:
+    with pytest.raises(StoreError):
+        open_journal_reader(tmp_path)
+
+
+def test_message_count_is_exact_with_duplicate_puts(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "telemq.db")
+    try:
+        store.load()
+        batch = WriteBatch()
+        for mid in (1, 2, 1, 2, 3):
+            batch.put_message(StoredMessage(mid, "t", b"", 0))
+        batch.delete_message(3)
+        batch.delete_message(3)
+        store.commit(batch)
+        assert store.stats().messages == 2
+        assert connection(store).execute("SELECT COUNT(*) FROM messages").fetchone()[0] == 2
+    finally:
+        store.close()
