@@ -33,11 +33,12 @@ import contextlib
 import logging
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 from .. import __version__
-from ..commands import COMMAND_TOPICS, Requester
+from ..commands import COMMAND_TOPICS, RESPONSE_PREFIX, Requester
 from ..filters import FilterError
 from ..filters import Message as FilterMessage
 from ..protocol import (
@@ -186,6 +187,9 @@ class Broker:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="telemq-store")
         self._committer = Committer(self.store, self.loop, self._executor, self._store_failed)
         self._restore(state)
+        if self.authorizer is not None:
+            for warning in self.authorizer.warnings:
+                log.warning("configuration: %s", warning)
         for listener in config.listeners:
             server = await self.loop.create_server(
                 self._client_factory(listener),
@@ -521,6 +525,8 @@ class Broker:
                 )
             )
             committer.schedule()
+        if present and self.authorizer is not None:
+            self._recheck_session(session, client)
         session.client = client
         client.session = session
         self.connected += 1
@@ -536,6 +542,36 @@ class Broker:
         )
         if session.queue:
             self._pump(session)
+
+    def _recheck_session(self, session: Session, client: Client) -> None:
+        """A session resumed by a user other than the owner of its subscriptions: keep only
+        what this user may read, so a client id is never a way around the ACL."""
+        user = client.user_id
+        for subscription in self.registry.of_queue(session.client_id):
+            if subscription.owner != user and not self.may(
+                "subscribe", subscription.topic, user, client.client_id
+            ):
+                log.info(
+                    "client %r (user %r): subscription to %r removed: not authorized",
+                    client.client_id,
+                    user,
+                    subscription.topic,
+                )
+                self.registry.remove(subscription)
+                self.forget_subscription(subscription)
+        if session.user_id != user and session.queue:
+            kept: deque[Delivery] = deque()
+            for delivery in session.queue:
+                if self.may("subscribe", delivery.message.topic, user, client.client_id):
+                    kept.append(delivery)
+                else:
+                    self.stats.messages_dropped += 1
+                    if delivery.delivery_id:
+                        self.committer.pending.delete_delivery(delivery.delivery_id)
+                        self._release_message_ref(delivery)
+            session.queue = kept
+            self.committer.schedule()
+        session.user_id = user
 
     def _discard_session(self, session: Session) -> None:
         """Forget a session entirely (clean session start, or clean session end)."""
@@ -679,6 +715,12 @@ class Broker:
         if not wants_reply(reply, command):
             return
         topic = reply_topic(command, client.client_id)
+        if topic != RESPONSE_PREFIX + client.client_id and not self.may(
+            "publish", topic, client.user_id, client.client_id
+        ):
+            # The requester chooses the reply topic: it must not be a way to write anywhere.
+            log.info("client %r: no reply to %r: not authorized", client.client_id, topic)
+            return
         body = reply_payload(reply, command, payload)
         sub_point = client.listener.sub_point
         self.committer.after(
