@@ -14,7 +14,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, cast
 
-from ..protocol import Connection, ConnectionClosed, Event
+from ..protocol import Connection, ConnectionClosed, ConnectionState
 from ..protocol.packets import Will
 
 if TYPE_CHECKING:
@@ -54,7 +54,6 @@ class Client(asyncio.Protocol):
         self.will: Will | None = None
         self.peer = "?"
         self.writable = True
-        self.backlog: list[Event] | None = None  # events held while CONNECT is checked
         self._dirty = False
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
@@ -80,9 +79,15 @@ class Client(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         connection = self.connection
         assert connection is not None
-        events = connection.receive_data(data, self.broker.loop.time())
+        now = self.broker.loop.time()
+        events = connection.receive_data(data, now)
         if events:
             self.broker.handle_events(self, events)
+            if connection.has_buffered_input and connection.state is ConnectionState.CONNECTED:
+                # What followed CONNECT in the same read, now that CONNECT is answered.
+                events = connection.receive_data(b"", now)
+                if events:
+                    self.broker.handle_events(self, events)
         self.flush()
 
     def connection_lost(self, exc: Exception | None) -> None:

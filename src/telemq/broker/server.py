@@ -376,14 +376,10 @@ class Broker:
     # -- events -------------------------------------------------------------
 
     def handle_events(self, client: Client, events: Iterable[Event]) -> None:
-        if client.backlog is not None:
-            client.backlog.extend(events)  # CONNECT is being authenticated: keep the order
-            return
-        iterator = iter(events)
-        for event in iterator:
+        for event in events:
             kind = type(event)
-            if kind is ConnectRequested and self._authenticate_later(client, event, iterator):
-                return
+            if kind is ConnectRequested and self._authenticate_later(client, event):
+                continue
             if kind is MessageReceived:
                 assert isinstance(event, MessageReceived)
                 self._on_publish(client, event)
@@ -413,19 +409,16 @@ class Broker:
 
     # -- CONNECT / end of connection ---------------------------------------
 
-    def _authenticate_later(
-        self, client: Client, event: Event, rest: Iterable[Event]
-    ) -> bool:
+    def _authenticate_later(self, client: Client, event: Event) -> bool:
         """Check a password off the event loop (a key derivation takes a while).
 
-        Events after CONNECT wait in `client.backlog` and run, in order, once the
-        client is accepted or refused.
+        The connection buffers whatever follows CONNECT until it is answered; reading
+        pauses meanwhile, and resumes with those bytes once the client is accepted.
         """
         authorizer = self.authorizer
         assert isinstance(event, ConnectRequested)
         if authorizer is None or event.packet.username is None or not authorizer.has_users:
             return False
-        client.backlog = list(rest)
         if client.transport is not None:
             client.transport.pause_reading()
         packet = event.packet
@@ -434,8 +427,6 @@ class Broker:
         )
 
         def done(result: asyncio.Future[bool]) -> None:
-            backlog = client.backlog or []
-            client.backlog = None
             if client.transport is not None and not client.transport.is_closing():
                 client.transport.resume_reading()
             ok = not result.cancelled() and result.exception() is None and result.result()
@@ -443,7 +434,7 @@ class Broker:
                 return
             if ok:
                 self._on_connect(client, event, authenticated=True)
-                self.handle_events(client, backlog)
+                client.data_received(b"")
             else:
                 self._refuse(client, ConnectReturnCode.BAD_USERNAME_OR_PASSWORD,
                              f"bad user name or password for {packet.username!r}")

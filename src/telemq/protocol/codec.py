@@ -279,7 +279,7 @@ def _decode_connect(first: int, body: bytes, level: int) -> Connect:
     if flags & 0x80:
         username = reader.string("user name")
     if flags & 0x40:
-        if username is None and protocol_level >= ProtocolLevel.MQTT_3_1_1:
+        if username is None:
             raise MalformedPacket("CONNECT: password flag set without the user name flag")
         password = reader.binary()
     if reader.remaining() and protocol_level >= ProtocolLevel.MQTT_3_1_1:
@@ -462,6 +462,24 @@ class Decoder:
         return len(self._buffer)
 
     def feed(self, data: bytes) -> list[Packet]:
+        """Every packet `data` completes; raises MalformedPacket for bad bytes."""
+        packets, error = self.feed_partial(data)
+        if error is not None:
+            raise error
+        return packets
+
+    def append(self, data: bytes) -> None:
+        """Buffer bytes without decoding them (while CONNECT awaits its answer)."""
+        self._buffer += data
+
+    def feed_partial(
+        self, data: bytes, stop_after_connect: bool = False
+    ) -> tuple[list[Packet], MalformedPacket | None]:
+        """Like `feed`, but returns the packets decoded before a malformed one with the error.
+
+        With `stop_after_connect`, decoding stops after a CONNECT and the rest stays
+        buffered: what follows CONNECT is only read once the CONNECT is answered.
+        """
         buffer = self._buffer
         if buffer:
             buffer += data
@@ -473,6 +491,7 @@ class Decoder:
         packets: list[Packet] = []
         level = self.protocol_level
         decoders = _DECODERS
+        error: MalformedPacket | None = None
         try:
             while size - pos >= 2:
                 first = view[pos]
@@ -513,11 +532,16 @@ class Decoder:
                 packet = decoder(first, bytes(view[start:end]), level)
                 packets.append(packet)
                 pos = end
-                if type(packet) is Connect and packet.protocol_level in (3, 4):
-                    level = self.protocol_level = packet.protocol_level
+                if type(packet) is Connect:
+                    if packet.protocol_level in (3, 4):
+                        level = self.protocol_level = packet.protocol_level
+                    if stop_after_connect:
+                        break
+        except MalformedPacket as problem:
+            error = problem
         finally:
             if buffer:
                 del buffer[:pos]
             elif pos < size:
                 buffer += data[pos:]
-        return packets
+        return packets, error

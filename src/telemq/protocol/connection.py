@@ -8,7 +8,11 @@ asks `next_timer()` when it wants to be called back and then calls
 `handle_timer(now)`. The owner (the broker) answers events by calling methods
 (`accept`, `refuse`, `send`, `deliver`, `close`).
 
-States: AWAIT_CONNECT -> CONNECTED -> CLOSED. Rules enforced here:
+States: AWAIT_CONNECT -> CONNECTING -> CONNECTED -> CLOSED. Bytes that arrive
+after CONNECT are buffered, not decoded, until the owner answers it with
+`accept` or `refuse`, so nothing is answered before the CONNACK; after
+`accept` the owner calls `receive_data(b"", now)` to process them. Rules
+enforced here:
 
 * the first packet must be CONNECT, and only one CONNECT is allowed;
 * CONNECT validation that needs no broker state: unsupported protocol level
@@ -32,7 +36,7 @@ from __future__ import annotations
 import enum
 
 from .codec import PINGRESP_BYTES, Decoder, encode, encode_publish
-from .errors import LocalProtocolError, MalformedPacket
+from .errors import LocalProtocolError
 from .events import (
     ConnectionClosed,
     ConnectRequested,
@@ -68,6 +72,7 @@ MAX_CLIENT_ID_3_1 = 23
 
 class ConnectionState(enum.Enum):
     AWAIT_CONNECT = "await-connect"
+    CONNECTING = "connecting"  # CONNECT received; waiting for accept() or refuse()
     CONNECTED = "connected"
     CLOSED = "closed"
 
@@ -117,20 +122,30 @@ class Connection:
 
     def receive_data(self, data: bytes, now: float) -> list[Event]:
         """Feed bytes read from the peer; returns the events they complete."""
-        if self.state is ConnectionState.CLOSED:
+        state = self.state
+        if state is ConnectionState.CLOSED:
             return []
         self.last_received = now
         self.bytes_received += len(data)
-        try:
-            packets = self._decoder.feed(data)
-        except MalformedPacket as error:
-            return [self._fail(f"malformed packet: {error}")]
+        if state is ConnectionState.CONNECTING:
+            self._decoder.append(data)
+            return []
+        packets, error = self._decoder.feed_partial(
+            data, stop_after_connect=state is ConnectionState.AWAIT_CONNECT
+        )
         events: list[Event] = []
         for packet in packets:
             self._handle(packet, now, events)
             if self.closed:
-                break
+                return events
+        if error is not None and self.state is not ConnectionState.CONNECTING:
+            events.append(self._fail(f"malformed packet: {error}"))
         return events
+
+    @property
+    def has_buffered_input(self) -> bool:
+        """Bytes wait in the decoder (e.g. those that followed CONNECT)."""
+        return self._decoder.buffered > 0
 
     def _handle(self, packet: Packet, now: float, events: list[Event]) -> None:
         kind = type(packet)
@@ -212,7 +227,7 @@ class Connection:
             self._out.append(encode(ConnAck(ConnectReturnCode.IDENTIFIER_REJECTED)))
             events.append(self._fail("empty client identifier without clean session"))
             return
-        self.state = ConnectionState.CONNECTED
+        self.state = ConnectionState.CONNECTING
         self._connect_deadline = None
         self.keepalive = packet.keepalive
         self._keepalive_window = 1.5 * packet.keepalive
@@ -223,7 +238,10 @@ class Connection:
     def accept(self, session_present: bool, flows: Flows, now: float) -> None:
         """Send CONNACK 0 and attach the session's flows; re-sends what is in flight."""
         self.flows = flows
-        self._out.append(encode(ConnAck(ConnectReturnCode.ACCEPTED, session_present)))
+        self.state = ConnectionState.CONNECTED
+        # MQTT 3.1 has no session present flag: the byte is reserved (0).
+        present = session_present and self.protocol_level >= ProtocolLevel.MQTT_3_1_1
+        self._out.append(encode(ConnAck(ConnectReturnCode.ACCEPTED, present)))
         if flows.outbound:
             self.resend_inflight(now)
 
