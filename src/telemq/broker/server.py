@@ -96,6 +96,8 @@ class BrokerStats:
     """Counters published under $SYS."""
 
     __slots__ = (
+        "bytes_received_closed",
+        "bytes_sent_closed",
         "clients_total_ever",
         "commands",
         "messages_dropped",
@@ -115,6 +117,8 @@ class BrokerStats:
         self.clients_total_ever = 0
         self.publish_denied = 0  # PUBLISH packets dropped by the ACL
         self.commands = 0  # MQ command messages executed
+        self.bytes_received_closed = 0  # bytes of connections that have ended
+        self.bytes_sent_closed = 0
 
 
 def _now_us() -> int:
@@ -354,6 +358,9 @@ class Broker:
 
     def client_gone(self, client: Client) -> None:
         self.clients.discard(client)
+        if client.connection is not None:
+            self.stats.bytes_received_closed += client.connection.bytes_received
+            self.stats.bytes_sent_closed += client.connection.bytes_sent
 
     def client_writable(self, client: Client) -> None:
         session = client.session
@@ -1246,10 +1253,12 @@ class Broker:
             for topic in point
             if not topic.startswith("$SYS/")
         )
-        bytes_received = sum(
+        bytes_received = stats.bytes_received_closed + sum(
             c.connection.bytes_received for c in self.clients if c.connection is not None
         )
-        bytes_sent = sum(c.connection.bytes_sent for c in self.clients if c.connection is not None)
+        bytes_sent = stats.bytes_sent_closed + sum(
+            c.connection.bytes_sent for c in self.clients if c.connection is not None
+        )
         prefix = "$SYS/broker/"
         values = {
             "version": f"telemq {__version__}",
