@@ -66,8 +66,9 @@ class CommandHost:
         body: bytes,
         retain: bool,
         exclude_queue: str | None,
+        expiry: float | None = None,
     ) -> None:
-        self.broker.publish_as(requester, topic, body, retain, exclude_queue)
+        self.broker.publish_as(requester, topic, body, retain, exclude_queue, expiry)
 
     def delete_retained(self, sub_point: str, topic: str) -> int:
         broker = self.broker

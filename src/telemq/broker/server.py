@@ -294,6 +294,7 @@ class Broker:
                 str(retained.data.get("user_id", "")),
                 retained.ts_us,
             )
+            kept.expiry_at = float(retained.data.get("expiry_at", 0.0) or 0.0)
             self.retained.setdefault(retained.sub_point, {})[retained.topic] = kept
         messages = {mid: Message.from_stored(stored) for mid, stored in state.messages.items()}
         for record in state.deliveries:
@@ -751,8 +752,12 @@ class Broker:
         body: bytes,
         retain: bool,
         exclude_queue: str | None,
+        expiry: float | None = None,
     ) -> None:
-        """A Publish command's publication, routed like the requester's own PUBLISH."""
+        """A Publish command's publication, routed like the requester's own PUBLISH.
+
+        `expiry` (seconds, from <mqmd><Expiry>) bounds the life of its retained copy.
+        """
         message = Message(
             topic,
             body,
@@ -763,6 +768,8 @@ class Broker:
             requester.user_id,
             _now_us(),
         )
+        if expiry is not None:
+            message.expiry_at = time.time() + expiry
         self.stats.messages_received += 1
         self._accept(message, hand_off_now=True, exclude_queue=exclude_queue)
         self.committer.schedule()
@@ -857,7 +864,11 @@ class Broker:
                     message.payload,
                     message.qos,
                     message.ts_us,
-                    {"client_id": message.client_id, "user_id": message.user_id},
+                    {
+                        "client_id": message.client_id,
+                        "user_id": message.user_id,
+                        "expiry_at": message.expiry_at,
+                    },
                 )
             )
 
@@ -1207,9 +1218,28 @@ class Broker:
         while True:
             await asyncio.sleep(1.0)
             try:
-                self.expire_subscriptions(time.time())
+                now = time.time()
+                self.expire_subscriptions(now)
+                self.expire_retained(now)
             except Exception:
                 log.exception("housekeeping failed")
+
+    def expire_retained(self, now: float) -> int:
+        """Drop retained publications whose MQ expiry has passed."""
+        count = 0
+        for sub_point, retained in self.retained.items():
+            doomed = [
+                topic
+                for topic, message in retained.items()
+                if message.expiry_at and message.expiry_at <= now
+            ]
+            for topic in doomed:
+                del retained[topic]
+                self.committer.pending.delete_retained(sub_point, topic)
+            count += len(doomed)
+        if count:
+            self.committer.schedule()
+        return count
 
     def expire_subscriptions(self, now: float) -> int:
         expired = self.registry.expired(now)

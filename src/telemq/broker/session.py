@@ -26,6 +26,7 @@ class Message:
     __slots__ = (
         "_frames",
         "client_id",
+        "expiry_at",
         "payload",
         "qos",
         "refs",
@@ -61,6 +62,7 @@ class Message:
         self.ts_us = ts_us
         self.store_id = 0  # id in the store's messages table; 0 = not stored there
         self.refs = 0  # durable deliveries that reference store_id
+        self.expiry_at = 0.0  # UTC seconds after which a retained copy is gone; 0 = never
         self._frames: list[bytes | None] = [None, None]
 
     def frame_qos0(self, retain: bool) -> bytes:

@@ -45,6 +45,7 @@ REGSUB_OPTIONS = frozenset(
         *PERSISTENCE_OPTIONS,
     }
 )
+COMMAND_ONLY_OPTIONS = frozenset({"AddName", "FullResp", "JoinExcl", "JoinShared", "NoAlter"})
 DEREGSUB_OPTIONS = frozenset(
     {"CorrelAsId", "DeregAll", "FullResp", "LeaveOnly", "VariableUserId", "None"}
 )
@@ -99,6 +100,7 @@ class Host(Protocol):
         body: bytes,
         retain: bool,
         exclude_queue: str | None,
+        expiry: float | None = None,
     ) -> None: ...
 
     def delete_retained(self, sub_point: str, topic: str) -> int: ...
@@ -428,18 +430,23 @@ def _plan_update(
             raise CommandFailed(
                 ReasonCode.SUB_NAME_ERROR, f"SubName {name!r} is taken", SubName=name
             )
-    join = _join(existing, member, options, warnings) if member else None
-    alter = "NoAlter" not in options
-    if alter and member and any(m != member for m in existing.members):
-        raise CommandFailed(
-            ReasonCode.SUBSCRIPTION_IN_USE,
-            "other identities share the subscription: it cannot be altered",
-            SubIdentity=member,
-        )
-    if alter and member and not join and member not in existing.members and existing.members:
+    if member and member not in existing.members and existing.members and not (
+        "JoinShared" in options or "JoinExcl" in options
+    ):
         raise CommandFailed(
             ReasonCode.SUB_IDENTITY_ERROR,
             "SubIdentity is not in the identity set and no Join option was given",
+            SubIdentity=member,
+        )
+    join = _join(existing, member, options, warnings) if member else None
+    # Join, AddName, NoAlter and FullResp act on the command, not on the attributes.
+    setting = [o for o in options if o not in COMMAND_ONLY_OPTIONS]
+    alter = "NoAlter" not in options
+    changes = bool(setting) or user_data is not None
+    if alter and changes and member and any(m != member for m in existing.members):
+        raise CommandFailed(
+            ReasonCode.SUBSCRIPTION_IN_USE,
+            "other identities share the subscription: it cannot be altered",
             SubIdentity=member,
         )
     if (
@@ -458,7 +465,7 @@ def _plan_update(
         if join is not None:
             join()
         if alter:
-            if options:
+            if setting:
                 existing.options = stored
                 existing.persistence = persistence or Persistence.PERS_AS_PUB
                 if "VariableUserId" not in stored:
@@ -635,7 +642,8 @@ def publish(command: Command, requester: Requester, registry: Registry, host: Ho
         if not host.may_publish(requester, topic):
             warnings.append(Reason(ReasonCode.NOT_AUTHORIZED, {"Topic": topic}))
             continue
-        host.publish(requester, topic, command.body, "RetainPub" in options, exclude)
+        expiry = None if command.mqmd.expiry is None else command.mqmd.expiry / 10.0
+        host.publish(requester, topic, command.body, "RetainPub" in options, exclude, expiry)
     return Reply("warning" if warnings else "ok", warnings)
 
 
