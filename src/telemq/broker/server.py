@@ -43,6 +43,7 @@ from ..filters import FilterError
 from ..filters import Message as FilterMessage
 from ..protocol import (
     SUBACK_FAILURE,
+    Connection,
     ConnectionClosed,
     ConnectRequested,
     ConnectReturnCode,
@@ -1003,6 +1004,10 @@ class Broker:
         while queue and flows.has_window():
             delivery = queue.popleft()
             message = delivery.message
+            # A durable QoS 2 delivery goes out only once its packet id is committed:
+            # after a crash it must come back with that id and DUP=1, or the
+            # subscriber could take it for a new message [MQTT-4.3.3].
+            deferred = delivery.qos == 2 and bool(delivery.delivery_id)
             try:
                 packet_id = connection.deliver(
                     message.topic_bytes,
@@ -1011,6 +1016,7 @@ class Broker:
                     delivery.retain,
                     delivery,
                     now,
+                    send=not deferred,
                 )
             except PacketIdsExhausted:
                 queue.appendleft(delivery)
@@ -1028,11 +1034,26 @@ class Broker:
                         delivery.retain,
                     )
                 )
+            if deferred:
+                committer.after(self._send_publish_later(client, connection, packet_id))
         if sent:
             self.stats.messages_sent += sent
             client.mark_dirty()
             if committer.pending:
                 committer.schedule()
+
+    def _send_publish_later(
+        self, client: Client, connection: Connection, packet_id: int
+    ) -> Callable[[], None]:
+        def send() -> None:
+            if connection.closed or client.connection is not connection:
+                return  # re-sent with DUP=1 when the session reconnects
+            frame = connection.publish_bytes(packet_id)
+            if frame is not None:
+                connection.send_bytes(frame)
+                client.mark_dirty()
+
+        return send
 
     # -- acknowledgements from subscribers ---------------------------------
 

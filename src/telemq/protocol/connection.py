@@ -284,15 +284,37 @@ class Connection:
             self._out.append(data)
 
     def deliver(
-        self, topic: bytes, payload: bytes, qos: int, retain: bool, ref: object, now: float
+        self,
+        topic: bytes,
+        payload: bytes,
+        qos: int,
+        retain: bool,
+        ref: object,
+        now: float,
+        send: bool = True,
     ) -> int:
-        """Send a QoS 1/2 PUBLISH and track it until acknowledged; returns its packet id."""
+        """Track a QoS 1/2 PUBLISH until acknowledged and send it; returns its packet id.
+
+        With `send=False` the message is only tracked: the owner writes the bytes
+        (`publish_bytes`) once its packet id is durable, so that after a crash the
+        message is re-sent with the same id and DUP=1, never as a new message.
+        """
         if self.flows is None:
             raise LocalProtocolError("deliver() before accept()")
         inflight = self.flows.track(qos, topic, payload, retain, ref, now)
-        if self.state is not ConnectionState.CLOSED:
+        if send and self.state is not ConnectionState.CLOSED:
             self._out.append(encode_publish(topic, payload, qos, retain, False, inflight.packet_id))
         return inflight.packet_id
+
+    def publish_bytes(self, packet_id: int) -> bytes | None:
+        """The first PUBLISH of a tracked message, or None if it is no longer in flight."""
+        flows = self.flows
+        inflight = flows.outbound.get(packet_id) if flows is not None else None
+        if inflight is None or inflight.state is not InflightState.PUBLISHED:
+            return None
+        return encode_publish(
+            inflight.topic, inflight.payload, inflight.qos, inflight.retain, False, packet_id
+        )
 
     def close(self, reason: str) -> ConnectionClosed:
         """Close from the server side (takeover, shutdown, limits): an abnormal end."""
