@@ -752,3 +752,18 @@ def test_3_1_retry_interval_zero_disables_retries() -> None:
     assert connection.next_timer() is None
     assert connection.handle_timer(1000.0) == []
     assert connection.data_to_send() == b""
+
+
+def test_deliver_without_sending_tracks_the_id_and_publish_bytes_sends_it_later() -> None:
+    """The owner of a durable QoS 2 delivery writes the PUBLISH once its id is stored."""
+    connection, flows = accepted()
+    packet_id = connection.deliver(b"a/b", b"x", 2, False, "ref", 1.0, send=False)
+    assert connection.data_to_send() == b""
+    assert packet_id in flows.outbound
+    frame = connection.publish_bytes(packet_id)
+    assert frame is not None
+    assert decode_sent(frame) == [Publish("a/b", b"x", 2, False, False, packet_id)]
+    # Once PUBREC moved it on, the first PUBLISH is no longer what to send.
+    connection.receive_data(encode(PubRec(packet_id)), 2.0)
+    assert connection.publish_bytes(packet_id) is None
+    assert connection.publish_bytes(packet_id + 1) is None
