@@ -881,15 +881,10 @@ class Broker:
         if route is None:
             return []
         msg_qos = message.qos
-        targets: dict[str, tuple[int, int]]  # queue -> (QoS, persistence rank)
-        if msg_qos == 2 and not route.filtered:
-            targets = route.plain  # nothing to cap or add: the cached merge is the answer
-        else:
-            targets = {
-                queue: (cap if cap < msg_qos else msg_qos, rank)
-                for queue, (cap, rank) in route.plain.items()
-            }
+        # queue -> (highest granted QoS, persistence rank); capped to the message's QoS below.
+        targets: dict[str, tuple[int, int]] = route.plain
         if route.filtered:
+            targets = dict(targets)
             view = FilterMessage(
                 message.payload,
                 {
@@ -909,9 +904,10 @@ class Broker:
             return []
         sessions = self.sessions
         later: list[tuple[Session, Delivery]] = []
-        for queue, (qos, rank) in targets.items():
+        for queue, (granted, rank) in targets.items():
             if queue == exclude_queue:
                 continue
+            qos = granted if granted < msg_qos else msg_qos
             session = sessions.get(queue)
             if session is None:
                 continue
@@ -941,9 +937,9 @@ class Broker:
             self.stats.messages_dropped += 1
             return
         connection = client.connection
-        if connection is None or connection.closed:
+        if connection is None:
             return
-        connection.send_bytes(message.frame_qos0(retain))
+        connection.send_bytes(message.frame_qos0(retain))  # a no-op once closed
         self.stats.messages_sent += 1
         client.mark_dirty()
 
