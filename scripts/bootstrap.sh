@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what telemq needs on a fresh Debian machine, idempotently.
-#   bash scripts/bootstrap.sh          the broker (and uvloop)
-#   bash scripts/bootstrap.sh --test   plus test tools, MQTT clients and Java for Spark
+#   bash scripts/bootstrap.sh          the broker, uvloop, PySpark and Java 17+ (for the demo)
+#   bash scripts/bootstrap.sh --test   plus test tools and Debian's MQTT clients
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,21 +29,26 @@ java_major() {
     java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n 1
 }
 
+missing=()
 if [ "$want_test" = 1 ]; then
-    missing=()
     command -v mosquitto_sub >/dev/null 2>&1 || missing+=(mosquitto-clients)
-    if [ "$(java_major)" -lt 17 ] 2>/dev/null || [ -z "$(java_major)" ]; then
-        missing+=(openjdk-17-jre-headless)
-    fi
-    if [ "${#missing[@]}" -gt 0 ]; then
-        echo "bootstrap: installing ${missing[*]}" >&2
-        apt_install "${missing[@]}"
-    fi
-    if [ "$(java_major)" -lt 17 ] 2>/dev/null; then
-        echo "bootstrap: Java 17 or newer is required for the Spark tests (found: $(java_major))" >&2
-        exit 1
-    fi
-    "$PYTHON" -m pip install -q --disable-pip-version-check -e ".[test,fast]"
+fi
+major=$(java_major)
+if [ -z "$major" ] || [ "$major" -lt 17 ]; then
+    missing+=(openjdk-17-jre-headless)
+fi
+if [ "${#missing[@]}" -gt 0 ]; then
+    echo "bootstrap: installing ${missing[*]}" >&2
+    apt_install "${missing[@]}"
+fi
+major=$(java_major)
+if [ -z "$major" ] || [ "$major" -lt 17 ]; then
+    echo "bootstrap: Java 17 or newer is required by PySpark (found: ${major:-none});" \
+         "install a JRE 17+ and put 'java' on the PATH" >&2
+    exit 1
+fi
+if [ "$want_test" = 1 ]; then
+    "$PYTHON" -m pip install -q --disable-pip-version-check -e ".[test,fast,spark]"
 else
-    "$PYTHON" -m pip install -q --disable-pip-version-check -e ".[fast]"
+    "$PYTHON" -m pip install -q --disable-pip-version-check -e ".[fast,spark]"
 fi

@@ -1,0 +1,239 @@
+"""Pipeline benchmark: the `telemq` source against Spark's JSON reader, and the `filter`
+option (native Spark Columns) against the same filter as a Python UDF.
+
+For `--rows` messages of JSON telemetry it builds, once per work directory:
+
+- a broker journal (`<work>/data/telemq.db`, written through the store's schema), and
+- the same rows as JSON lines (`<work>/messages.jsonl`: the journal's columns, the payload as
+  a string), for Spark's own JSON reader with an explicit schema (no inference).
+
+Then, in one Spark session, it reports input rows per second (best of `--repeat` runs):
+
+1. journal source -> Parquet        vs  2. JSON reader -> Parquet       (target >= 0.5x);
+3. source + `filter` as a native Column vs 4. source + the same filter as a Python UDF
+   (target >= 2x), read and filtered into Spark's ``noop`` sink so that the filter's cost is
+   not hidden behind Parquet's; also the source alone (the floor), the filter evaluated
+   inside the reader (the raw format's `filter` option), and an Arrow-optimized UDF when
+   pandas is installed.
+
+Run from a checkout: ``python bench/bench_pipeline.py --rows 1000000``. The numbers depend on
+the machine; the ratios are the point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import random
+import shutil
+import sqlite3
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from telemq.filters import compile_filter
+from telemq.pipeline.journal import open_reader
+from telemq.pipeline.source import read_journal
+from telemq.pipeline.spark import spark_session
+from telemq.store import SqliteStore
+
+FILTER = "temp > 30 AND hum < 60"
+TS0 = 1_732_233_600_000_000
+JSON_SCHEMA = (
+    "seq bigint, ts timestamp, topic string, sub_point string, qos int, retain boolean,"
+    " payload string, client_id string, user_id string"
+)
+
+
+def messages(rows: int) -> Iterator[tuple[Any, ...]]:
+    """Journal rows: seq, ts_us, topic, sub_point, qos, retain, payload, client_id, user_id."""
+    rng = random.Random(42)
+    for seq in range(1, rows + 1):
+        device = seq % 200
+        payload = json.dumps(
+            {
+                "temp": round(rng.uniform(10, 40), 2),
+                "hum": rng.randint(20, 90),
+                "site": f"s{device % 7}",
+                "ok": seq % 5 != 0,
+            }
+        ).encode()
+        yield (
+            seq,
+            TS0 + seq * 1_000,
+            f"sensors/site{device % 7}/dev{device}",
+            "",
+            seq % 3,
+            int(seq % 11 == 0),
+            payload,
+            f"dev{device}",
+            "",
+        )
+
+
+def build(work: Path, rows: int) -> tuple[Path, Path]:
+    """The journal and the JSON lines file for `rows` messages (reused when present)."""
+    data, lines = work / "data", work / "messages.jsonl"
+    marker = work / f"built-{rows}"
+    if marker.exists():
+        return data, lines
+    shutil.rmtree(data, ignore_errors=True)
+    data.mkdir(parents=True)
+    store = SqliteStore(data / "telemq.db", "off")
+    store.load()  # creates the schema
+    store.close()
+    started = time.monotonic()
+    conn = sqlite3.connect(data / "telemq.db")
+    conn.execute("PRAGMA synchronous=OFF")
+    insert = (
+        "INSERT INTO journal (seq, ts_us, topic, sub_point, qos, retain, payload, client_id,"
+        " user_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    )
+    with lines.open("w", encoding="utf-8") as out:
+        batch: list[tuple[Any, ...]] = []
+        for row in messages(rows):
+            batch.append(row)
+            seq, ts, topic, sub_point, qos, retain, payload, client_id, user_id = row
+            ts_text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts // 1_000_000))
+            record = {
+                "seq": seq,
+                "ts": f"{ts_text}.{ts % 1_000_000:06d}Z",
+                "topic": topic,
+                "sub_point": sub_point,
+                "qos": qos,
+                "retain": bool(retain),
+                "payload": payload.decode(),
+                "client_id": client_id,
+                "user_id": user_id,
+            }
+            out.write(json.dumps(record) + "\n")
+            if len(batch) == 50_000:
+                conn.executemany(insert, batch)
+                batch.clear()
+        conn.executemany(insert, batch)
+    conn.commit()
+    conn.close()
+    marker.touch()
+    print(f"built {rows:,} messages in {time.monotonic() - started:.1f}s: {data}, {lines}")
+    return data, lines
+
+
+def measure(name: str, rows: int, repeat: int, job: Callable[[], None]) -> float:
+    """Best rows/s of `repeat` runs of `job`."""
+    best = float("inf")
+    for _ in range(repeat):
+        started = time.monotonic()
+        job()
+        best = min(best, time.monotonic() - started)
+    rate = rows / best
+    print(f"  {name:<44} {best:7.2f}s  {rate:>12,.0f} rows/s", flush=True)
+    return rate
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000, help="messages (default 1M)")
+    parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    parser.add_argument("--repeat", type=int, default=2, help="runs per measurement (best)")
+    parser.add_argument("--workdir", help="keep the data here (default: a temporary directory)")
+    args = parser.parse_args()
+
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="telemq-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    data, lines = build(work, args.rows)
+    conn = open_reader(data)
+    count = int(conn.execute("SELECT COUNT(*) FROM journal").fetchone()[0])
+    conn.close()
+    out = work / "out"
+
+    spark = spark_session(args.master, "telemq-bench")
+    cores = spark.sparkContext.defaultParallelism
+    print(f"{count:,} messages, Spark {spark.version}, {args.master} ({cores} cores)")
+
+    def parquet(frame: Any) -> Callable[[], None]:
+        return lambda: frame.write.mode("overwrite").parquet(str(out))
+
+    # Warm up the JVM and the Python workers on a small slice of each path.
+    read_journal(spark, str(data), options={"endingSeq": 20_000}).write.format("noop").mode(
+        "overwrite"
+    ).save()
+    spark.read.schema(JSON_SCHEMA).json(str(lines)).limit(20_000).write.format("noop").mode(
+        "overwrite"
+    ).save()
+
+    print("read + write Parquet")
+    source = measure("telemq source", count, args.repeat, parquet(read_journal(spark, str(data))))
+    reader = measure(
+        "Spark JSON reader (JSON lines)",
+        count,
+        args.repeat,
+        parquet(spark.read.schema(JSON_SCHEMA).json(str(lines))),
+    )
+
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BooleanType
+
+    flt = compile_filter(FILTER)
+
+    def evaluate(payload: bytes | None) -> bool:
+        return flt.matches(payload or b"")
+
+    def noop(frame: Any) -> Callable[[], None]:
+        return lambda: frame.write.format("noop").mode("overwrite").save()
+
+    journal = read_journal(spark, str(data))
+    print(f"read + filter {FILTER!r} (rows scanned per second, noop sink)")
+    floor = measure("telemq source, no filter", count, args.repeat, noop(journal))
+    native = measure(
+        "filter option (native Spark Column)",
+        count,
+        args.repeat,
+        noop(read_journal(spark, str(data), filter=FILTER)),
+    )
+    in_reader = measure(
+        "filter option inside the reader (Python)",
+        count,
+        args.repeat,
+        noop(spark.read.format("telemq").options(path=str(data), filter=FILTER).load()),
+    )
+    python_udf = F.udf(evaluate, BooleanType())
+    udf = measure("Python UDF", count, args.repeat, noop(journal.filter(python_udf("payload"))))
+    udf_arrow = None
+    if importlib.util.find_spec("pandas") is not None:  # Arrow-optimized UDFs need it
+        arrow_udf = F.udf(evaluate, BooleanType(), useArrow=True)
+        udf_arrow = measure(
+            "Python UDF (Arrow-optimized)",
+            count,
+            args.repeat,
+            noop(journal.filter(arrow_udf("payload"))),
+        )
+    else:
+        print("  (pandas is not installed: no Arrow-optimized UDF)")
+    matched = read_journal(spark, str(data), filter=FILTER).count()
+    print(f"  ({matched:,} of {count:,} rows match)")
+
+    def cost(rate: float) -> float:
+        """Seconds the filter adds to the plain read."""
+        return max(1e-9, count / rate - count / floor)
+
+    print("ratios")
+    print(f"  telemq source / JSON reader:            {source / reader:5.2f}x  (target >= 0.5)")
+    print(f"  filter option / Python UDF (rows/s):    {native / udf:5.2f}x  (target >= 2)")
+    print(f"  ... filter evaluation cost, UDF/native: {cost(udf) / cost(native):5.2f}x")
+    if udf_arrow is not None:
+        print(f"  filter option / Arrow Python UDF:       {native / udf_arrow:5.2f}x")
+    print(f"  filter inside the reader / Python UDF:  {in_reader / udf:5.2f}x")
+    spark.stop()
+    if not args.workdir:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    sys.exit(main())

@@ -1,0 +1,294 @@
+"""`telemq pipeline ingest|aggregate|replay`: the Spark jobs over a broker's journal.
+
+Each command creates a Spark session (``--master``, default ``local[*]``), runs one job of
+`telemq.pipeline` with progress lines on stderr, and prints a summary on stdout. pyspark is
+imported only when a command runs, so the rest of the CLI works without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+Handler = Callable[[argparse.Namespace], int]
+_INSTALL = "pip install 'telemq[spark]'"
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    pipeline = subparsers.add_parser(
+        "pipeline",
+        help="Spark jobs over the journal (ingest, aggregate, replay)",
+        description="Spark jobs over a broker's journal. Needs PySpark 4 and Java 17+.",
+    )
+    jobs = pipeline.add_subparsers(dest="job", metavar="JOB")
+    pipeline.set_defaults(handler=lambda args: _help(pipeline))
+
+    ingest = jobs.add_parser(
+        "ingest",
+        help="journal -> Parquet lake partitioned by date, exactly once",
+        description="Copy the journal into <lake>/journal (Parquet, by UTC date); every seq"
+        " lands exactly once, also when the job is killed and run again.",
+    )
+    ingest.add_argument("--data-dir", "-d", required=True, help="the broker's data directory")
+    ingest.add_argument("--lake", "-l", required=True, help="the lake directory")
+    ingest.add_argument("--checkpoint", help="checkpoint (default <lake>/_checkpoints/ingest)")
+    mode = ingest.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--once", action="store_true", help="ingest what is there, then stop (default)"
+    )
+    mode.add_argument("--continuous", action="store_true", help="keep ingesting until stopped")
+    ingest.add_argument("--trigger", type=float, default=2.0, help="continuous: seconds per batch")
+    ingest.add_argument("--max-rows-per-batch", type=int, help="rows per micro-batch")
+    ingest.add_argument("--duration", type=float, help="continuous: stop after this many seconds")
+    _common(ingest)
+    ingest.set_defaults(handler=run_ingest_command)
+
+    aggregate = jobs.add_parser(
+        "aggregate",
+        help="windowed per-topic count/min/max/avg of numeric JSON fields",
+        description="Aggregate the lake's journal table per topic and time window into"
+        " <lake>/aggregates/<window>; optionally publish each topic's latest window back to a"
+        " broker as a retained message.",
+    )
+    aggregate.add_argument("--lake", "-l", required=True, help="the lake directory")
+    aggregate.add_argument("--window", default="1m", help="window length: 30s, 1m, 1h, 1d")
+    aggregate.add_argument("--fields", help="numeric fields, comma-separated (default: found)")
+    aggregate.add_argument("--publish-to", metavar="HOST:PORT", help="broker to publish to")
+    aggregate.add_argument(
+        "--topic-prefix", default="telemq/aggregates", help="topic prefix of published results"
+    )
+    aggregate.add_argument("--username", help="MQTT user name for --publish-to")
+    aggregate.add_argument("--password", help="MQTT password for --publish-to")
+    aggregate.add_argument("--show", type=int, default=10, help="rows of the summary table")
+    _common(aggregate)
+    aggregate.set_defaults(handler=run_aggregate_command)
+
+    replay = jobs.add_parser(
+        "replay",
+        help="a subscription's topic and SQL filter over a journal range",
+        description="Evaluate a stored subscription (by SubName or queue) or topic filters and"
+        " an SQL filter over a range of the journal, on Spark.",
+    )
+    replay.add_argument("--data-dir", "-d", required=True, help="the broker's data directory")
+    which = replay.add_mutually_exclusive_group(required=True)
+    which.add_argument("--subscription", help="a stored subscription: SubName or queue name")
+    which.add_argument("--topics", help="MQTT topic filters, comma-separated")
+    replay.add_argument("--filter", help="SQL filter (design section 7)")
+    replay.add_argument("--from-seq", type=int, help="first seq (default: the oldest)")
+    replay.add_argument("--to-seq", type=int, help="last seq (default: the newest)")
+    replay.add_argument("--output", "-o", help="write the matches here (Parquet)")
+    replay.add_argument("--limit", type=int, default=20, help="matches to print")
+    replay.add_argument(
+        "--deliver", action="store_true", help="put the matches on the subscriber's queue"
+    )
+    _common(replay)
+    replay.set_defaults(handler=run_replay_command)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    parser.add_argument("--spark-ui", action="store_true", help="enable Spark's web UI")
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+
+
+def _help(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
+
+
+def _fail(message: str) -> int:
+    print(f"telemq: {message}", file=sys.stderr)
+    return 2
+
+
+@contextlib.contextmanager
+def _session(args: argparse.Namespace, app: str) -> Iterator[Any]:
+    from pyspark.sql import SparkSession
+
+    from telemq.pipeline.spark import spark_session
+
+    owned = SparkSession.getActiveSession() is None  # else: reuse it, and leave it running
+    spark = spark_session(args.master, app, ui=args.spark_ui)
+    try:
+        yield spark
+    finally:
+        if owned:
+            spark.stop()
+
+
+def _guarded(run: Handler) -> Handler:
+    """Turn the errors a user can fix into one line and exit code 2."""
+
+    def handler(args: argparse.Namespace) -> int:
+        try:
+            for module in ("pyarrow", "pyspark"):
+                importlib.import_module(module)
+
+            from telemq.filters import FilterError
+            from telemq.pipeline.spark import JavaNotFoundError
+            from telemq.store import StoreError
+        except ImportError as exc:
+            return _fail(f"the pipeline needs PySpark 4 and pyarrow ({exc}): {_INSTALL}")
+        try:
+            return run(args)
+        except JavaNotFoundError as exc:
+            return _fail(str(exc))
+        except FilterError as exc:
+            return _fail(f"invalid filter (reason {exc.reason}) at position {exc.position}: {exc}")
+        except (StoreError, FileNotFoundError, LookupError, ValueError, RuntimeError) as exc:
+            return _fail(str(exc))
+
+    return handler
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"--publish-to: expected HOST:PORT, got {text!r}")
+    return host, int(port)
+
+
+@_guarded
+def run_ingest_command(args: argparse.Namespace) -> int:
+    from telemq.pipeline.ingest import run_ingest
+    from telemq.pipeline.progress import Reporter
+
+    report = Reporter(quiet=args.quiet)
+    stop = threading.Event()
+    if args.continuous:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: stop.set())
+    report(
+        f"ingest: {args.data_dir} -> {args.lake} ({'continuous' if args.continuous else 'once'})"
+    )
+    with _session(args, "telemq-ingest") as spark, report.watch(spark, "ingest"):
+        result = run_ingest(
+            spark,
+            args.data_dir,
+            args.lake,
+            checkpoint=args.checkpoint,
+            continuous=args.continuous,
+            trigger_seconds=args.trigger,
+            max_rows_per_batch=args.max_rows_per_batch,
+            duration=args.duration,
+            stop=stop,
+            progress=report,
+        )
+    lake = result.lake_stats
+    seqs = "" if lake.first_seq is None else f", seq {lake.first_seq:,}..{lake.last_seq:,}"
+    print(
+        f"ingested {result.rows:,} rows in {len(result.batches)} batch(es), {result.seconds:.1f}s"
+    )
+    print(f"lake {result.lake / 'journal'}: {lake.rows:,} rows in {lake.files} file(s){seqs}")
+    if lake.dates:
+        print(f"  dates: {', '.join(lake.dates)}")
+    print(f"checkpoint {result.checkpoint}")
+    return 0
+
+
+def print_aggregates(latest: list[dict[str, Any]], fields: list[str], show: int) -> None:
+    """A small table: each topic's latest window."""
+    if not latest:
+        return
+    head = ["topic", "window_start", "count"] + [f"{f} avg (min..max)" for f in fields]
+    rows = []
+    for r in latest[:show]:
+        cells = [str(r["topic"]), str(r["window_start"]), str(r["count"])]
+        for f in fields:
+            key = f.replace(".", "_")
+            if r.get(f"{key}_count"):
+                cells.append(f"{r[f'{key}_avg']:.2f} ({r[f'{key}_min']:g}..{r[f'{key}_max']:g})")
+            else:
+                cells.append("-")
+        rows.append(cells)
+    widths = [max(len(x) for x in column) for column in zip(head, *rows, strict=False)]
+    for line in [head, *rows]:
+        print("  " + "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)))
+    if len(latest) > show:
+        print(f"  ... {len(latest) - show} more topic(s)")
+
+
+@_guarded
+def run_aggregate_command(args: argparse.Namespace) -> int:
+    from telemq.pipeline.aggregate import run_aggregate
+    from telemq.pipeline.progress import Reporter
+
+    report = Reporter(quiet=args.quiet)
+    fields = [f.strip() for f in args.fields.split(",") if f.strip()] if args.fields else None
+    publish = _address(args.publish_to) if args.publish_to else None
+    sink: dict[str, str] = {}
+    if args.username:
+        sink["username"] = args.username
+    if args.password:
+        sink["password"] = args.password
+    with _session(args, "telemq-aggregate") as spark, report.watch(spark, "aggregate"):
+        result = run_aggregate(
+            spark,
+            args.lake,
+            args.window,
+            fields=fields,
+            publish_to=publish,
+            topic_prefix=args.topic_prefix,
+            sink_options=sink,
+            progress=report,
+        )
+    print(
+        f"aggregated {result.input_rows:,} messages into {result.rows:,} rows"
+        f" ({len(result.latest)} topic(s), window {result.window}) in {result.seconds:.1f}s"
+    )
+    print(f"table {result.table}")
+    print_aggregates(result.latest, result.fields, args.show)
+    if result.published:
+        print(f"published {result.published} retained message(s) under {args.topic_prefix}/")
+    return 0
+
+
+def print_matches(preview: list[dict[str, Any]]) -> None:
+    for row in preview:
+        payload = bytes(row["payload"])
+        text = payload.decode("utf-8", "replace")
+        if len(text) > 80:
+            text = text[:77] + "..."
+        print(f"  {row['seq']:>10}  {row['topic']}  {text}")
+
+
+@_guarded
+def run_replay_command(args: argparse.Namespace) -> int:
+    from telemq.pipeline.progress import Reporter
+    from telemq.pipeline.replay import DeliveryUnavailable, run_replay
+
+    report = Reporter(quiet=args.quiet)
+    topics = [t.strip() for t in args.topics.split(",")] if args.topics else None
+    with _session(args, "telemq-replay") as spark, report.watch(spark, "replay"):
+        try:
+            result = run_replay(
+                spark,
+                args.data_dir,
+                topics=topics,
+                filter=args.filter,
+                subscription=args.subscription,
+                from_seq=args.from_seq,
+                to_seq=args.to_seq,
+                output=args.output,
+                limit=args.limit,
+                deliver=args.deliver,
+                progress=report,
+            )
+        except DeliveryUnavailable as exc:
+            return _fail(str(exc))
+    print(
+        f"{result.matched:,} match(es) in seq {result.first_seq:,}..{result.last_seq:,}"
+        f" ({result.seconds:.1f}s)"
+    )
+    print_matches(result.preview)
+    if result.matched > len(result.preview):
+        print(f"  ... {result.matched - len(result.preview):,} more")
+    if result.output is not None:
+        print(f"written to {result.output}")
+    return 0

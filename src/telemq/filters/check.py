@@ -1,0 +1,136 @@
+"""Checker: the rules the grammar alone does not express.
+
+- Identifier forms: ``Properties.<name>`` must name one of the six properties and go no
+  further; ``Body`` prefixes a payload path; an array index fits in 31 bits.
+- Literal types: number literals are finite doubles; ``LIKE`` patterns and ``ESCAPE``
+  characters are valid (see `like.parse_like`).
+- Conditions: the whole filter and each operand of ``AND``/``OR``/``NOT`` must be able to
+  be a condition. Numbers, strings, arithmetic and non-boolean properties cannot; a payload
+  field can (TRUE when it holds JSON ``true``, FALSE for ``false``, else UNKNOWN).
+
+Everything else is dynamic: a comparison between values of different types is UNKNOWN at
+evaluation time, never an error here, because payload fields have no static type.
+"""
+
+from __future__ import annotations
+
+import math
+
+from . import ast
+from .errors import FilterError
+from .like import LikeError, parse_like
+
+__all__ = ["MAX_INDEX", "check", "resolve_identifier"]
+
+MAX_INDEX = 2**31 - 1
+"""Largest array index accepted in a path."""
+
+_PROPERTY_TYPES = {
+    "Topic": "a string",
+    "QoS": "a number",
+    "Retain": "a boolean",
+    "ClientId": "a string",
+    "UserId": "a string",
+    "SubPoint": "a string",
+}
+
+
+def resolve_identifier(
+    steps: tuple[str | int, ...], positions: tuple[int, ...], text: str
+) -> ast.Field | ast.Property:
+    """Turn a written identifier into a payload `Field` or a message `Property`."""
+    head = steps[0]
+    if head == "Properties":
+        if len(steps) == 1:
+            raise FilterError(
+                "Properties must be followed by a property name: "
+                + ", ".join(f"Properties.{n}" for n in ast.PROPERTY_NAMES),
+                text,
+                positions[0],
+            )
+        name = steps[1]
+        if not isinstance(name, str):
+            raise FilterError("Properties cannot be indexed; name a property", text, positions[1])
+        if name not in ast.PROPERTY_NAMES:
+            close = [n for n in ast.PROPERTY_NAMES if n.lower() == name.lower()]
+            hint = (
+                f"did you mean '{close[0]}'? (names are case-sensitive)"
+                if close
+                else "the properties are " + ", ".join(ast.PROPERTY_NAMES)
+            )
+            raise FilterError(f"unknown property '{name}'; {hint}", text, positions[1])
+        if len(steps) > 2:
+            raise FilterError(f"Properties.{name} has no fields or elements", text, positions[2])
+        return ast.Property(name, pos=positions[0])
+    path = steps[1:] if head == "Body" else steps
+    offsets = positions[1:] if head == "Body" else positions
+    for step, offset in zip(path, offsets, strict=True):
+        if isinstance(step, int) and step > MAX_INDEX:
+            raise FilterError(f"array index {step} is too large (at most {MAX_INDEX})",
+                              text, offset)
+    return ast.Field(path, pos=positions[0])
+
+
+def check(tree: ast.Node, text: str) -> None:
+    """Raise `FilterError` if `tree` (parsed from `text`) breaks a rule above."""
+    _require_condition(tree, text)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Number):
+            _check_number(node, text)
+        elif isinstance(node, ast.And | ast.Or):
+            for operand in node.operands:
+                _require_condition(operand, text)
+        elif isinstance(node, ast.Not):
+            _require_condition(node.operand, text)
+        elif isinstance(node, ast.In):
+            for item in node.items:
+                if isinstance(item, ast.Number):
+                    _check_number(item, text)
+        elif isinstance(node, ast.Like):
+            _check_like(node, text)
+
+
+def _check_number(node: ast.Number, text: str) -> None:
+    try:
+        finite = math.isfinite(float(node.value))
+    except OverflowError:
+        finite = False
+    if not finite:
+        raise FilterError("number is out of range (beyond a double's range)", text, node.pos)
+
+
+def _require_condition(node: ast.Node, text: str) -> None:
+    if isinstance(node, ast.Number):
+        found = "a number"
+    elif isinstance(node, ast.String):
+        found = "a string"
+    elif isinstance(node, ast.Arith | ast.Unary):
+        found = "an arithmetic expression"
+    elif isinstance(node, ast.Property) and node.name != "Retain":
+        found = f"Properties.{node.name}, {_PROPERTY_TYPES[node.name]}"
+    else:
+        return
+    raise FilterError(f"expected a condition, found {found}", text, node.pos)
+
+
+def _check_like(node: ast.Like, text: str) -> None:
+    if node.escape is not None and (len(node.escape) != 1 or node.escape in "%_"):
+        raise FilterError(
+            f"ESCAPE must be exactly one character other than % and _, found {node.escape!r}",
+            text,
+            node.escape_pos,
+        )
+    try:
+        parse_like(node.pattern, node.escape)
+    except LikeError as exc:
+        raise FilterError(
+            f"invalid LIKE pattern: {exc}", text, _string_offset(text, node.pattern_pos, exc.index)
+        ) from None
+
+
+def _string_offset(text: str, quote_pos: int, index: int) -> int:
+    """Offset in `text` of character `index` of the string literal opening at `quote_pos`."""
+    pos = quote_pos + 1
+    for _ in range(index):
+        pos += 2 if text[pos] == "'" else 1
+    return pos

@@ -1,0 +1,96 @@
+"""`Filter`: a checked, compiled filter; `compile_filter` makes one from text."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from . import ast
+from .evaluate import Condition, Message, compile_condition
+from .parser import parse
+from .render import render, render_path
+
+__all__ = ["Filter", "compile_filter"]
+
+
+class Filter:
+    """A compiled filter. Immutable; equal (and hashed) by canonical text.
+
+    - `text`: the canonical text (``compile_filter(f.text) == f``);
+    - `source`: the text it was compiled from;
+    - `expr`: the AST;
+    - `fields`: canonical paths of the payload fields it reads (``{"temp", "site.name"}``);
+    - `properties`: names of the message properties it reads (``{"Topic"}``).
+    """
+
+    __slots__ = ("_condition", "expr", "fields", "properties", "source", "text")
+
+    expr: ast.Node
+    text: str
+    source: str
+    fields: frozenset[str]
+    properties: frozenset[str]
+
+    def __init__(self, expr: ast.Node, source: str | None = None) -> None:
+        """Wrap an AST that `parser.parse` produced (use `compile_filter` for text)."""
+        self.expr = expr
+        self.text = render(expr)
+        self.source = self.text if source is None else source
+        nodes = list(ast.walk(expr))
+        self.fields = frozenset(render_path(n.path) for n in nodes if isinstance(n, ast.Field))
+        self.properties = frozenset(n.name for n in nodes if isinstance(n, ast.Property))
+        self._condition: Condition = compile_condition(expr)
+
+    @property
+    def condition(self) -> Condition:
+        """The compiled function ``Message -> bool | None`` (for engines like `FilterSet`)."""
+        return self._condition
+
+    @property
+    def reads_payload(self) -> bool:
+        """Whether evaluation needs the payload parsed at all."""
+        return bool(self.fields)
+
+    def evaluate(
+        self,
+        payload: bytes | bytearray | memoryview,
+        properties: Mapping[str, object] | None = None,
+    ) -> bool | None:
+        """TRUE, FALSE or UNKNOWN (``None``) for one publication.
+
+        `properties` may hold ``Topic``, ``QoS``, ``Retain``, ``ClientId``, ``UserId`` and
+        ``SubPoint``; absent ones are NULL.
+        """
+        return self._condition(Message(payload, properties))
+
+    def evaluate_message(self, message: Message) -> bool | None:
+        """Like `evaluate`, on a `Message` shared with other filters (parsed once)."""
+        return self._condition(message)
+
+    def matches(
+        self,
+        payload: bytes | bytearray | memoryview,
+        properties: Mapping[str, object] | None = None,
+    ) -> bool:
+        """Whether the publication passes: the filter is TRUE (not FALSE, not UNKNOWN)."""
+        return self._condition(Message(payload, properties)) is True
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Filter) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __repr__(self) -> str:
+        return f"compile_filter({self.text!r})"
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        """Pickle as text (closures do not pickle); unpickling recompiles."""
+        return (compile_filter, (self.text,))
+
+
+def compile_filter(text: str) -> Filter:
+    """Parse, check and compile `text`; raise `FilterError` (reason 3150) if invalid."""
+    return Filter(parse(text), text)

@@ -1,0 +1,318 @@
+"""`FilterSet`: many filters against one message, the broker's hot path.
+
+Work is shared four ways:
+
+1. **One parse per message.** Every filter reads the same `Message`, whose JSON payload is
+   parsed at most once (and not at all when no filter reads a payload field).
+2. **One evaluation per distinct filter.** Filters are grouped by canonical text, so a
+   thousand subscriptions with the same filter cost one evaluation.
+3. **An equality index.** A filter that is ``x = literal``, ``x IN (literals)``, or an
+   ``AND`` with such a conjunct, can only be TRUE when ``x`` holds one of those literals.
+   It is filed under ``(x, value)``; per message ``x`` is read once and only the filters
+   filed under its value are evaluated.
+4. **A range index.** Likewise for a numeric range conjunct (``x > 30``, ``x <= 5``,
+   ``x BETWEEN 10 AND 20``): filters are kept sorted by lower bound, and per message ``x``
+   is read once and only filters whose range holds it are evaluated.
+
+Each filter is filed under at most one such conjunct (the most selective kind); the others
+are evaluated one by one. The indexes are an optimisation only: `matching` returns exactly
+the keys whose filter is TRUE, as `evaluate` (which evaluates every filter) would say.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from . import ast
+from .compiled import Filter, compile_filter
+from .evaluate import Condition, Message, compile_value
+from .render import render
+
+__all__ = ["FilterSet"]
+
+K = TypeVar("K", bound=Hashable)
+
+_ValueKey = tuple[type, object]
+_INDEXABLE = (float, str, bool)
+
+
+@dataclass(frozen=True, slots=True)
+class _Range:
+    """A numeric interval; an absent bound is infinite."""
+
+    low: float = -math.inf
+    low_inclusive: bool = True
+    high: float = math.inf
+    high_inclusive: bool = True
+
+    @property
+    def sort_key(self) -> tuple[float, int]:
+        """Sorts so that the ranges whose low side holds v are those with key <= (v, 0)."""
+        return (self.low, 0 if self.low_inclusive else 1)
+
+    def holds_high(self, v: float) -> bool:
+        return v < self.high or (v == self.high and self.high_inclusive)
+
+
+@dataclass(slots=True)
+class _Group(Generic[K]):
+    """The keys sharing one distinct filter, and where the filter is filed."""
+
+    filter: Filter
+    condition: Condition
+    keys: set[K] = field(default_factory=set)
+    index: tuple[str, str] | None = None  # (kind, subject) of the index it is filed in
+    values: tuple[_ValueKey, ...] = ()  # equality index: the values it is filed under
+    range: _Range | None = None  # range index: its interval
+
+
+class _EqualityIndex(Generic[K]):
+    """Groups filed by the value one field or property must hold for them to be TRUE."""
+
+    def __init__(self, getter: Callable[[Message], object]) -> None:
+        self.getter = getter
+        self.buckets: dict[_ValueKey, dict[str, _Group[K]]] = {}
+        self.size = 0
+
+    def add(self, text: str, group: _Group[K]) -> None:
+        for value in group.values:
+            self.buckets.setdefault(value, {})[text] = group
+        self.size += 1
+
+    def remove(self, text: str, group: _Group[K]) -> None:
+        for value in group.values:
+            bucket = self.buckets[value]
+            del bucket[text]
+            if not bucket:
+                del self.buckets[value]
+        self.size -= 1
+
+    def candidates(self, value: object) -> Iterable[_Group[K]]:
+        if type(value) not in _INDEXABLE:
+            return ()
+        bucket = self.buckets.get((type(value), value))
+        return bucket.values() if bucket else ()
+
+
+class _RangeIndex(Generic[K]):
+    """Groups filed by the numeric range one field or property must fall in."""
+
+    def __init__(self, getter: Callable[[Message], object]) -> None:
+        self.getter = getter
+        self.keys: list[tuple[float, int]] = []  # sorted low bounds
+        self.entries: list[tuple[_Range, _Group[K]]] = []  # in the same order
+        self.size = 0
+
+    def add(self, text: str, group: _Group[K]) -> None:
+        assert group.range is not None
+        at = bisect.bisect_right(self.keys, group.range.sort_key)
+        self.keys.insert(at, group.range.sort_key)
+        self.entries.insert(at, (group.range, group))
+        self.size += 1
+
+    def remove(self, text: str, group: _Group[K]) -> None:
+        at = next(i for i, (_, g) in enumerate(self.entries) if g is group)
+        del self.keys[at]
+        del self.entries[at]
+        self.size -= 1
+
+    def candidates(self, value: object) -> Iterable[_Group[K]]:
+        if not isinstance(value, float):
+            return ()
+        end = bisect.bisect_right(self.keys, (value, 0))
+        return [g for r, g in self.entries[:end] if r.holds_high(value)]
+
+
+_Index = _EqualityIndex[K] | _RangeIndex[K]
+
+
+def _value_key(node: ast.Node) -> _ValueKey | None:
+    if isinstance(node, ast.Number):
+        return (float, float(node.value))
+    if isinstance(node, ast.String | ast.Boolean):
+        return (type(node.value), node.value)
+    return None
+
+
+_RANGE_OPS: dict[str, Callable[[float], _Range]] = {
+    ">": lambda c: _Range(low=c, low_inclusive=False),
+    ">=": lambda c: _Range(low=c),
+    "<": lambda c: _Range(high=c, high_inclusive=False),
+    "<=": lambda c: _Range(high=c),
+}
+_FLIP = {">": "<", ">=": "<=", "<": ">", "<=": ">="}
+
+_Anchor = tuple[ast.Node, tuple[_ValueKey, ...] | _Range]
+
+
+def _conjunct_anchor(c: ast.Node) -> _Anchor | None:
+    """What one conjunct pins: a field/property to values, or to a numeric range."""
+    subjects = (ast.Field, ast.Property)
+    if isinstance(c, ast.Comparison):
+        for subject, other, op in ((c.left, c.right, c.op), (c.right, c.left, _FLIP.get(c.op))):
+            if not isinstance(subject, subjects):
+                continue
+            if c.op == "=" and (key := _value_key(other)) is not None:
+                return subject, (key,)
+            if op in _RANGE_OPS and isinstance(other, ast.Number):
+                return subject, _RANGE_OPS[op](float(other.value))
+    elif isinstance(c, ast.In) and not c.negated and isinstance(c.operand, subjects):
+        keys = tuple(dict.fromkeys(k for i in c.items if (k := _value_key(i)) is not None))
+        if keys:  # NULL items never make IN TRUE
+            return c.operand, keys
+    elif (isinstance(c, ast.Between) and not c.negated and isinstance(c.operand, subjects)
+          and isinstance(c.low, ast.Number) and isinstance(c.high, ast.Number)):
+        return c.operand, _Range(float(c.low.value), True, float(c.high.value), True)
+    return None
+
+
+def _anchor(expr: ast.Node) -> _Anchor | None:
+    """The most selective conjunct to file a filter under: fewest values, else a range."""
+    conjuncts = expr.operands if isinstance(expr, ast.And) else (expr,)
+    best: _Anchor | None = None
+    for c in conjuncts:
+        found = _conjunct_anchor(c)
+        if found is None:
+            continue
+        if best is None or (isinstance(found[1], tuple) and (
+                isinstance(best[1], _Range) or len(found[1]) < len(best[1]))):
+            best = found
+    return best
+
+
+class FilterSet(Generic[K]):
+    """A mutable set of filters, each registered under a key (e.g. a subscription id).
+
+    ``add(key, filter)`` registers or replaces, ``remove(key)`` unregisters, and
+    ``matching(payload, properties)`` returns the keys whose filter is TRUE for one
+    publication.
+    """
+
+    def __init__(self) -> None:
+        self._filters: dict[K, Filter] = {}
+        self._groups: dict[str, _Group[K]] = {}
+        self._unindexed: dict[str, _Group[K]] = {}
+        self._indexes: dict[tuple[str, str], _Index[K]] = {}
+
+    # -- registration -------------------------------------------------------------------
+
+    def add(self, key: K, flt: Filter | str) -> Filter:
+        """Register `flt` (a `Filter` or filter text) under `key`, replacing any previous.
+
+        Text is compiled here, so an invalid filter raises `FilterError` (3150) now, at
+        registration, not at publish time.
+        """
+        compiled = compile_filter(flt) if isinstance(flt, str) else flt
+        if key in self._filters:
+            self.remove(key)
+        self._filters[key] = compiled
+        group = self._groups.get(compiled.text)
+        if group is None:
+            group = self._new_group(compiled)
+        group.keys.add(key)
+        return compiled
+
+    def remove(self, key: K) -> None:
+        """Unregister `key`; raise `KeyError` if it is not registered."""
+        compiled = self._filters.pop(key)
+        group = self._groups[compiled.text]
+        group.keys.discard(key)
+        if not group.keys:
+            self._drop_group(compiled.text, group)
+
+    def discard(self, key: K) -> None:
+        """Unregister `key` if it is registered."""
+        if key in self._filters:
+            self.remove(key)
+
+    def get(self, key: K) -> Filter | None:
+        """The filter registered under `key`, if any."""
+        return self._filters.get(key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._filters
+
+    def __len__(self) -> int:
+        return len(self._filters)
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self._filters)
+
+    @property
+    def distinct(self) -> int:
+        """How many distinct filters (canonical texts) are registered."""
+        return len(self._groups)
+
+    @property
+    def indexed(self) -> int:
+        """How many distinct filters are filed in an index (evaluated only when relevant)."""
+        return len(self._groups) - len(self._unindexed)
+
+    def _new_group(self, compiled: Filter) -> _Group[K]:
+        group: _Group[K] = _Group(compiled, compiled.condition)
+        self._groups[compiled.text] = group
+        anchor = _anchor(compiled.expr)
+        if anchor is None:
+            self._unindexed[compiled.text] = group
+            return group
+        subject, pinned = anchor
+        kind = "range" if isinstance(pinned, _Range) else "equality"
+        name = (kind, render(subject))
+        index = self._indexes.get(name)
+        if index is None:
+            getter = compile_value(subject)
+            index = _RangeIndex(getter) if kind == "range" else _EqualityIndex(getter)
+            self._indexes[name] = index
+        if isinstance(pinned, _Range):
+            group.range = pinned
+        else:
+            group.values = pinned
+        group.index = name
+        index.add(compiled.text, group)
+        return group
+
+    def _drop_group(self, text: str, group: _Group[K]) -> None:
+        del self._groups[text]
+        if group.index is None:
+            del self._unindexed[text]
+            return
+        index = self._indexes[group.index]
+        index.remove(text, group)
+        if not index.size:
+            del self._indexes[group.index]
+
+    # -- evaluation ---------------------------------------------------------------------
+
+    def matching(
+        self,
+        payload: bytes | bytearray | memoryview,
+        properties: Mapping[str, object] | None = None,
+    ) -> set[K]:
+        """The keys whose filter is TRUE for this publication."""
+        return self.matching_message(Message(payload, properties))
+
+    def matching_message(self, message: Message) -> set[K]:
+        """Like `matching`, on a prepared `Message`."""
+        result: set[K] = set()
+        for group in self._unindexed.values():
+            if group.condition(message) is True:
+                result.update(group.keys)
+        for index in self._indexes.values():
+            for group in index.candidates(index.getter(message)):
+                if group.condition(message) is True:
+                    result.update(group.keys)
+        return result
+
+    def evaluate(
+        self,
+        payload: bytes | bytearray | memoryview,
+        properties: Mapping[str, object] | None = None,
+    ) -> dict[K, bool | None]:
+        """Every key's TRUE/FALSE/UNKNOWN, evaluating every filter (no index): diagnostics."""
+        message = Message(payload, properties)
+        answers = {text: g.condition(message) for text, g in self._groups.items()}
+        return {key: answers[f.text] for key, f in self._filters.items()}

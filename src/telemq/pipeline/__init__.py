@@ -1,0 +1,84 @@
+"""The data pipeline on Apache Spark (PySpark 4): the broker's journal as a data source.
+
+Theory of operation
+-------------------
+The broker appends every accepted publication to the journal in its SQLite store, with a
+gap-free, increasing ``seq`` (a QoS 1/2 publication is there before it is acknowledged). The
+pipeline reads that file and nothing else of the broker: it never imports the broker, and
+read-only WAL connections never block it, so the jobs run beside a live broker (or against a
+copied store).
+
+::
+
+    journal (SQLite, WAL)
+        |  journal.read_range: seq ranges -> pyarrow.RecordBatch (one SQL row per chunk)
+        v
+    source.TelemqDataSource  format("telemq"): batch + stream, offsets {"seq": N}
+        |                    partitions are seq ranges, read by executors in parallel
+        +--> ingest     journal -> <lake>/journal (Parquet by date), exactly-once
+        |       +--> aggregate   windowed per-topic stats of numeric fields -> lake
+        |                         (+ latest window published back, retained, via the sink)
+        +--> replay     a subscription's topic + SQL filter over a seq range
+    sink (format("telemq") writer): rows -> PUBLISH over MQTT (mqtt.MqttClient),
+                                    once per (query, batch, partition, row) when streaming
+
+Guarantees and where they live:
+
+- identical rows for a replayed range: the journal is append-only and partitions are pure
+  functions of their seq range (`source`);
+- journal retention never deletes what a running query has not committed: stream readers
+  keep ``<data_dir>/pipeline-commits/<consumer>.json`` up to date (`consumers`);
+- the lake holds each seq once across crashes, readable by any Parquet reader (`ingest`);
+- the SQL filter means the same in Spark as in the broker: it is compiled by
+  `telemq.filters.spark`, which checks JSON types itself instead of casting (Spark 4's ANSI
+  mode would raise);
+- a replayed streaming batch is not published twice (`sink`).
+
+Modules: `journal` (pyarrow only), `consumers` (no dependencies), `source`, `sink`, `mqtt`,
+`spark` (session and Java check), `ingest`, `aggregate`, `replay`, `subscriptions`,
+`progress`. Everything that needs pyspark is imported on first use, so ``telemq serve`` runs
+without it. See ``docs/pipeline.md``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = [
+    "FORMAT",
+    "JOURNAL_DDL",
+    "JavaNotFoundError",
+    "TelemqDataSource",
+    "read_journal",
+    "register",
+    "retention_floor",
+    "run_aggregate",
+    "run_ingest",
+    "run_replay",
+    "spark_session",
+    "stream_journal",
+]
+
+_HOMES = {
+    "FORMAT": "source",
+    "JOURNAL_DDL": "journal",
+    "JavaNotFoundError": "spark",
+    "TelemqDataSource": "source",
+    "read_journal": "source",
+    "register": "source",
+    "retention_floor": "consumers",
+    "run_aggregate": "aggregate",
+    "run_ingest": "ingest",
+    "run_replay": "replay",
+    "spark_session": "spark",
+    "stream_journal": "source",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import the public names lazily (most of them need pyspark)."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{home}"), name)

@@ -1,0 +1,61 @@
+"""`telemq demo` end to end, and the command line's handling of a missing Java."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from telemq.cli.main import main
+from telemq.pipeline.spark import JavaNotFoundError, check_java
+
+
+@pytest.mark.spark
+def test_demo_runs_to_completion(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    work = tmp_path / "demo"
+    args = ["demo", "--duration", "4", "--sensors", "3", "--rate", "5", "--workdir", str(work)]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "== results ==" in out
+    sent = int(re.search(r"sensors published ([\d,]+) messages", out)[1].replace(",", ""))  # type: ignore[index]
+    lake = int(re.search(r"lake: ([\d,]+) rows", out)[1].replace(",", ""))  # type: ignore[index]
+    assert sent > 0 and lake >= sent  # + the RegSub command, if the broker did not consume it
+    assert re.search(r"aggregates: \d+ rows \(window 10s\) for 3 topic\(s\)", out)
+    assert "retained on the broker under telemq/aggregates/: 3 topic(s)" in out
+    alerts = re.search(r"alerts \(temp > 30\): ([\d,]+) found by the Spark replay(.*)", out)
+    assert alerts is not None
+    assert "(same)" in alerts[2] or "need the broker's MQ commands" in alerts[2]
+    assert (work / "lake" / "journal").is_dir() and str(work / "lake" / "journal") in out
+
+
+def _fake_java(tmp_path: Path, version: str) -> Path:
+    home = tmp_path / f"jdk-{version}"
+    (home / "bin").mkdir(parents=True)
+    java = home / "bin" / "java"
+    java.write_text(f"#!/bin/sh\necho 'openjdk version \"{version}\" 2020-01-01' >&2\n")
+    java.chmod(0o755)
+    return home
+
+
+def test_missing_or_old_java_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "nowhere"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(JavaNotFoundError, match=r"no java was found.*openjdk-17-jre-headless"):
+        check_java()
+    monkeypatch.setenv("JAVA_HOME", str(_fake_java(tmp_path, "11.0.2")))
+    with pytest.raises(JavaNotFoundError, match="is Java 11"):
+        check_java()
+    monkeypatch.setenv("JAVA_HOME", str(_fake_java(tmp_path, "1.8.0_292")))
+    with pytest.raises(JavaNotFoundError, match="is Java 8"):
+        check_java()
+    monkeypatch.setenv("JAVA_HOME", str(_fake_java(tmp_path, "21.0.1")))
+    assert check_java() == 21
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "nowhere"))
+    assert main(["demo", "--duration", "1"]) == 2
+    assert "Java 17+" in capsys.readouterr().err

@@ -1,0 +1,120 @@
+"""The `telemq` sink: rows published to a live broker; a replayed batch is not published twice."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from telemq.pipeline.journal import open_reader
+from telemq.pipeline.mqtt import MqttClient
+from telemq.pipeline.sink import SinkOptions, _Ledger, publish_rows
+from telemq.pipeline.source import register, stream_journal
+
+from .helpers import append_journal, collect, drain, telemetry
+
+pytestmark = pytest.mark.spark
+
+
+def broker_journal(data: Path, prefix: str) -> list[tuple[str, bytes, int, bool]]:
+    """What the broker journaled under `prefix`, in order (read-only, broker running)."""
+    conn = open_reader(data)
+    try:
+        rows = conn.execute(
+            "SELECT topic, payload, qos, retain FROM journal WHERE topic LIKE ? ORDER BY seq",
+            (prefix + "%",),
+        ).fetchall()
+    finally:
+        conn.close()
+    return [(t, bytes(p), q, bool(r)) for t, p, q, r in rows]
+
+
+def test_batch_write_publishes_every_row(spark: Any, broker: Any) -> None:
+    _, port, data = broker
+    register(spark)  # format("telemq") in this session (the jobs' sessions have it already)
+    rows = [(f"out/{i % 3}", json.dumps({"i": i}).encode(), i % 3, i < 3) for i in range(60)]
+    with MqttClient("127.0.0.1", port, "sink-watcher") as watcher:
+        watcher.subscribe([("out/#", 2)])
+        frame = spark.createDataFrame(rows, "topic string, payload binary, qos int, retain boolean")
+        frame.repartition(3).write.format("telemq").options(host="127.0.0.1", port=str(port)).mode(
+            "append"
+        ).save()
+        got = collect(watcher, 60)
+    assert sorted((m.topic, m.payload) for m in got) == sorted((t, p) for t, p, _, _ in rows)
+    assert sorted(broker_journal(data, "out/")) == sorted(rows)
+    # Rows with retain=true are retained: a new subscriber gets them at once.
+    with MqttClient("127.0.0.1", port, "late-watcher") as late:
+        late.subscribe([("out/#", 1)])
+        retained = {m.topic: m.payload for m in drain(late, 1.0)}
+    assert retained == {f"out/{i}": json.dumps({"i": i}).encode() for i in range(3)}
+
+    # A string payload, and a topic option when the frame has no topic column.
+    text = spark.createDataFrame([("hello",)], "payload string")
+    text.write.format("telemq").options(
+        host="127.0.0.1", port=str(port), topic="out/text", qos="1"
+    ).mode("append").save()
+    assert broker_journal(data, "out/text") == [("out/text", b"hello", 1, False)]
+
+
+def test_replayed_stream_batch_is_not_published_twice(
+    spark: Any, broker: Any, tmp_path: Path
+) -> None:
+    _, port, broker_data = broker
+    source = tmp_path / "journal"
+    records = append_journal(source, telemetry(400))
+    checkpoint, ledger = tmp_path / "ckpt", tmp_path / "ledger"
+
+    def run() -> None:
+        from pyspark.sql import functions as F
+
+        frame = stream_journal(
+            spark, str(source), options={"maxRowsPerBatch": 100, "rowsPerPartition": 40}
+        ).select(
+            F.concat(F.lit("copy/"), F.col("topic")).alias("topic"),
+            F.concat(F.col("seq").cast("string").cast("binary"), F.lit(b":"), "payload").alias(
+                "payload"
+            ),
+            F.lit(1).alias("qos"),
+        )
+        query = (
+            frame.writeStream.format("telemq")
+            .options(host="127.0.0.1", port=str(port), ledger=str(ledger))
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        assert query.exception() is None
+
+    run()
+    expected = sorted(
+        (f"copy/{r.topic}", f"{r.seq}:".encode() + r.payload, 1, False) for r in records
+    )  # tasks of a batch publish in parallel: compare as sets, with counts
+    assert sorted(broker_journal(broker_data, "copy/")) == expected
+
+    # Batch 3 ran, but its commit was lost (a crash): Spark runs it again on restart.
+    for name in ("3", ".3.crc"):
+        (checkpoint / "commits" / name).unlink(missing_ok=True)
+    run()
+    assert (checkpoint / "commits" / "3").exists()
+    assert sorted(broker_journal(broker_data, "copy/")) == expected  # nothing published twice
+    progress = sorted((ledger).glob("*/3/*.done"))
+    assert len(progress) == 3  # the batch's three partitions (100 rows, 40 per partition)
+    assert sum(int(p.read_text()) for p in progress) == 100
+    assert not list(ledger.glob("*/2"))  # ledgers of older batches are gone
+
+
+def test_ledger_resumes_a_partition_after_its_published_rows(broker: Any, tmp_path: Path) -> None:
+    _, port, data = broker
+    ledger = _Ledger(tmp_path / "q" / "0" / "0.done")
+    ledger.record(3)  # a previous attempt got three rows acknowledged, then died
+    ledger.close()
+    rows = [{"topic": "part/x", "payload": f"{i}".encode()} for i in range(6)]
+    options = SinkOptions(port=port)
+    assert publish_rows(iter(rows), options, _Ledger(ledger.path)) == (3, 3)
+    assert [p for _, p, _, _ in broker_journal(data, "part/")] == [b"3", b"4", b"5"]
+    assert _Ledger(ledger.path).done() == 6
+    assert publish_rows(iter(rows), options, _Ledger(ledger.path)) == (0, 6)
+    assert len(broker_journal(data, "part/")) == 3
