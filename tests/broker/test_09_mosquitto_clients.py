@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -27,10 +26,6 @@ from .helpers import (
 pytestmark = [
     pytest.mark.interop,
     pytest.mark.timeout(60),
-    pytest.mark.skipif(
-        shutil.which("mosquitto_sub") is None or shutil.which("mosquitto_pub") is None,
-        reason="Debian's mosquitto-clients is not installed",
-    ),
 ]
 
 VERSIONS = ["mqttv31", "mqttv311"]
