@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, cast
 
 from ..protocol import Connection, ConnectionClosed, ConnectionState
 from ..protocol.packets import Will
+from .tls import certificate_identity
 
 if TYPE_CHECKING:
     from .config import ListenerConfig
@@ -32,6 +33,7 @@ class Client(asyncio.Protocol):
         "_timer_at",
         "backlog",
         "broker",
+        "certificate_user",
         "client_id",
         "connection",
         "listener",
@@ -53,6 +55,7 @@ class Client(asyncio.Protocol):
         self.user_id = ""
         self.will: Will | None = None
         self.peer = "?"
+        self.certificate_user: str | None = None  # CN of a verified client certificate
         self.writable = True
         self._dirty = False
         self._timer: asyncio.TimerHandle | None = None
@@ -67,6 +70,8 @@ class Client(asyncio.Protocol):
         if peer:
             self.peer = f"{peer[0]}:{peer[1]}"
         limits = self.broker.config.limits
+        if self.listener.use_identity_as_username:
+            self.certificate_user = certificate_identity(transport)
         self.connection = Connection(
             now=self.broker.loop.time(),
             max_packet_size=limits.max_packet_size,

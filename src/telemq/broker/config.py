@@ -30,6 +30,12 @@ class ListenerConfig:
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     sub_point: str = ""  # subscription point of publications received here
+    # TLS (see docs/security.md): a certfile turns TLS on for this listener.
+    certfile: str = ""
+    keyfile: str = ""
+    cafile: str = ""  # CA that signs client certificates (verified when sent)
+    require_certificate: bool = False  # refuse clients without a valid certificate
+    use_identity_as_username: bool = False  # the certificate's CN is the user name
 
 
 @dataclass(slots=True)

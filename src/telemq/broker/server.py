@@ -89,6 +89,7 @@ from .committer import Committer
 from .config import BrokerConfig, ListenerConfig, build_authorizer
 from .mq import CommandHost, reply_payload, reply_topic, run_command, wants_reply
 from .session import Delivery, Message, Session
+from .tls import server_context
 
 log = logging.getLogger("telemq.broker")
 
@@ -196,21 +197,24 @@ class Broker:
             for warning in self.authorizer.warnings:
                 log.warning("configuration: %s", warning)
         for listener in config.listeners:
+            tls = server_context(listener)
             server = await self.loop.create_server(
                 self._client_factory(listener),
                 listener.host,
                 listener.port,
                 reuse_address=True,
                 backlog=4096,
+                ssl=tls,
             )
             self._servers.append(server)
             for sock in server.sockets:
                 host, port = sock.getsockname()[:2]
                 self.bound_ports.append(port)
                 log.info(
-                    "listening on %s:%s (MQTT 3.1/3.1.1, sub point %r)",
+                    "listening on %s:%s (MQTT 3.1/3.1.1%s, sub point %r)",
                     host,
                     port,
+                    " over TLS" if tls is not None else "",
                     listener.sub_point,
                 )
         if config.sys.interval > 0:
@@ -426,7 +430,12 @@ class Broker:
         """
         authorizer = self.authorizer
         assert isinstance(event, ConnectRequested)
-        if authorizer is None or event.packet.username is None or not authorizer.has_users:
+        if (
+            authorizer is None
+            or event.packet.username is None
+            or not authorizer.has_users
+            or client.listener.use_identity_as_username
+        ):
             return False
         if client.transport is not None:
             client.transport.pause_reading()
@@ -473,6 +482,16 @@ class Broker:
             )
             return
         authorizer = self.authorizer
+        user_id = packet.username or ""
+        if client.listener.use_identity_as_username:
+            # The certificate vouches for the user; the password is not asked for.
+            if client.certificate_user is None:
+                self._refuse(
+                    client, ConnectReturnCode.NOT_AUTHORIZED, "no client certificate identity"
+                )
+                return
+            user_id = client.certificate_user
+            authenticated = True
         if (
             not authenticated
             and authorizer is not None
@@ -489,7 +508,7 @@ class Broker:
             return
         client_id = packet.client_id or f"telemq-{uuid.uuid4().hex[:16]}"
         client.client_id = client_id
-        client.user_id = packet.username or ""
+        client.user_id = user_id
         client.will = packet.will
         committer = self.committer
         session = self.sessions.get(client_id)
@@ -774,6 +793,40 @@ class Broker:
         self.stats.messages_received += 1
         self._accept(message, hand_off_now=True, exclude_queue=exclude_queue)
         self.committer.schedule()
+
+    def put_to_queue(
+        self, requester: Requester, queue: str, topic: str, body: bytes, qos: int
+    ) -> bool:
+        """Put one message on one queue only (a backfill): not retained, journaled or routed.
+
+        False when the queue does not exist or is full. QoS 0 goes out only while the
+        queue's client is connected; QoS 1/2 wait in the queue (in the store when the
+        session is persistent) like any routed delivery.
+        """
+        session = self.sessions.get(queue)
+        if session is None:
+            return False
+        message = Message(
+            topic,
+            body,
+            qos,
+            False,
+            requester.sub_point,
+            requester.client_id,
+            requester.user_id,
+            _now_us(),
+        )
+        if qos == 0:
+            client = session.client
+            if client is None:
+                return False
+            self._send_qos0(client, message, False)
+            return True
+        if self._enqueue(session, message, qos, False, session.persistent) is None:
+            return False
+        self._pump(session)
+        self.committer.schedule()
+        return True
 
     def _send_ack(self, client: Client, packet: PubAck | PubRec | PubRel | PubComp) -> None:
         connection = client.connection
