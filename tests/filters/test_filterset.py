@@ -148,6 +148,17 @@ filter_texts = st.one_of(
               st.sampled_from(devices)),
     st.builds(lambda v: f"temp = {v} AND NOT (device = 'd0')",
               st.sampled_from(["1", "TRUE", "'1'", "1.5"])),
+    # Ranges of many widths (the stabbing scan bounds itself by the widest), mixed with
+    # one-sided ones, and filters with two equality conjuncts (the index picks one; the
+    # other is the residual evaluated for candidates).
+    st.builds(lambda t, w: f"temp BETWEEN {t} AND {t + w}", st.integers(-5, 40),
+              st.sampled_from([0, 0.5, 3, 100])),
+    st.builds(lambda t, w: f"temp BETWEEN {t} AND {t + w} AND device <> 'd1'",
+              st.integers(-5, 40), st.sampled_from([0, 2])),
+    st.builds(lambda t, d: f"temp = {t} AND device = '{d}'", st.integers(-5, 50),
+              st.sampled_from(devices)),
+    st.builds(lambda d, t: f"device IN ('{d}', 'd9') AND temp IN ({t}, {t + 1}) AND ok",
+              st.sampled_from(devices), st.integers(-5, 50)),
     st.just("device IS NULL"),
     st.just("ok AND device IN ('d1', NULL)"),
 )
@@ -161,11 +172,11 @@ payloads = st.builds(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
     registrations=st.lists(st.tuples(st.integers(0, 30), filter_texts), min_size=1,
                            max_size=40),
-    removals=st.lists(st.integers(0, 30), max_size=10),
+    removals=st.lists(st.integers(0, 30), max_size=20),
     messages=st.lists(st.tuples(payloads, st.integers(0, 2)), min_size=1, max_size=8),
 )
 def test_matching_equals_evaluating_every_filter(

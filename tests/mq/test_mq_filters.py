@@ -177,3 +177,38 @@ def test_filter_limits_are_3150(broker: BrokerProcess, clients: ClientFactory, f
             {"Command": "RegSub", "Topic": topic, "QName": queue, "Filter": nested}, form=form
         )
     )
+
+
+ROUTE_CASES = [
+    ("temp > 30", [1, 3, 6]),
+    ("temp > 30 AND site.name = 'north'", [1, 6]),
+    ("temp BETWEEN 20 AND 32", [2, 3]),
+    ("temp BETWEEN 20 AND 32 AND site.name = 'south'", [3]),
+    ("site.name IN ('south')", [3]),
+    ("site.name LIKE 'no%'", [1, 2, 4, 5, 6]),
+    ("temp IS NULL", [5, "not json at all", ""]),
+    ("NOT (temp > 30)", [2]),
+    ("temp = '35'", [4]),
+    ("temp = 35 AND id = 1", [1]),
+    ("id IN (2, 4, 9) AND temp < 30", [2]),
+    ("temp < 21 OR temp > 98", [2, 6]),
+]
+
+
+def test_many_filters_on_one_topic_route_like_each_alone(
+    broker: BrokerProcess, clients: ClientFactory
+) -> None:
+    """Enough filtered subscriptions on one topic for the broker to match them through its
+    filter index: each subscriber still gets exactly what its filter alone selects."""
+    topic = unique("flt/many/")
+    subscribers = []
+    for text, _ in ROUTE_CASES:
+        subscriber = clients(broker.port)
+        assert_ok(subscriber.command({"Command": "RegSub", "Topic": topic, "Filter": text}))
+        subscribers.append(subscriber)
+    publisher = clients(broker.port)
+    _publish_all(publisher, topic, PAYLOADS)
+    for subscriber, (text, expected_ids) in zip(subscribers, ROUTE_CASES, strict=True):
+        subscriber.sync(publisher)
+        got = [_id_of(m.payload) for m in subscriber.deliveries(topic)]
+        assert got == expected_ids, f"filter {text!r}"

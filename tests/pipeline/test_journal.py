@@ -10,7 +10,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
 
 from telemq.filters import compile_filter
-from telemq.pipeline import consumers
+from telemq.store import consumers
 from telemq.pipeline.journal import (
     JOURNAL_SCHEMA,
     TopicMatcher,

@@ -339,6 +339,18 @@ def test_journal_read_ranges_and_limits(harness: Harness) -> None:
     assert store.load().next_seq == 21
 
 
+def test_journal_seq_since_finds_the_age_cut(harness: Harness) -> None:
+    store = harness.store
+    assert store.journal_seq_since(0) is None
+    commit(store, *[("append_journal", journal(seq)) for seq in range(1, 11)])  # ts 1001..1010
+    assert store.journal_seq_since(0) == 1
+    assert store.journal_seq_since(1_005) == 5
+    assert store.journal_seq_since(1_010) == 10
+    assert store.journal_seq_since(1_011) is None
+    store.trim_journal(7)
+    assert store.journal_seq_since(1_002) == 7
+
+
 def test_journal_appends_out_of_order_read_in_seq_order(harness: Harness) -> None:
     commit(harness.store, ("append_journal", journal(5)), ("append_journal", journal(2)))
     commit(harness.store, ("append_journal", journal(3)))

@@ -10,6 +10,12 @@ size follows the load: one message per commit when idle, hundreds under
 pressure. Callbacks run in registration order, which keeps acknowledgements in
 receive order [MQTT-4.6.0-2].
 
+Writes that nothing waits for (the journal rows of QoS 0 publications, $SYS and
+command replies) are scheduled with `schedule_lazy`: they are committed within
+`LINGER_S`, with whatever else comes meanwhile, so a trickle of QoS 0 traffic
+costs one fsync per `LINGER_S` instead of one per message. Any `after` (an
+acknowledgement waiting) commits them at once.
+
 The memory store commits inline (there is nothing to wait for).
 """
 
@@ -24,12 +30,16 @@ from ..store import Store, WriteBatch
 
 log = logging.getLogger("telemq.broker")
 
+LINGER_S = 0.01  # longest wait before writes nobody waits for are committed
+LINGER_MAX_OPS = 4096  # ... or this many of them pending
+
 
 class Committer:
     __slots__ = (
         "_actions",
         "_busy",
         "_executor",
+        "_lazy",
         "_loop",
         "_on_failure",
         "_scheduled",
@@ -53,6 +63,7 @@ class Committer:
         self._actions: list[Callable[[], None]] = []
         self._busy = False
         self._scheduled = False
+        self._lazy: asyncio.TimerHandle | None = None
         self.commits = 0
 
     @property
@@ -73,8 +84,20 @@ class Committer:
             self._scheduled = True
             self._loop.call_soon(self._flush)
 
+    def schedule_lazy(self) -> None:
+        """Commit what is pending within `LINGER_S` (see the module docstring)."""
+        if self._scheduled or self._lazy is not None:
+            return
+        if len(self.pending) >= LINGER_MAX_OPS:
+            self.schedule()
+        else:
+            self._lazy = self._loop.call_later(LINGER_S, self._flush)
+
     def _flush(self) -> None:
         self._scheduled = False
+        if self._lazy is not None:
+            self._lazy.cancel()
+            self._lazy = None
         if self._busy or (not self.pending and not self._actions):
             return
         batch, actions = self.pending, self._actions
@@ -102,8 +125,10 @@ class Committer:
         else:
             self.commits += 1
             self._run(actions)
-        if self.pending or self._actions:
+        if self._actions:
             self._flush()
+        elif self.pending:
+            self.schedule_lazy()
 
     def _run(self, actions: list[Callable[[], None]]) -> None:
         for action in actions:

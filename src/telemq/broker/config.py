@@ -49,6 +49,11 @@ class StoreConfig:
 class JournalConfig:
     enabled: bool = True
     exclude: list[str] = field(default_factory=lambda: ["$SYS/#"])  # topic filters
+    # Retention (docs/pipeline.md): 0 keeps everything. Rows a running pipeline query has
+    # not committed are kept regardless.
+    max_age: float = 0.0  # seconds
+    max_rows: int = 0
+    retention_interval: float = 60.0  # seconds between retention passes
 
 
 @dataclass(slots=True)
@@ -91,6 +96,7 @@ class BrokerConfig:
                     f"listeners[{index}].sub_point: {listener.sub_point!r} is not declared "
                     "in sub_points"
                 )
+            _check_tls(listener, f"listeners[{index}]")
         if self.store.kind not in ("sqlite", "memory"):
             raise ConfigError(f"store.kind: {self.store.kind!r} is not 'sqlite' or 'memory'")
         if self.store.sync not in ("full", "normal", "off"):
@@ -103,9 +109,46 @@ class BrokerConfig:
                 raise ConfigError(f"limits.{name}: must not be negative")
         if limits.connect_timeout <= 0:
             raise ConfigError("limits.connect_timeout: must be positive")
+        journal = self.journal
+        if journal.max_age < 0 or journal.max_rows < 0:
+            raise ConfigError("journal.max_age / journal.max_rows: must not be negative")
+        if journal.retention_interval <= 0:
+            raise ConfigError("journal.retention_interval: must be positive")
         if self.sys.interval < 0:
             raise ConfigError("sys.interval: must not be negative")
         build_authorizer(self)
+
+
+TLS_OPTIONS_NEEDING_CERTFILE = (
+    "keyfile",
+    "cafile",
+    "require_certificate",
+    "use_identity_as_username",
+)
+
+
+def _check_tls(listener: ListenerConfig, where: str) -> None:
+    """Reject TLS settings that would be ignored, and build the context to test its files.
+
+    Building the SSL context here makes `telemq serve` stop at once with a message naming
+    the setting and the file, instead of failing later while it opens the listeners.
+    """
+    if not listener.certfile:
+        for option in TLS_OPTIONS_NEEDING_CERTFILE:
+            if getattr(listener, option):
+                raise ConfigError(
+                    f"{where}.{option}: set without certfile; a listener speaks TLS only "
+                    "when certfile is set"
+                )
+        return
+    for option in ("require_certificate", "use_identity_as_username"):
+        if getattr(listener, option) and not listener.cafile:
+            raise ConfigError(
+                f"{where}.{option}: needs cafile, the CA that signs the client certificates"
+            )
+    from .tls import server_context  # here, not at the top: tls imports this module
+
+    server_context(listener, where)
 
 
 def build_authorizer(config: BrokerConfig) -> Authorizer:

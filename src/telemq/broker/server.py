@@ -80,6 +80,7 @@ from ..store import (
     StoreStats,
     SubscriptionRecord,
     SyncMode,
+    consumers,
     open_store,
 )
 from ..subscriptions import PERSISTENCE_RANK, Identity, Registry, Subscription
@@ -102,6 +103,7 @@ class BrokerStats:
         "bytes_sent_closed",
         "clients_total_ever",
         "commands",
+        "journal_trimmed",
         "messages_dropped",
         "messages_received",
         "messages_sent",
@@ -119,6 +121,7 @@ class BrokerStats:
         self.clients_total_ever = 0
         self.publish_denied = 0  # PUBLISH packets dropped by the ACL
         self.commands = 0  # MQ command messages executed
+        self.journal_trimmed = 0  # journal rows deleted by retention
         self.bytes_received_closed = 0  # bytes of connections that have ended
         self.bytes_sent_closed = 0
 
@@ -144,7 +147,8 @@ class Broker:
         authorizer = build_authorizer(config)
         # An authorizer with nothing to check (no users, no rules) stays out of the hot path.
         self.authorizer: Authorizer | None = (
-            None if authorizer.open and not authorizer.has_users and authorizer.allow_anonymous
+            None
+            if authorizer.open and not authorizer.has_users and authorizer.allow_anonymous
             else authorizer
         )
         self.retained: dict[str, dict[str, Message]] = {}  # sub point -> topic -> message
@@ -153,7 +157,7 @@ class Broker:
         self._flush_scheduled = False
         self._servers: list[asyncio.Server] = []
         self._executor: ThreadPoolExecutor | None = None
-        self._committer: Committer | None = None
+        self.committer: Committer  # set by start()
         self._next_seq = 1
         self._next_message_id = 1
         self._next_delivery_id = 1
@@ -163,6 +167,7 @@ class Broker:
         self._started_at = time.monotonic()
         self._sys_task: asyncio.Task[None] | None = None
         self._housekeeping_task: asyncio.Task[None] | None = None
+        self._retention_task: asyncio.Task[None] | None = None
         self._stopping = False
         self.store_stats = StoreStats()
         self.quarantined = 0
@@ -175,11 +180,6 @@ class Broker:
         assert self._store is not None
         return self._store
 
-    @property
-    def committer(self) -> Committer:
-        assert self._committer is not None
-        return self._committer
-
     async def start(self) -> None:
         """Open the store, rebuild state from it, and start listening."""
         self.loop = asyncio.get_running_loop()
@@ -191,13 +191,13 @@ class Broker:
         state = await self.loop.run_in_executor(None, self.store.load)
         if config.store.kind != "memory":
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="telemq-store")
-        self._committer = Committer(self.store, self.loop, self._executor, self._store_failed)
+        self.committer = Committer(self.store, self.loop, self._executor, self._store_failed)
         self._restore(state)
         if self.authorizer is not None:
             for warning in self.authorizer.warnings:
                 log.warning("configuration: %s", warning)
-        for listener in config.listeners:
-            tls = server_context(listener)
+        for index, listener in enumerate(config.listeners):
+            tls = server_context(listener, f"listeners[{index}]")
             server = await self.loop.create_server(
                 self._client_factory(listener),
                 listener.host,
@@ -205,6 +205,9 @@ class Broker:
                 reuse_address=True,
                 backlog=4096,
                 ssl=tls,
+                # A peer that never completes the handshake is dropped like one that never
+                # sends CONNECT.
+                ssl_handshake_timeout=config.limits.connect_timeout if tls else None,
             )
             self._servers.append(server)
             for sock in server.sockets:
@@ -220,6 +223,9 @@ class Broker:
         if config.sys.interval > 0:
             self._sys_task = self.loop.create_task(self._sys_loop())
         self._housekeeping_task = self.loop.create_task(self._housekeeping())
+        journal = config.journal
+        if journal.enabled and (journal.max_age or journal.max_rows):
+            self._retention_task = self.loop.create_task(self._retention_loop())
         self._started_at = time.monotonic()
 
     def _client_factory(self, listener: ListenerConfig) -> Callable[[], Client]:
@@ -232,7 +238,7 @@ class Broker:
         self._stopping = True
         for server in self._servers:
             server.close()
-        for task in (self._sys_task, self._housekeeping_task):
+        for task in (self._sys_task, self._housekeeping_task, self._retention_task):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -241,8 +247,8 @@ class Broker:
             if client.transport is not None:
                 client.flush()
                 client.transport.close()
-        if self._committer is not None:
-            await self._committer.drain()
+        if hasattr(self, "committer"):  # stop() before start() has nothing to commit
+            await self.committer.drain()
         for server in self._servers:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), 2)
@@ -283,9 +289,7 @@ class Broker:
                 log.error("skipping a damaged subscription record of %r: %s", sub.client_id, error)
                 self.quarantined += 1
                 continue
-            if subscription.queue not in self.sessions or self.registry.get(
-                subscription.key
-            ):
+            if subscription.queue not in self.sessions or self.registry.get(subscription.key):
                 continue
             self.registry.add(subscription)
         for retained in state.retained:
@@ -454,8 +458,11 @@ class Broker:
                 self._on_connect(client, event, authenticated=True)
                 client.data_received(b"")
             else:
-                self._refuse(client, ConnectReturnCode.BAD_USERNAME_OR_PASSWORD,
-                             f"bad user name or password for {packet.username!r}")
+                self._refuse(
+                    client,
+                    ConnectReturnCode.BAD_USERNAME_OR_PASSWORD,
+                    f"bad user name or password for {packet.username!r}",
+                )
             client.flush()
 
         future.add_done_callback(done)
@@ -521,9 +528,7 @@ class Broker:
         if packet.clean_session:
             if session is not None:
                 self._discard_session(session)
-            session = Session(
-                client_id, False, limits.max_inflight, client.listener.sub_point
-            )
+            session = Session(client_id, False, limits.max_inflight, client.listener.sub_point)
             self.sessions[client_id] = session
         elif session is not None and session.persistent:
             present = True
@@ -674,7 +679,9 @@ class Broker:
                 packet_id = publish.packet_id
                 self.committer.after(lambda: self._send_ack(client, PubAck(packet_id)))
             return
-        if not self.may("publish", publish.topic, client.user_id, client.client_id):
+        if self.authorizer is not None and not self.may(
+            "publish", publish.topic, client.user_id, client.client_id
+        ):
             self.stats.publish_denied += 1
             log.info("client %r: publish to %r denied", client.client_id, publish.topic)
             if qos == 1:
@@ -700,7 +707,7 @@ class Broker:
             packet_id = publish.packet_id
             self.committer.after(lambda: self._send_ack(client, PubAck(packet_id)))
         elif self.committer.pending:
-            self.committer.schedule()
+            self.committer.schedule_lazy()  # nothing waits for a QoS 0 journal row
 
     def _on_release(self, client: Client, event: MessageReleased) -> None:
         session = client.session
@@ -860,7 +867,7 @@ class Broker:
         message = Message(topic, payload, qos, retain, sub_point, "", "", _now_us())
         self._accept(message, hand_off_now=True, journal=journal)
         if self.committer.pending:
-            self.committer.schedule()
+            self.committer.schedule_lazy()
 
     def _accept(
         self,
@@ -949,10 +956,16 @@ class Broker:
                     "SubPoint": message.sub_point,
                 },
             )
-            for subscription in route.filtered:
-                compiled = subscription.compiled
-                if compiled is not None and compiled.evaluate_message(view) is True:
+            filtered = route.filtered
+            if route.filter_set is not None:
+                for position in route.filter_set.matching_message(view):
+                    subscription = filtered[position]
                     _merge_target(targets, subscription.queue, subscription, msg_qos)
+            else:
+                for subscription in filtered:
+                    compiled = subscription.compiled
+                    if compiled is not None and compiled.evaluate_message(view) is True:
+                        _merge_target(targets, subscription.queue, subscription, msg_qos)
         if not targets:
             return []
         sessions = self.sessions
@@ -1235,17 +1248,21 @@ class Broker:
         rank = PERSISTENCE_RANK[subscription.persistence]
         sent = 0
         for message in messages:
-            if compiled is not None and compiled.evaluate(
-                message.payload,
-                {
-                    "Topic": message.topic,
-                    "QoS": message.qos,
-                    "Retain": True,
-                    "ClientId": message.client_id,
-                    "UserId": message.user_id,
-                    "SubPoint": message.sub_point,
-                },
-            ) is not True:
+            if (
+                compiled is not None
+                and compiled.evaluate(
+                    message.payload,
+                    {
+                        "Topic": message.topic,
+                        "QoS": message.qos,
+                        "Retain": True,
+                        "ClientId": message.client_id,
+                        "UserId": message.user_id,
+                        "SubPoint": message.sub_point,
+                    },
+                )
+                is not True
+            ):
                 continue
             qos = min(message.qos, subscription.qos)
             durable = session.persistent and _durable(rank, qos)
@@ -1293,6 +1310,46 @@ class Broker:
                 self.expire_retained(now)
             except Exception:
                 log.exception("housekeeping failed")
+
+    async def _retention_loop(self) -> None:
+        interval = self.config.journal.retention_interval
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.apply_journal_retention()
+            except Exception:
+                log.exception("journal retention failed")
+
+    async def apply_journal_retention(self) -> int:
+        """Trim the journal to `max_rows` and `max_age`, but never past what a running
+        pipeline query has committed (its record under `<data_dir>/pipeline-commits`).
+
+        Runs on the store's thread, after any commit in progress, so it never races one.
+        """
+        journal = self.config.journal
+        store = self.store
+        data_dir = self.config.store.data_dir
+
+        def trim() -> int:
+            before = 0  # delete seq < before
+            if journal.max_rows:
+                before = self._next_seq - journal.max_rows
+            if journal.max_age:
+                since = store.journal_seq_since(_now_us() - int(journal.max_age * 1e6))
+                before = max(before, self._next_seq if since is None else since)
+            floor = consumers.retention_floor(data_dir)
+            if floor is not None:
+                before = min(before, floor + 1)  # floor: the largest seq all have processed
+            return store.trim_journal(before) if before > 1 else 0
+
+        if self._executor is not None:
+            trimmed = await self.loop.run_in_executor(self._executor, trim)
+        else:
+            trimmed = trim()
+        if trimmed:
+            self.stats.journal_trimmed += trimmed
+            log.info("journal retention: %d rows deleted", trimmed)
+        return trimmed
 
     def expire_retained(self, now: float) -> int:
         """Drop retained publications whose MQ expiry has passed."""
@@ -1380,6 +1437,7 @@ class Broker:
             "store/quarantined": str(max(self.quarantined, self.store_stats.quarantined)),
             "journal/rows": str(self.store_stats.journal_rows),
             "journal/last_seq": str(self._next_seq - 1),
+            "journal/trimmed": str(stats.journal_trimmed),
         }
         return {prefix + key: value for key, value in values.items()}
 

@@ -86,6 +86,9 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         asyncio.run(main())
+    except ConfigError as error:  # a TLS file changed between validation and listening
+        print(f"telemq: configuration error: {error}", file=sys.stderr)
+        return 2
     except OSError as error:
         print(f"telemq: cannot start: {error}", file=sys.stderr)
         return 2

@@ -15,7 +15,11 @@ Work is shared four ways:
    is read once and only filters whose range holds it are evaluated.
 
 Each filter is filed under at most one such conjunct (the most selective kind); the others
-are evaluated one by one. The indexes are an optimisation only: `matching` returns exactly
+are evaluated one by one. A filter found through an index is known to hold its indexed
+conjunct, so only the rest of it (its *residual*) is evaluated: ``TRUE AND x`` is ``x``, and
+a filter that is nothing but the indexed conjunct costs no evaluation at all.
+
+The indexes are an optimisation only: `matching` returns exactly
 the keys whose filter is TRUE, as `evaluate` (which evaluates every filter) would say.
 """
 
@@ -29,7 +33,7 @@ from typing import Generic, TypeVar
 
 from . import ast
 from .compiled import Filter, compile_filter
-from .evaluate import Condition, Message, compile_value
+from .evaluate import Condition, Message, compile_condition, compile_value
 from .render import render
 
 __all__ = ["FilterSet"]
@@ -63,8 +67,9 @@ class _Group(Generic[K]):
     """The keys sharing one distinct filter, and where the filter is filed."""
 
     filter: Filter
-    condition: Condition
+    condition: Condition  # the whole filter
     keys: set[K] = field(default_factory=set)
+    residual: Condition | None = None  # the filter minus its indexed conjunct; None: TRUE
     index: tuple[str, str] | None = None  # (kind, subject) of the index it is filed in
     values: tuple[_ValueKey, ...] = ()  # equality index: the values it is filed under
     range: _Range | None = None  # range index: its interval
@@ -98,33 +103,82 @@ class _EqualityIndex(Generic[K]):
         return bucket.values() if bucket else ()
 
 
+class _SortedRanges(Generic[K]):
+    """Ranges kept sorted by one sort key, with their groups in the same order."""
+
+    def __init__(self) -> None:
+        self.keys: list[tuple[float, int]] = []
+        self.entries: list[tuple[_Range, _Group[K]]] = []
+
+    def insert(self, key: tuple[float, int], group: _Group[K]) -> None:
+        assert group.range is not None
+        at = bisect.bisect_right(self.keys, key)
+        self.keys.insert(at, key)
+        self.entries.insert(at, (group.range, group))
+
+    def discard(self, group: _Group[K]) -> bool:
+        for at, (_, member) in enumerate(self.entries):
+            if member is group:
+                del self.keys[at]
+                del self.entries[at]
+                return True
+        return False
+
+
 class _RangeIndex(Generic[K]):
-    """Groups filed by the numeric range one field or property must fall in."""
+    """Groups filed by the numeric range one field or property must fall in.
+
+    A value v must be stabbed against every interval without scanning them all. Three
+    sorted lists make that cheap for the shapes filters use: `x > c` (low only: every
+    interval with low <= v holds v), `x < c` (high only: every one with high >= v) and
+    `x BETWEEN a AND b` (both: only those with low in [v - widest, v] can hold v, where
+    `widest` is the largest width registered).
+    """
 
     def __init__(self, getter: Callable[[Message], object]) -> None:
         self.getter = getter
-        self.keys: list[tuple[float, int]] = []  # sorted low bounds
-        self.entries: list[tuple[_Range, _Group[K]]] = []  # in the same order
+        self.low_only: _SortedRanges[K] = _SortedRanges()  # by low bound
+        self.high_only: _SortedRanges[K] = _SortedRanges()  # by high bound
+        self.bounded: _SortedRanges[K] = _SortedRanges()  # by low bound
+        self.widest = 0.0  # of `bounded`; never shrinks (only a wider scan if stale)
         self.size = 0
 
     def add(self, text: str, group: _Group[K]) -> None:
-        assert group.range is not None
-        at = bisect.bisect_right(self.keys, group.range.sort_key)
-        self.keys.insert(at, group.range.sort_key)
-        self.entries.insert(at, (group.range, group))
+        r = group.range
+        assert r is not None
+        if r.high == math.inf:
+            self.low_only.insert(r.sort_key, group)
+        elif r.low == -math.inf:
+            self.high_only.insert((r.high, 1 if r.high_inclusive else 0), group)
+        else:
+            self.bounded.insert(r.sort_key, group)
+            self.widest = max(self.widest, r.high - r.low)
         self.size += 1
 
     def remove(self, text: str, group: _Group[K]) -> None:
-        at = next(i for i, (_, g) in enumerate(self.entries) if g is group)
-        del self.keys[at]
-        del self.entries[at]
+        for ranges in (self.low_only, self.high_only, self.bounded):
+            if ranges.discard(group):
+                break
         self.size -= 1
 
     def candidates(self, value: object) -> Iterable[_Group[K]]:
-        if not isinstance(value, float):
+        if not isinstance(value, float) or value != value:  # NaN holds in no range
             return ()
-        end = bisect.bisect_right(self.keys, (value, 0))
-        return [g for r, g in self.entries[:end] if r.holds_high(value)]
+        found: list[_Group[K]] = []
+        low_only = self.low_only
+        if low_only.keys:
+            end = bisect.bisect_right(low_only.keys, (value, 0))
+            found.extend(g for _, g in low_only.entries[:end])
+        high_only = self.high_only
+        if high_only.keys:
+            start = bisect.bisect_left(high_only.keys, (value, 1))
+            found.extend(g for _, g in high_only.entries[start:])
+        bounded = self.bounded
+        if bounded.keys:
+            start = bisect.bisect_left(bounded.keys, (value - self.widest, 0))
+            end = bisect.bisect_right(bounded.keys, (value, 0))
+            found.extend(g for r, g in bounded.entries[start:end] if r.holds_high(value))
+        return found
 
 
 _Index = _EqualityIndex[K] | _RangeIndex[K]
@@ -170,18 +224,25 @@ def _conjunct_anchor(c: ast.Node) -> _Anchor | None:
     return None
 
 
-def _anchor(expr: ast.Node) -> _Anchor | None:
-    """The most selective conjunct to file a filter under: fewest values, else a range."""
-    conjuncts = expr.operands if isinstance(expr, ast.And) else (expr,)
-    best: _Anchor | None = None
-    for c in conjuncts:
-        found = _conjunct_anchor(c)
-        if found is None:
-            continue
-        if best is None or (isinstance(found[1], tuple) and (
-                isinstance(best[1], _Range) or len(found[1]) < len(best[1]))):
-            best = found
-    return best
+def _conjuncts(expr: ast.Node) -> tuple[ast.Node, ...]:
+    return expr.operands if isinstance(expr, ast.And) else (expr,)
+
+
+def _anchors(conjuncts: tuple[ast.Node, ...]) -> list[tuple[int, _Anchor]]:
+    """Every conjunct a filter could be filed under, with its position."""
+    return [
+        (position, found)
+        for position, c in enumerate(conjuncts)
+        if (found := _conjunct_anchor(c)) is not None
+    ]
+
+
+def _residual(conjuncts: tuple[ast.Node, ...], anchored: int) -> Condition | None:
+    """The condition of every conjunct but the one at `anchored` (None when none is left)."""
+    rest = conjuncts[:anchored] + conjuncts[anchored + 1 :]
+    if not rest:
+        return None
+    return compile_condition(rest[0] if len(rest) == 1 else ast.And(rest))
 
 
 class FilterSet(Generic[K]):
@@ -255,11 +316,13 @@ class FilterSet(Generic[K]):
     def _new_group(self, compiled: Filter) -> _Group[K]:
         group: _Group[K] = _Group(compiled, compiled.condition)
         self._groups[compiled.text] = group
-        anchor = _anchor(compiled.expr)
-        if anchor is None:
+        conjuncts = _conjuncts(compiled.expr)
+        chosen = self._best_anchor(_anchors(conjuncts))
+        if chosen is None:
             self._unindexed[compiled.text] = group
             return group
-        subject, pinned = anchor
+        anchored, (subject, pinned) = chosen
+        group.residual = _residual(conjuncts, anchored)
         kind = "range" if isinstance(pinned, _Range) else "equality"
         name = (kind, render(subject))
         index = self._indexes.get(name)
@@ -274,6 +337,28 @@ class FilterSet(Generic[K]):
         group.index = name
         index.add(compiled.text, group)
         return group
+
+    def _best_anchor(self, anchors: list[tuple[int, _Anchor]]) -> tuple[int, _Anchor] | None:
+        """The conjunct that will make this filter a candidate least often.
+
+        An equality/IN conjunct beats a range; among equalities, the one whose values are
+        shared by the fewest filters already filed (so `site = 7 AND status = 'on'` goes
+        under `site`, not under the `'on'` that half the filters name); then fewer values.
+        """
+        best: tuple[int, _Anchor] | None = None
+        best_score: tuple[int, int, int] | None = None
+        for position, (subject, pinned) in anchors:
+            if isinstance(pinned, _Range):
+                score = (1, 0, position)
+            else:
+                index = self._indexes.get(("equality", render(subject)))
+                crowd = 0
+                if isinstance(index, _EqualityIndex):
+                    crowd = sum(len(index.buckets.get(value, ())) for value in pinned)
+                score = (0, crowd * 4 + len(pinned), position)
+            if best_score is None or score < best_score:
+                best, best_score = (position, (subject, pinned)), score
+        return best
 
     def _drop_group(self, text: str, group: _Group[K]) -> None:
         del self._groups[text]
@@ -303,7 +388,8 @@ class FilterSet(Generic[K]):
                 result.update(group.keys)
         for index in self._indexes.values():
             for group in index.candidates(index.getter(message)):
-                if group.condition(message) is True:
+                residual = group.residual
+                if residual is None or residual(message) is True:
                     result.update(group.keys)
         return result
 

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
-from . import consumers
+from ..store import consumers
 from .journal import data_dir_of
 from .source import stream_journal
 

@@ -51,7 +51,7 @@ from pyspark.sql.datasource import (
 )
 
 from ..filters import Filter, compile_filter
-from . import consumers
+from ..store import consumers
 from .journal import (
     DEFAULT_CHUNK_ROWS,
     JOURNAL_DDL,

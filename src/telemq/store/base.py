@@ -254,14 +254,19 @@ class Store(ABC):
         """
 
     @abstractmethod
-    def read_journal(self, start_seq: int, end_seq: int, limit: int | None = None) -> list[
-        JournalRecord
-    ]:
+    def read_journal(
+        self, start_seq: int, end_seq: int, limit: int | None = None
+    ) -> list[JournalRecord]:
         """Journal records with start_seq <= seq < end_seq, in seq order."""
 
     @abstractmethod
     def trim_journal(self, before_seq: int) -> int:
         """Delete journal records with seq < before_seq; returns how many were deleted."""
+
+    @abstractmethod
+    def journal_seq_since(self, ts_us: int) -> int | None:
+        """The first seq received at or after `ts_us` (None if there is none): the age cut
+        of retention. Receive times follow seq order (one broker clock)."""
 
     @abstractmethod
     def stats(self) -> StoreStats:

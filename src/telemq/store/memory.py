@@ -179,6 +179,14 @@ class MemoryStore(Store):
         del c.journal_seqs[:cut]
         return cut
 
+    def journal_seq_since(self, ts_us: int) -> int | None:
+        self._check_open()
+        c = self._c
+        for seq in c.journal_seqs:
+            if c.journal[seq][1] >= ts_us:  # rows are in journal_row order: seq, ts_us, ...
+                return seq
+        return None
+
     def stats(self) -> StoreStats:
         self._check_open()
         c = self._c

@@ -285,6 +285,49 @@ def _lanes_by_op() -> list[tuple[int, ...]]:
 _LANES_OF = _lanes_by_op()
 _op_of = itemgetter(0)
 
+# Rows per INSERT statement, largest first. `executemany` releases the GIL around every
+# row's step; while the event loop thread is busy, taking it back costs up to the switch
+# interval each time, so a writer inserting row by row crawls exactly when the broker is
+# loaded. Multi-row INSERTs take it back once per 64 rows (and bind in C).
+_ROWS_PER_INSERT = (512, 64, 8)
+
+
+def _multi_row(sql: str, rows: int) -> str | None:
+    """`sql` (an INSERT ... VALUES (...) [suffix]) inserting `rows` rows at once."""
+    head, found, tail = sql.partition(" VALUES (")
+    if not found or not head.startswith("INSERT"):
+        return None
+    marks, _, suffix = tail.partition(")")
+    return f"{head} VALUES " + ", ".join([f"({marks})"] * rows) + suffix
+
+
+_MULTI_ROW: dict[str, tuple[tuple[int, str], ...]] = {
+    sql: tuple((rows, multi) for rows in _ROWS_PER_INSERT if (multi := _multi_row(sql, rows)))
+    for plan in _PLAN.values()
+    for statements in plan.statements.values()
+    for sql in statements
+    if _multi_row(sql, 1) is not None
+}
+
+
+def _write_rows(conn: sqlite3.Connection, sql: str, params: list[Any]) -> int:
+    """Run `sql` once per parameter row, in order; returns the number of rows changed."""
+    variants = _MULTI_ROW.get(sql)
+    if variants is None or len(params) < variants[-1][0]:
+        return conn.executemany(sql, params).rowcount
+    changed = 0
+    start = 0
+    end = len(params)
+    for rows, multi in variants:
+        while end - start >= rows:
+            flat = [value for row in params[start : start + rows] for value in row]
+            changed += conn.execute(multi, flat).rowcount
+            start += rows
+    if start < end:
+        changed += conn.executemany(sql, params[start:]).rowcount
+    return changed
+
+
 _READ_JOURNAL = (
     f"SELECT {', '.join(COLUMNS['journal'])} FROM journal"
     " WHERE seq >= ? AND seq < ? ORDER BY seq LIMIT ?"
@@ -432,9 +475,9 @@ class SqliteStore(Store):
                     else:
                         params = [build(args[0]) for _, args in run]
                     for sql in statements[lane]:
-                        cursor = conn.executemany(sql, params)
+                        changed = _write_rows(conn, sql, params)
                     if counted:
-                        message_delta += counted * cursor.rowcount
+                        message_delta += counted * changed
                     if mark is not None:
                         top = max(params)[0] + 1
                         if top > self._marks[mark] and top > raised.get(mark, 0):
@@ -480,6 +523,16 @@ class SqliteStore(Store):
             self._rollback(conn)
             raise StoreError(f"cannot trim the journal: {exc}") from exc
         return deleted
+
+    def journal_seq_since(self, ts_us: int) -> int | None:
+        conn = self._live()
+        try:
+            row = conn.execute(
+                "SELECT seq FROM journal WHERE ts_us >= ? ORDER BY seq LIMIT 1", (ts_us,)
+            ).fetchone()
+        except (sqlite3.Error, OverflowError) as exc:
+            raise StoreError(f"cannot read the journal: {exc}") from exc
+        return None if row is None else int(row[0])
 
     def stats(self) -> StoreStats:
         """Sizes; `journal_rows` is `last - first + 1`, exact while seq has no gaps (design

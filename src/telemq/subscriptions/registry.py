@@ -24,8 +24,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from ..filters import Filter, compile_filter
+from ..filters import Filter, FilterSet, compile_filter
 from .topic_tree import SubscriptionTree
+
+FILTER_SET_MIN = 4  # filtered subscriptions on one topic from which a FilterSet pays off
 
 
 class Persistence(enum.StrEnum):
@@ -158,13 +160,16 @@ class Route:
 
     `plain` maps queue -> (highest QoS, highest persistence rank) over the
     subscriptions without a filter, already merged per queue; `filtered` lists
-    subscriptions whose filter must be evaluated against each message.
-    PubOnReqOnly subscriptions are in neither: they receive nothing but what
-    ReqUpdate sends.
+    subscriptions whose filter must be evaluated against each message. With many
+    of them, `filter_set` holds their filters under their position in `filtered`,
+    so that one message is matched against all of them through its indexes (each
+    distinct filter and each field read once). PubOnReqOnly subscriptions are in
+    neither: they receive nothing but what ReqUpdate sends.
     """
 
     plain: dict[str, tuple[int, int]]
     filtered: list[Subscription]
+    filter_set: FilterSet[int] | None = None
 
 
 class Registry:
@@ -281,7 +286,13 @@ class Registry:
                         max(current[0], subscription.qos),
                         max(current[1], rank),
                     )
-        route = Route(plain, filtered)
+        filter_set: FilterSet[int] | None = None
+        if len(filtered) >= FILTER_SET_MIN:
+            filter_set = FilterSet()
+            for position, subscription in enumerate(filtered):
+                assert subscription.compiled is not None
+                filter_set.add(position, subscription.compiled)
+        route = Route(plain, filtered, filter_set)
         if len(self._routes) > 16384:
             self._routes.clear()
         self._routes[cache_key] = route
