@@ -18,7 +18,7 @@ from typing import Any
 from telemq.broker import BrokerConfig, ListenerConfig
 from telemq.broker.config import StoreConfig, SysConfig
 from telemq.cli.demo import BrokerThread
-from telemq.pipeline.mqtt import MqttClient
+from telemq.client import MqttClient
 from telemq.store import JournalRecord, SqliteStore, WriteBatch
 
 TS0 = 1_732_233_600_000_000  # 2024-11-22T00:00:00Z in microseconds

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from telemq.cli.main import main
+from telemq.client import MqttClient
 from telemq.pipeline.aggregate import parse_window, run_aggregate
 from telemq.pipeline.ingest import run_ingest
-from telemq.pipeline.mqtt import MqttClient
 
 from .helpers import Pub, append_journal, drain
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from telemq.cli.main import main
-from telemq.pipeline.mqtt import MqttClient
-from telemq.pipeline.replay import DeliveryUnavailable, replay_frame, run_replay
+from telemq.client import MqttClient
+from telemq.pipeline.replay import replay_frame, run_replay
 from telemq.pipeline.subscriptions import find_subscriptions, topic_regex
 
 from .helpers import command, drain
@@ -87,8 +87,63 @@ def test_replay_errors_are_one_line(
     assert "invalid filter (reason 3150)" in capsys.readouterr().err
     assert main(["pipeline", "replay", "-d", str(data), "--subscription", "nobody"]) == 2
     assert "no subscription or queue named 'nobody'" in capsys.readouterr().err
-    with pytest.raises(DeliveryUnavailable):
+    with pytest.raises(ValueError, match="needs --queue"):
         run_replay(spark, data, topics=["a/#"], deliver=True)
+    assert main(["pipeline", "replay", "-d", str(data), "--topics", "a/#", "--deliver"]) == 2
+    assert "--deliver with --topics needs --queue" in capsys.readouterr().err
+    assert main(["pipeline", "replay", "-d", str(data), "--topics", "a/#", "--queue", "q"]) == 2
+    assert "--queue goes with --deliver" in capsys.readouterr().err
+
+
+def test_replay_deliver_backfills_the_subscribers_queue(
+    spark: Any, broker: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """History published before the subscription existed is put on its queue: the
+    subscriber, offline meanwhile, gets exactly the matches, in seq order, once."""
+    _, port, data = broker
+    publish_mix(port, 200)
+    subscriber = MqttClient("127.0.0.1", port, "q-back", clean_session=False)
+    subscriber.connect()
+    reply = command(
+        subscriber,
+        {"Command": "RegSub", "Topic": ["plant/#"], "Filter": HOT, "SubName": "backfill"},
+    )
+    assert reply["pscr"]["Completion"] == "ok", reply
+    subscriber.disconnect()  # offline: the backfill waits in its queue (QoS 1)
+    subs = find_subscriptions(data, "backfill")
+    expected = [
+        (r["topic"], bytes(r["payload"]))
+        for r in replay_frame(spark, data, subscriptions=subs).orderBy("seq").collect()
+    ]
+    assert 10 < len(expected) < 200
+
+    broker_address = f"127.0.0.1:{port}"
+    code = main(
+        ["pipeline", "replay", "-d", str(data), "--subscription", "backfill", "--deliver",
+         "--broker", broker_address, "--limit", "0", "-q"]
+    )  # fmt: skip
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert f"delivered {len(expected):,} of {len(expected):,} to queue 'q-back'" in printed
+
+    subscriber = MqttClient("127.0.0.1", port, "q-back", clean_session=False)
+    assert subscriber.connect() is True
+    try:
+        got = [m for m in drain(subscriber, 2.0) if not m.topic.startswith("SYSTEM.")]
+    finally:
+        subscriber.close()
+    assert [(m.topic, m.payload) for m in got] == expected  # exactly the matches, in order
+    assert {m.qos for m in got} == {1} and not any(m.retain for m in got)
+
+    # A queue the broker does not know: every match is refused, and the summary says why.
+    code = main(
+        ["pipeline", "replay", "-d", str(data), "--topics", "plant/#", "--filter", HOT,
+         "--deliver", "--queue", "nobody", "--broker", broker_address, "--limit", "0", "-q"]
+    )  # fmt: skip
+    assert code == 1
+    printed = capsys.readouterr().out
+    assert f"delivered 0 of {len(expected):,} to queue 'nobody'" in printed
+    assert f"refused {len(expected):,} (first: " in printed and "reason 3076" in printed
 
 
 def test_topic_filters_as_regular_expressions(spark: Any) -> None:

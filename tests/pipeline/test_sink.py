@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from telemq.client import MqttClient
 from telemq.pipeline.journal import open_reader
-from telemq.pipeline.mqtt import MqttClient
-from telemq.pipeline.sink import SinkOptions, _Ledger, publish_rows
+from telemq.pipeline.sink import SinkOptions, TaskResult, _Ledger, publish_rows
 from telemq.pipeline.source import register, stream_journal
 
 from .helpers import append_journal, collect, drain, telemetry
@@ -113,8 +113,69 @@ def test_ledger_resumes_a_partition_after_its_published_rows(broker: Any, tmp_pa
     ledger.close()
     rows = [{"topic": "part/x", "payload": f"{i}".encode()} for i in range(6)]
     options = SinkOptions(port=port)
-    assert publish_rows(iter(rows), options, _Ledger(ledger.path)) == (3, 3)
+    assert publish_rows(iter(rows), options, _Ledger(ledger.path)) == TaskResult(3, 3)
     assert [p for _, p, _, _ in broker_journal(data, "part/")] == [b"3", b"4", b"5"]
     assert _Ledger(ledger.path).done() == 6
-    assert publish_rows(iter(rows), options, _Ledger(ledger.path)) == (0, 6)
+    assert publish_rows(iter(rows), options, _Ledger(ledger.path)) == TaskResult(0, 6)
     assert len(broker_journal(data, "part/")) == 3
+
+
+def test_queue_option_puts_rows_on_one_queue_with_the_ledger(broker: Any, tmp_path: Path) -> None:
+    """With ``queue``, rows become Put commands: only that session gets them (not routed,
+    not journaled), answered one by one; the ledger still skips what was done."""
+    _, port, data = broker
+    owner = MqttClient("127.0.0.1", port, "sink-q", clean_session=False)
+    owner.connect()
+    owner.disconnect()  # a persistent session, offline: the Puts wait in its queue
+    with MqttClient("127.0.0.1", port, "put-watcher") as watcher:
+        watcher.subscribe([("put/#", 2)])
+        ledger = _Ledger(tmp_path / "q" / "0" / "0.done")
+        ledger.record(2)  # a previous attempt got answers for two rows, then died
+        ledger.close()
+        rows = [{"topic": f"put/{i % 2}", "payload": f"{i}".encode(), "qos": 1 + i % 2}
+                for i in range(7)]  # fmt: skip
+        options = SinkOptions(port=port, queue="sink-q", window=2)
+        result = publish_rows(iter(rows), options, _Ledger(ledger.path))
+        assert result == TaskResult(5, 2, delivered=5, refused=0)
+        assert _Ledger(ledger.path).done() == 7
+        assert drain(watcher, 0.5) == []  # nobody else gets them
+    assert broker_journal(data, "put/") == []  # and they are not journaled
+    owner = MqttClient("127.0.0.1", port, "sink-q", clean_session=False)
+    assert owner.connect() is True
+    try:
+        got = collect(owner, 5)
+    finally:
+        owner.close()
+    want = [(f"put/{i % 2}", f"{i}".encode(), 1 + i % 2) for i in range(2, 7)]
+    for qos in (1, 2):  # in order per QoS (a QoS 2 Put runs at PUBREL, one round trip later)
+        assert [(m.topic, m.payload, m.qos) for m in got if m.qos == qos] == [
+            w for w in want if w[2] == qos
+        ]
+    assert len(got) == len(want)
+
+    # A queue that does not exist: every row is refused, with the broker's reason.
+    refused = publish_rows(iter(rows[:3]), SinkOptions(port=port, queue="no-such-queue"))
+    assert (refused.published, refused.delivered, refused.refused) == (3, 0, 3)
+    assert "reason 3076" in refused.refusal and "no-such-queue" in refused.refusal
+    # A row too big for one command is refused without being sent.
+    big = [{"topic": "put/big", "payload": b"x" * (1024 * 1024)}]
+    too_big = publish_rows(iter(big), SinkOptions(port=port, queue="sink-q"))
+    assert too_big.refused == 1 and "reason 3097" in too_big.refusal
+
+
+def test_batch_write_to_a_queue_fails_on_refusals_and_reports(
+    spark: Any, broker: Any, tmp_path: Path
+) -> None:
+    _, port, _ = broker
+    register(spark)
+    frame = spark.createDataFrame(
+        [("put/r", b"a"), ("put/r", b"b")], "topic string, payload binary"
+    )
+    report = tmp_path / "report.json"
+    with pytest.raises(Exception, match="refused 2 of 2"):
+        frame.coalesce(1).write.format("telemq").options(
+            host="127.0.0.1", port=str(port), queue="nobody-here", report=str(report)
+        ).mode("append").save()
+    totals = json.loads(report.read_text())
+    assert (totals["published"], totals["delivered"], totals["refused"]) == (2, 0, 2)
+    assert "reason 3076" in totals["refusal"]

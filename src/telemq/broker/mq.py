@@ -11,6 +11,7 @@ from ..commands import (
     RESPONSE_PREFIX,
     Command,
     CommandSyntaxError,
+    PutResult,
     Reason,
     ReasonCode,
     Reply,
@@ -81,6 +82,23 @@ class CommandHost:
             broker.committer.schedule()
         return len(doomed)
 
+    def put_to_queue(
+        self, requester: Requester, queue: str, topic: str, body: bytes, qos: int
+    ) -> PutResult:
+        """`Broker.put_to_queue`, with the reason when it fails.
+
+        The broker answers only True or False; the session table tells the reasons apart
+        (the event loop runs one thing at a time, so nothing changes in between).
+        """
+        session = self.broker.sessions.get(queue)
+        if session is None:
+            return PutResult.NO_QUEUE
+        if qos == 0 and session.client is None:
+            return PutResult.NOT_CONNECTED
+        if self.broker.put_to_queue(requester, queue, topic, body, qos):
+            return PutResult.PUT
+        return PutResult.FULL
+
 
 def run_command(
     broker: Broker, host: CommandHost, queue_topic: str, payload: bytes, requester: Requester
@@ -89,9 +107,11 @@ def run_command(
     try:
         command = parse_command(payload)
     except CommandSyntaxError as error:
+        # With a readable <mqmd> the reply still goes where asked, with the CorrelId.
+        unread = None if error.mqmd is None else Command(psc={}, mqmd=error.mqmd)
         return (
             Reply("error", [Reason(ReasonCode.PARM_SYNTAX_ERROR)], message=str(error)),
-            None,
+            unread,
         )
     if not broker.may("command", queue_topic, requester.user_id, requester.client_id):
         return (
@@ -122,8 +142,8 @@ def reply_topic(command: Command | None, client_id: str) -> str:
 
 
 def reply_payload(reply: Reply, command: Command | None, payload: bytes) -> bytes:
-    form = command.form if command is not None else (
-        "json" if payload.lstrip()[:1] == b"{" else "xml"
+    form = (
+        command.form if command is not None else ("json" if payload.lstrip()[:1] == b"{" else "xml")
     )
     return encode_reply(reply, command, form)
 

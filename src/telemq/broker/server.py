@@ -342,11 +342,16 @@ class Broker:
         for incoming in orphans:
             # A QoS 2 message acknowledged with PUBREC to a clean session that died
             # with the broker: its publisher will not send PUBREL (its session is
-            # gone too), so the message is released now rather than lost.
+            # gone too), so the message is released now rather than lost, exactly as a
+            # PUBREL would have released it (retained, journaled, routed; a command runs).
             held = Message.from_stored(incoming.message)
             held.store_id = 0
-            self._route(held, hand_off_now=True)
             self.committer.pending.delete_incoming(incoming.client_id, incoming.packet_id)
+            if held.topic in COMMAND_TOPICS:
+                requester = Requester(held.client_id, held.user_id, held.sub_point, 2)
+                self._run_command_as(requester, held.topic, held.payload)
+            else:
+                self._accept(held, hand_off_now=True)
         if orphans:
             self.committer.schedule()
         log.info(
@@ -583,17 +588,46 @@ class Broker:
                 )
                 self.registry.remove(subscription)
                 self.forget_subscription(subscription)
-        if session.user_id != user and session.queue:
+        # Queued and in-flight messages too, whoever the session belonged to: a queue made
+        # by RegSub has no user, and in-flight PUBLISHes are re-sent on resume.
+        readable: dict[str, bool] = {}
+
+        def may_read(topic: str) -> bool:
+            allowed = readable.get(topic)
+            if allowed is None:
+                allowed = readable[topic] = self.may("subscribe", topic, user, client.client_id)
+            return allowed
+
+        dropped: list[Delivery] = []
+        if session.queue:
             kept: deque[Delivery] = deque()
             for delivery in session.queue:
-                if self.may("subscribe", delivery.message.topic, user, client.client_id):
+                if may_read(delivery.message.topic):
                     kept.append(delivery)
                 else:
-                    self.stats.messages_dropped += 1
-                    if delivery.delivery_id:
-                        self.committer.pending.delete_delivery(delivery.delivery_id)
-                        self._release_message_ref(delivery)
+                    dropped.append(delivery)
             session.queue = kept
+        outbound = session.flows.outbound
+        for packet_id, inflight in list(outbound.items()):
+            # A QoS 2 message whose PUBREC came is already the client's: PUBREL goes on.
+            if inflight.state is InflightState.PUBLISHED and not may_read(
+                inflight.topic.decode("utf-8", "replace")
+            ):
+                del outbound[packet_id]
+                if isinstance(inflight.ref, Delivery):
+                    dropped.append(inflight.ref)
+        for delivery in dropped:
+            self.stats.messages_dropped += 1
+            if delivery.delivery_id:
+                self.committer.pending.delete_delivery(delivery.delivery_id)
+                self._release_message_ref(delivery)
+        if dropped:
+            log.info(
+                "client %r (user %r): %d queued or in-flight messages dropped: not authorized",
+                client.client_id,
+                user,
+                len(dropped),
+            )
             self.committer.schedule()
         session.user_id = user
 
@@ -649,6 +683,12 @@ class Broker:
         from ..protocol.packets import Will
 
         assert isinstance(will, Will)
+        if self.authorizer is not None and not self.may(
+            "publish", will.topic, client.user_id, client.client_id
+        ):
+            self.stats.publish_denied += 1
+            log.info("client %r: will to %r denied", client.client_id, will.topic)
+            return
         message = Message(
             will.topic,
             will.payload,
@@ -734,21 +774,26 @@ class Broker:
             committer.after(lambda: self._send_ack(client, PubComp(packet_id)))
 
     def _run_command(self, client: Client, queue_topic: str, payload: bytes, qos: int) -> None:
+        requester = Requester(client.client_id, client.user_id, client.listener.sub_point, qos)
+        self._run_command_as(requester, queue_topic, payload)
+
+    def _run_command_as(self, requester: Requester, queue_topic: str, payload: bytes) -> None:
         """Execute an MQ command; its reply is published once its effects are durable."""
         self.stats.commands += 1
-        requester = Requester(client.client_id, client.user_id, client.listener.sub_point, qos)
         reply, command = run_command(self, self.command_host, queue_topic, payload, requester)
         if not wants_reply(reply, command):
             return
-        topic = reply_topic(command, client.client_id)
-        if topic != RESPONSE_PREFIX + client.client_id and not self.may(
-            "publish", topic, client.user_id, client.client_id
+        client_id = requester.client_id
+        topic = reply_topic(command, client_id)
+        if topic != RESPONSE_PREFIX + client_id and not self.may(
+            "publish", topic, requester.user_id, client_id
         ):
             # The requester chooses the reply topic: it must not be a way to write anywhere.
-            log.info("client %r: no reply to %r: not authorized", client.client_id, topic)
+            log.info("client %r: no reply to %r: not authorized", client_id, topic)
             return
         body = reply_payload(reply, command, payload)
-        sub_point = client.listener.sub_point
+        sub_point = requester.sub_point
+        qos = requester.qos
         self.committer.after(
             lambda: self.publish(topic, body, qos, False, sub_point, journal=False)
         )
@@ -827,8 +872,7 @@ class Broker:
             client = session.client
             if client is None:
                 return False
-            self._send_qos0(client, message, False)
-            return True
+            return self._send_qos0(client, message, False)
         if self._enqueue(session, message, qos, False, session.persistent) is None:
             return False
         self._pump(session)
@@ -998,16 +1042,18 @@ class Broker:
                 later.append((session, delivery))
         return later
 
-    def _send_qos0(self, client: Client, message: Message, retain: bool) -> None:
+    def _send_qos0(self, client: Client, message: Message, retain: bool) -> bool:
+        """Send a QoS 0 copy; False when it is dropped (the client is not reading)."""
         if not client.writable:
             self.stats.messages_dropped += 1
-            return
+            return False
         connection = client.connection
         if connection is None:
-            return
+            return False
         connection.send_bytes(message.frame_qos0(retain))  # a no-op once closed
         self.stats.messages_sent += 1
         client.mark_dirty()
+        return True
 
     def _enqueue(
         self, session: Session, message: Message, qos: int, retain: bool, durable: bool

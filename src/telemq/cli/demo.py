@@ -110,7 +110,7 @@ def register_alerts(port: int, timeout: float = 3.0) -> Any | None:
     Returns the connected client of that queue (persistent session) when the broker answers
     ``ok``, else None (the broker does not implement MQ commands, or refused).
     """
-    from ..pipeline.mqtt import MqttClient, MqttError
+    from ..client import MqttClient, MqttError
 
     client = MqttClient("127.0.0.1", port, ALERT_QUEUE, clean_session=False, timeout=10)
     try:
@@ -200,7 +200,7 @@ class Sensor:
 
 def simulate_sensors(port: int, args: argparse.Namespace, done: threading.Event) -> int:
     """Publish JSON telemetry from `args.sensors` sensors for `args.duration` seconds."""
-    from ..pipeline.mqtt import MqttClient
+    from ..client import MqttClient
 
     rng = random.Random(args.seed)
     sensors: list[Sensor] = []
@@ -239,7 +239,7 @@ def simulate_sensors(port: int, args: argparse.Namespace, done: threading.Event)
 
 def read_retained(port: int, prefix: str, timeout: float = 3.0) -> dict[str, Any]:
     """The retained messages under `prefix` (what a new subscriber gets at once)."""
-    from ..pipeline.mqtt import MqttClient
+    from ..client import MqttClient
 
     found: dict[str, Any] = {}
     with MqttClient("127.0.0.1", port, f"demo-reader-{uuid.uuid4().hex[:6]}") as client:

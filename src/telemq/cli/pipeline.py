@@ -87,6 +87,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     replay.add_argument(
         "--deliver", action="store_true", help="put the matches on the subscriber's queue"
     )
+    replay.add_argument(
+        "--queue", help="--deliver: the queue (default: the subscription's; needed with --topics)"
+    )
+    replay.add_argument(
+        "--broker", default="127.0.0.1:1883", metavar="HOST:PORT", help="--deliver: the broker"
+    )
+    replay.add_argument(
+        "--qos", type=int, choices=(0, 1, 2), default=1, help="--deliver: QoS (default 1)"
+    )
+    replay.add_argument("--username", help="--deliver: MQTT user name")
+    replay.add_argument("--password", help="--deliver: MQTT password")
     _common(replay)
     replay.set_defaults(handler=run_replay_command)
 
@@ -147,10 +158,10 @@ def _guarded(run: Handler) -> Handler:
     return handler
 
 
-def _address(text: str) -> tuple[str, int]:
+def _address(text: str, option: str = "--publish-to") -> tuple[str, int]:
     host, _, port = text.rpartition(":")
     if not host or not port.isdigit():
-        raise ValueError(f"--publish-to: expected HOST:PORT, got {text!r}")
+        raise ValueError(f"{option}: expected HOST:PORT, got {text!r}")
     return host, int(port)
 
 
@@ -260,28 +271,37 @@ def print_matches(preview: list[dict[str, Any]]) -> None:
 
 @_guarded
 def run_replay_command(args: argparse.Namespace) -> int:
+    """Exit 0, or 1 when --deliver had matches refused by the broker (the summary says why)."""
     from telemq.pipeline.progress import Reporter
-    from telemq.pipeline.replay import DeliveryUnavailable, run_replay
+    from telemq.pipeline.replay import run_replay
 
+    for option in ("queue", "username", "password"):
+        if getattr(args, option) and not args.deliver:
+            return _fail(f"--{option} goes with --deliver")
+    if args.deliver and args.topics and not args.queue:
+        return _fail("--deliver with --topics needs --queue (the queue to put the matches on)")
+    broker = _address(args.broker, "--broker")
+    sink = {k: v for k, v in (("username", args.username), ("password", args.password)) if v}
     report = Reporter(quiet=args.quiet)
     topics = [t.strip() for t in args.topics.split(",")] if args.topics else None
     with _session(args, "telemq-replay") as spark, report.watch(spark, "replay"):
-        try:
-            result = run_replay(
-                spark,
-                args.data_dir,
-                topics=topics,
-                filter=args.filter,
-                subscription=args.subscription,
-                from_seq=args.from_seq,
-                to_seq=args.to_seq,
-                output=args.output,
-                limit=args.limit,
-                deliver=args.deliver,
-                progress=report,
-            )
-        except DeliveryUnavailable as exc:
-            return _fail(str(exc))
+        result = run_replay(
+            spark,
+            args.data_dir,
+            topics=topics,
+            filter=args.filter,
+            subscription=args.subscription,
+            from_seq=args.from_seq,
+            to_seq=args.to_seq,
+            output=args.output,
+            limit=args.limit,
+            deliver=args.deliver,
+            queue=args.queue,
+            broker=broker,
+            qos=args.qos,
+            sink_options=sink,
+            progress=report,
+        )
     print(
         f"{result.matched:,} match(es) in seq {result.first_seq:,}..{result.last_seq:,}"
         f" ({result.seconds:.1f}s)"
@@ -291,4 +311,10 @@ def run_replay_command(args: argparse.Namespace) -> int:
         print(f"  ... {result.matched - len(result.preview):,} more")
     if result.output is not None:
         print(f"written to {result.output}")
+    if result.queue is None:
+        return 0
+    print(f"delivered {result.delivered:,} of {result.matched:,} to queue {result.queue!r}")
+    if result.refused:
+        print(f"refused {result.refused:,} (first: {result.refusal})")
+        return 1
     return 0

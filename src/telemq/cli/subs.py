@@ -12,7 +12,7 @@ import json
 import sys
 from typing import Any
 
-from ..client import BlockingClient, ClientError
+from ..client import MqttClient, MqttError
 from ..commands import CONTROL_QUEUE, RESPONSE_PREFIX, parse_reply
 
 
@@ -26,7 +26,11 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 def _selection(parser: argparse.ArgumentParser, topics_required: bool) -> None:
     parser.add_argument(
-        "--topic", "-t", action="append", default=[], required=topics_required,
+        "--topic",
+        "-t",
+        action="append",
+        default=[],
+        required=topics_required,
         help="topic filter (repeatable)",
     )
     parser.add_argument("--queue", "-q", help="subscriber queue (QName; default: this tool's id)")
@@ -43,7 +47,8 @@ def _selection(parser: argparse.ArgumentParser, topics_required: bool) -> None:
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     subs = subparsers.add_parser(
-        "subs", help="manage MQ subscriptions on a running broker",
+        "subs",
+        help="manage MQ subscriptions on a running broker",
         description="Send MQ publish/subscribe commands to a running broker.",
     )
     actions = subs.add_subparsers(dest="subs_command", metavar="ACTION", required=True)
@@ -105,13 +110,15 @@ def build_command(args: argparse.Namespace) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     document = build_command(args)
     try:
-        with BlockingClient(
-            args.host, args.port, username=args.username, password=args.password
+        with MqttClient(
+            args.host, args.port, username=args.username, password=args.password, timeout=10.0
         ) as client:
-            client.subscribe(RESPONSE_PREFIX + client.client_id, 1)
+            client.subscribe([(RESPONSE_PREFIX + client.client_id, 1)])
             client.publish(CONTROL_QUEUE, json.dumps(document).encode("utf-8"), qos=1)
-            reply = client.receive()
-    except ClientError as error:
+            reply = client.receive(client.timeout)
+            if reply is None:
+                raise MqttError(f"no reply from {args.host}:{args.port} in {client.timeout:g}s")
+    except MqttError as error:
         print(f"telemq subs: {error}", file=sys.stderr)
         return 2
     if args.json:

@@ -3,7 +3,8 @@
 Theory of operation
 -------------------
 A command is an MQTT PUBLISH to `SYSTEM.BROKER.CONTROL.QUEUE` (RegSub, DeregSub,
-ReqUpdate) or `SYSTEM.BROKER.DEFAULT.STREAM` (Publish, DeletePub) whose payload is
+ReqUpdate) or `SYSTEM.BROKER.DEFAULT.STREAM` (Publish, DeletePub); telemq adds ListSubs and Put
+(a message on one queue only) on the control queue. The payload is
 an MQ folder sequence (`codec`). `handlers.execute` validates it completely, then
 applies it to the subscription registry, asking the broker (a `Host`) for
 authorization, sessions and retained messages, and returns the `<pscr>` reply,
@@ -16,11 +17,13 @@ from .codec import (
     Mqmd,
     Reason,
     Reply,
+    encode_command,
     encode_reply,
     parse_command,
     parse_reply,
+    reply_correl_id,
 )
-from .handlers import Host, Requester, execute, subscription_attributes
+from .handlers import Host, PutResult, Requester, execute, subscription_attributes
 from .reasons import COMMAND_TOPICS, CONTROL_QUEUE, DEFAULT_STREAM, RESPONSE_PREFIX, ReasonCode
 
 __all__ = [
@@ -32,13 +35,16 @@ __all__ = [
     "CommandSyntaxError",
     "Host",
     "Mqmd",
+    "PutResult",
     "Reason",
     "ReasonCode",
     "Reply",
     "Requester",
+    "encode_command",
     "encode_reply",
     "execute",
     "parse_command",
     "parse_reply",
+    "reply_correl_id",
     "subscription_attributes",
 ]

@@ -26,6 +26,7 @@ from typing import Any
 from xml.sax.saxutils import escape
 
 MAX_COMMAND_BYTES = 1024 * 1024
+MQMD_SCAN_BYTES = 4096  # how far an over-long command is read for its <mqmd>
 
 # Properties of <psc> that may repeat; all others occur at most once.
 REPEATABLE = frozenset({"Topic", "RegOpt", "PubOpt", "DelOpt"})
@@ -53,7 +54,15 @@ _FOLDER_START = re.compile(rb"\s*<([A-Za-z][A-Za-z0-9_]*)\s*>")
 
 
 class CommandSyntaxError(ValueError):
-    """The command message is malformed (reason 3097); the message says where."""
+    """The command message is malformed (reason 3097); the message says where.
+
+    `mqmd` is the descriptor when it could still be read (an over-long XML command whose
+    `<mqmd>` comes first), so that the reply goes where asked, with the CorrelId.
+    """
+
+    def __init__(self, message: str, mqmd: Mqmd | None = None) -> None:
+        super().__init__(message)
+        self.mqmd = mqmd
 
 
 @dataclass(slots=True)
@@ -260,11 +269,29 @@ def _parse_json(payload: bytes) -> Command:
     return Command(psc=psc, mqmd=mqmd, body=body, form="json")
 
 
+def _leading_mqmd(payload: bytes) -> Mqmd | None:
+    """The `<mqmd>` folder at the start of an XML command, read from its first bytes only."""
+    head = payload[:MQMD_SCAN_BYTES]
+    match = _FOLDER_START.match(head)
+    if match is None or match.group(1) != b"mqmd":
+        return None
+    close = head.find(b"</mqmd>", match.end())
+    if close < 0:
+        return None
+    try:
+        text = head[match.start() : close + len(b"</mqmd>")].decode("utf-8").strip()
+        values = _parse_folder(text, "mqmd", match.start())
+        return _mqmd_from({k: v[-1] for k, v in values.items()}, "<mqmd>")
+    except (CommandSyntaxError, UnicodeDecodeError):
+        return None
+
+
 def parse_command(payload: bytes) -> Command:
     """Parse a command message; raises CommandSyntaxError naming the problem."""
     if len(payload) > MAX_COMMAND_BYTES:
         raise CommandSyntaxError(
-            f"command of {len(payload)} bytes exceeds the limit of {MAX_COMMAND_BYTES}"
+            f"command of {len(payload)} bytes exceeds the limit of {MAX_COMMAND_BYTES}",
+            _leading_mqmd(payload),
         )
     if payload.lstrip()[:1] == b"{":
         return _parse_json(payload)
@@ -279,7 +306,7 @@ def _xml_folder(name: str, items: list[tuple[str, str]]) -> str:
 def encode_reply(reply: Reply, command: Command | None, form: str = "xml") -> bytes:
     """Serialize a response; warnings and errors echo the command's <psc> (MQ rule)."""
     correl = command.mqmd.correl_id if command is not None else ""
-    echo = command is not None and reply.completion != "ok"
+    echo = command is not None and bool(command.psc) and reply.completion != "ok"
     if form == "json":
         pscr: dict[str, Any] = {"Completion": reply.completion}
         if reply.reasons:
@@ -296,9 +323,7 @@ def encode_reply(reply: Reply, command: Command | None, form: str = "xml") -> by
         if correl:
             document["mqmd"]["CorrelId"] = correl
         if echo and command is not None:
-            document["psc"] = {
-                k: (v if k in REPEATABLE else v[0]) for k, v in command.psc.items()
-            }
+            document["psc"] = {k: (v if k in REPEATABLE else v[0]) for k, v in command.psc.items()}
         return json.dumps(document, ensure_ascii=False).encode("utf-8")
     parts: list[str] = []
     mqmd_items = [("MsgType", "reply")]
@@ -328,6 +353,43 @@ def encode_reply(reply: Reply, command: Command | None, form: str = "xml") -> by
             _xml_folder("psc", [(k, v) for k, values in command.psc.items() for v in values])
         )
     return "".join(parts).encode("utf-8")
+
+
+def encode_command(
+    psc: dict[str, list[str]], mqmd: dict[str, str] | None = None, body: bytes = b""
+) -> bytes:
+    """Client side: a command in the XML form (`<mqmd>`, `<psc>`, then the body verbatim).
+
+    The XML form carries any body as it is (JSON needs base64 for bytes); a body that
+    itself begins with an `<mcd>` or `<usr>` folder would be read as one, so that one
+    goes in the JSON form with `bodyBase64`.
+    """
+    folder = _FOLDER_START.match(body)
+    if folder is not None and folder.group(1) in (b"mcd", b"usr"):
+        document: dict[str, Any] = {
+            "psc": {k: (v if k in REPEATABLE else v[0]) for k, v in psc.items()},
+            "bodyBase64": base64.b64encode(body).decode("ascii"),
+        }
+        if mqmd:
+            document["mqmd"] = dict(mqmd)
+        return json.dumps(document).encode("utf-8")
+    head = _xml_folder("mqmd", list(mqmd.items())) if mqmd else ""
+    items = [(key, value) for key, values in psc.items() for value in values]
+    return (head + _xml_folder("psc", items)).encode("utf-8") + body
+
+
+def reply_correl_id(payload: bytes) -> str:
+    """Client side: the CorrelId a response carries (upper-case hex; "" for none)."""
+    if payload.lstrip()[:1] == b"{":
+        document = json.loads(payload)
+        mqmd = document.get("mqmd") if isinstance(document, dict) else None
+        return str(mqmd.get("CorrelId", "")).upper() if isinstance(mqmd, dict) else ""
+    start = payload.find(b"<mqmd>")
+    end = payload.find(b"</mqmd>")
+    if start < 0 or end < start:
+        return ""
+    folder = ElementTree.fromstring(payload[start : end + len(b"</mqmd>")])
+    return (folder.findtext("CorrelId") or "").strip().upper()
 
 
 def parse_reply(payload: bytes) -> tuple[str, list[Reason], dict[str, list[str]]]:

@@ -1,4 +1,5 @@
-"""The command handlers: RegSub, DeregSub, ReqUpdate, Publish, DeletePub.
+"""The command handlers: RegSub, DeregSub, ReqUpdate, Publish, DeletePub (and telemq's
+ListSubs and Put).
 
 Each handler validates the whole command first and only then changes anything,
 so an error reply means nothing was processed (MQ rule); a warning reply means
@@ -10,6 +11,7 @@ broker, the CLI's in-process API and tests alike.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -59,6 +61,7 @@ COMMAND_QUEUES = {
     "Publish": DEFAULT_STREAM,
     "DeletePub": DEFAULT_STREAM,
     "ListSubs": CONTROL_QUEUE,
+    "Put": CONTROL_QUEUE,
 }
 
 
@@ -69,7 +72,16 @@ class Requester:
     client_id: str
     user_id: str
     sub_point: str  # the default subscription point (the listener's)
-    qos: int = 0  # QoS of the command message (used for Publish)
+    qos: int = 0  # QoS of the command message (Publish and Put deliver at it)
+
+
+class PutResult(enum.Enum):
+    """What became of a message put on one queue (`Host.put_to_queue`)."""
+
+    PUT = "put"  # sent, or waiting in the queue
+    NO_QUEUE = "no queue"  # no session has that name
+    NOT_CONNECTED = "not connected"  # QoS 0 is not queued for an offline session
+    FULL = "full"  # the queue holds its maximum of messages
 
 
 class Host(Protocol):
@@ -104,6 +116,10 @@ class Host(Protocol):
     ) -> None: ...
 
     def delete_retained(self, sub_point: str, topic: str) -> int: ...
+
+    def put_to_queue(
+        self, requester: Requester, queue: str, topic: str, body: bytes, qos: int
+    ) -> PutResult: ...
 
 
 class CommandFailed(Exception):
@@ -146,6 +162,12 @@ def _sub_point(command: Command, requester: Requester, host: Host) -> str:
     return sub_point
 
 
+def _check_queue_name(queue: str) -> None:
+    """A queue is an MQTT session: its name must be usable as a client id and a topic level."""
+    if not queue or "\x00" in queue or "+" in queue or "#" in queue or len(queue) > 65535:
+        raise CommandFailed(ReasonCode.Q_NAME_ERROR, f"invalid queue name {queue!r}", QName=queue)
+
+
 def _identity(command: Command, requester: Requester, host: Host, correl: bool) -> Identity:
     qmgr = command.first("QMgrName") or command.mqmd.reply_to_qmgr or host.qmgr_name
     if qmgr != host.qmgr_name:
@@ -155,8 +177,7 @@ def _identity(command: Command, requester: Requester, host: Host, correl: bool) 
             QMgrName=qmgr,
         )
     queue = command.first("QName") or command.mqmd.reply_to_q or requester.client_id
-    if not queue or "\x00" in queue or "+" in queue or "#" in queue or len(queue) > 65535:
-        raise CommandFailed(ReasonCode.Q_NAME_ERROR, f"invalid queue name {queue!r}", QName=queue)
+    _check_queue_name(queue)
     correl_id = ""
     if correl:
         if command.mqmd.correl_is_zero():
@@ -311,6 +332,9 @@ def reg_sub(command: Command, requester: Requester, registry: Registry, host: Ho
 
     plans: list[Callable[[], Subscription]] = []
     named = registry.by_name(sub_point, name) if name else None
+    if named is not None and not _may_address(named, requester):
+        # A SubName is not a way to take over (re-point, re-own) another user's subscription.
+        raise CommandFailed(ReasonCode.WRONG_USER, f"subscription {name!r} belongs to another user")
     for topic in permitted:
         key = (identity, topic, sub_point, filter_text)
         existing = registry.get(key)
@@ -327,15 +351,37 @@ def reg_sub(command: Command, requester: Requester, registry: Registry, host: Ho
         if existing is None:
             plans.append(
                 _plan_create(
-                    registry, identity, topic, sub_point, filter_text, compiled, requester,
-                    name, member, options, persistence, stored, user_data, expiry_at, now,
+                    registry,
+                    identity,
+                    topic,
+                    sub_point,
+                    filter_text,
+                    compiled,
+                    requester,
+                    name,
+                    member,
+                    options,
+                    persistence,
+                    stored,
+                    user_data,
+                    expiry_at,
+                    now,
                 )
             )
             continue
         plans.append(
             _plan_update(
-                existing, name, member, options, persistence, stored, user_data, expiry_at,
-                requester, registry, warnings,
+                existing,
+                name,
+                member,
+                options,
+                persistence,
+                stored,
+                user_data,
+                expiry_at,
+                requester,
+                registry,
+                warnings,
             )
         )
 
@@ -430,8 +476,11 @@ def _plan_update(
             raise CommandFailed(
                 ReasonCode.SUB_NAME_ERROR, f"SubName {name!r} is taken", SubName=name
             )
-    if member and member not in existing.members and existing.members and not (
-        "JoinShared" in options or "JoinExcl" in options
+    if (
+        member
+        and member not in existing.members
+        and existing.members
+        and not ("JoinShared" in options or "JoinExcl" in options)
     ):
         raise CommandFailed(
             ReasonCode.SUB_IDENTITY_ERROR,
@@ -556,9 +605,7 @@ def dereg_sub(command: Command, requester: Requester, registry: Registry, host: 
                 else:
                     targets.append(found)
             if not targets:
-                raise CommandFailed(
-                    ReasonCode.NOT_REGISTERED, "not registered", Topic=missing[0]
-                )
+                raise CommandFailed(ReasonCode.NOT_REGISTERED, "not registered", Topic=missing[0])
             warnings.extend(Reason(ReasonCode.NOT_REGISTERED, {"Topic": t}) for t in missing)
     for target in targets:
         if not _may_address(target, requester):
@@ -681,6 +728,58 @@ def list_subs(command: Command, requester: Requester, registry: Registry, host: 
     return Reply("ok", subscriptions=[_attributes(s) for s in chosen])
 
 
+def put(command: Command, requester: Requester, registry: Registry, host: Host) -> Reply:
+    """telemq extension: one message on one queue only (a backfill), at the command's QoS.
+
+    Not routed, retained or journaled. The requester must be allowed to publish to the
+    topic, and either own the queue (it is the requester's client id) or be allowed to
+    subscribe to the topic: with RegSub and Publish it could get the message there anyway.
+    """
+    topics = command.all("Topic")
+    if len(topics) != 1:
+        raise CommandFailed(ReasonCode.TOPIC_ERROR, "Put takes exactly one Topic")
+    topic = topics[0]
+    problem = topic_name_error(topic)
+    if problem:
+        raise CommandFailed(ReasonCode.TOPIC_ERROR, problem, Topic=topic[:256])
+    qmgr = command.first("QMgrName") or host.qmgr_name
+    if qmgr != host.qmgr_name:
+        raise CommandFailed(
+            ReasonCode.Q_MGR_NAME_ERROR,
+            f"queue manager {qmgr!r} is not this broker ({host.qmgr_name!r})",
+            QMgrName=qmgr,
+        )
+    queue = command.first("QName") or requester.client_id
+    _check_queue_name(queue)
+    if not host.may_publish(requester, topic):
+        raise CommandFailed(
+            ReasonCode.NOT_AUTHORIZED, f"not authorized to publish to {topic!r}", Topic=topic
+        )
+    if queue != requester.client_id and not host.may_subscribe(requester, topic):
+        raise CommandFailed(
+            ReasonCode.NOT_AUTHORIZED,
+            f"queue {queue!r} is another client's and {topic!r} may not be subscribed to",
+            QName=queue,
+        )
+    result = host.put_to_queue(requester, queue, topic, command.body, requester.qos)
+    if result is PutResult.NO_QUEUE:
+        raise CommandFailed(ReasonCode.Q_NAME_ERROR, f"no queue named {queue!r}", QName=queue)
+    if result is PutResult.NOT_CONNECTED:
+        raise CommandFailed(
+            ReasonCode.BROKER_COMMAND_FAILED,
+            f"queue {queue!r} has no client connected and QoS 0 messages are not queued"
+            " (put at QoS 1 or 2)",
+            QName=queue,
+        )
+    if result is PutResult.FULL:
+        raise CommandFailed(
+            ReasonCode.BROKER_COMMAND_FAILED,
+            f"queue {queue!r} is full (limits.max_queued_messages)",
+            QName=queue,
+        )
+    return Reply("ok")
+
+
 HANDLERS: dict[str, Callable[[Command, Requester, Registry, Host], Reply]] = {
     "RegSub": reg_sub,
     "DeregSub": dereg_sub,
@@ -688,6 +787,7 @@ HANDLERS: dict[str, Callable[[Command, Requester, Registry, Host], Reply]] = {
     "Publish": publish,
     "DeletePub": delete_pub,
     "ListSubs": list_subs,
+    "Put": put,
 }
 
 

@@ -119,8 +119,11 @@ def _field_channels(sub: Column, schema: Column) -> list[Column]:
     The type comes from ``schema_of_variant``, never from a cast, so ``"5"`` stays a string.
     """
     numeric = schema.isin(*_NUMERIC_SCHEMAS) | schema.startswith("DECIMAL")
+    # A number's JSON text read as a double is cheaper than the VARIANT cast; it is not a
+    # number only for a DOUBLE that overflowed to +-Infinity (written as a string).
+    number = F.coalesce(F.to_json(sub).try_cast("double"), F.try_variant_get(sub, "$", "double"))
     return [
-        F.when(numeric, F.try_variant_get(sub, "$", "double")),
+        F.when(numeric, number),
         F.when(schema == "STRING", F.try_variant_get(sub, "$", "string")),
         F.when(schema == "BOOLEAN", F.try_variant_get(sub, "$", "boolean")),
         sub.isNull() | F.is_variant_null(sub),  # missing or JSON null (not object/array)
@@ -135,9 +138,13 @@ def document_column(payload: str | Column = PAYLOAD_COLUMN) -> Column:
     column = F.col(payload) if isinstance(payload, str) else payload
     text = F.try_validate_utf8(column.cast("string"))
     wrapped = F.try_parse_json(F.concat(F.lit("["), text, F.lit("]")))
-    as_object = F.try_parse_json(F.concat(F.lit('{"k":'), text, F.lit("}")))
     single = F.try_variant_get(wrapped, "$[1]", "variant").isNull()
-    return F.when(as_object.isNotNull() & single, wrapped)
+    # Only a ']' of the payload can close the wrapping array early (and then what follows
+    # is ignored); without one, the wrapped parse alone is exact.
+    closed_at_end = (F.instr(text, "]") == 0) | F.try_parse_json(
+        F.concat(F.lit('{"k":'), text, F.lit("}"))
+    ).isNotNull()
+    return F.when(wrapped.isNotNull() & single & closed_at_end, wrapped)
 
 
 def _json_path(path: tuple[str | int, ...]) -> str:
@@ -145,15 +152,6 @@ def _json_path(path: tuple[str | int, ...]) -> str:
     for step in path:
         parts.append(f"[{step}]" if isinstance(step, int) else f"['{step}']")
     return "".join(parts)
-
-
-def _let(value: Column, body: Callable[[Column], Column]) -> Column:
-    """``body(v)`` with `value` computed once per row however often `body` uses ``v``.
-
-    Reusing a Column object copies its whole expression into every use, and Spark does not
-    share work between the branches of ``OR``/``CASE``; a lambda variable is a reference.
-    """
-    return F.transform(F.array(value), body)[0]
 
 
 def _balanced(columns: list[Column], combine: Callable[[Column, Column], Column]) -> Column:
@@ -171,7 +169,8 @@ def _null_boolean() -> Column:
 
 
 def _finite(x: Column) -> Column:
-    return _let(x, lambda v: F.when(F.abs(v) < F.lit(math.inf), v))
+    """`x`, or NULL when it is not finite (``x`` is computed once: Spark shares it)."""
+    return F.when(F.abs(x) < F.lit(math.inf), x)
 
 
 class _Compiler:
@@ -183,37 +182,14 @@ class _Compiler:
         self._fields: dict[tuple[str | int, ...], _Value] = {}
 
     def compile(self, tree: ast.Node) -> Column:
-        """Three nested `_let` bindings, each computed once per row: the document; every
-        field's VARIANT and schema string; every field's typed channels (``n``umber,
-        ``t``ext, ``b``oolean, null ``z``). The filter itself reads only the last."""
+        """The filter as one expression; every field reads the one parsed document."""
         paths = list(dict.fromkeys(n.path for n in ast.walk(tree) if isinstance(n, ast.Field)))
-        if not paths:
-            return run(self.condition(tree))
-
-        def with_channels(bound: Column) -> Column:
-            for i, path in enumerate(paths):
-                self._fields[path] = _Value(*(bound[f"{c}{i}"] for c in "ntbz"))
-            return run(self.condition(tree))
-
-        def with_fields(fields: Column) -> Column:
-            channels = []
-            for i in range(len(paths)):
-                for c, column in zip("ntbz", _field_channels(fields[f"v{i}"], fields[f"s{i}"]),
-                                     strict=True):
-                    channels.append(column.alias(f"{c}{i}"))
-            return _let(F.struct(*channels), with_channels)
-
-        def with_document(doc: Column) -> Column:
-            subs = [F.try_variant_get(doc, _json_path(p), "variant") for p in paths]
-            fields = F.struct(
-                *[sub.alias(f"v{i}") for i, sub in enumerate(subs)],
-                *[F.schema_of_variant(sub).alias(f"s{i}") for i, sub in enumerate(subs)],
-            )
-            return _let(fields, with_fields)
-
-        if self._document is not None:
-            return with_document(self._document)
-        return _let(document_column(self._payload), with_document)
+        if paths:
+            doc = self._document if self._document is not None else document_column(self._payload)
+            for path in paths:
+                sub = F.try_variant_get(doc, _json_path(path), "variant")
+                self._fields[path] = _Value(*_field_channels(sub, F.schema_of_variant(sub)))
+        return run(self.condition(tree))
 
     # -- values (generator steps, driven by trampoline.run: no recursion) ---------------
 

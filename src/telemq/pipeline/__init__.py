@@ -19,25 +19,26 @@ copied store).
         |       +--> aggregate   windowed per-topic stats of numeric fields -> lake
         |                         (+ latest window published back, retained, via the sink)
         +--> replay     a subscription's topic + SQL filter over a seq range
-    sink (format("telemq") writer): rows -> PUBLISH over MQTT (mqtt.MqttClient),
-                                    once per (query, batch, partition, row) when streaming
+    sink (format("telemq") writer): rows -> PUBLISH over MQTT (telemq.client), or Put on
+                                    one queue with the `queue` option; once per
+                                    (query, batch, partition, row) when streaming
 
 Guarantees and where they live:
 
 - identical rows for a replayed range: the journal is append-only and partitions are pure
   functions of their seq range (`source`);
 - journal retention never deletes what a running query has not committed: stream readers
-  keep ``<data_dir>/pipeline-commits/<consumer>.json`` up to date (`consumers`);
+  keep ``<data_dir>/pipeline-commits/<consumer>.json`` up to date (`telemq.store.consumers`,
+  which the broker reads before it trims the journal);
 - the lake holds each seq once across crashes, readable by any Parquet reader (`ingest`);
 - the SQL filter means the same in Spark as in the broker: it is compiled by
   `telemq.filters.spark`, which checks JSON types itself instead of casting (Spark 4's ANSI
   mode would raise);
 - a replayed streaming batch is not published twice (`sink`).
 
-Modules: `journal` (pyarrow only), `consumers` (no dependencies), `source`, `sink`, `mqtt`,
-`spark` (session and Java check), `ingest`, `aggregate`, `replay`, `subscriptions`,
-`progress`. Everything that needs pyspark is imported on first use, so ``telemq serve`` runs
-without it. See ``docs/pipeline.md``.
+Modules: `journal` (pyarrow only), `source`, `sink`, `spark` (session and Java check),
+`ingest`, `aggregate`, `replay`, `subscriptions`, `progress`. Everything that needs pyspark
+is imported on first use, so ``telemq serve`` runs without it. See ``docs/pipeline.md``.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ _HOMES = {
     "TelemqDataSource": "source",
     "read_journal": "source",
     "register": "source",
-    "retention_floor": "consumers",
+    "retention_floor": "telemq.store.consumers",
     "run_aggregate": "aggregate",
     "run_ingest": "ingest",
     "run_replay": "replay",
@@ -81,4 +82,5 @@ def __getattr__(name: str) -> Any:
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    module = home if home.startswith("telemq.") else f"{__name__}.{home}"
+    return getattr(importlib.import_module(module), name)

@@ -6,15 +6,21 @@ Spark Column (`telemq.filters.spark`), so the matches are the publications the b
 have delivered to that subscription, one per publication and queue. They are printed (a
 preview) and, with an output path, written as Parquet sorted by seq.
 
-Delivering the matches to the subscriber's queue (a backfill) needs the broker to accept a
-message for one queue only, which it cannot do yet; `DeliveryUnavailable` says so.
+With ``deliver``, the matches are then put on the subscriber's queue (a backfill), in seq
+order, through the `telemq` sink's ``queue`` option: one telemq ``Put`` command per match,
+which the broker puts on that queue only (not routed to anyone else, not retained, not
+journaled again). One Spark task writes them all, so they arrive in seq order. The result
+says how many the broker took (``delivered``) and refused (``refused``, with the first
+reason: a full queue, an unknown one, a QoS 0 message for a queue whose client is offline).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,13 +33,14 @@ from .subscriptions import StoredSubscription, find_subscriptions, match_column
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["DeliveryUnavailable", "ReplayResult", "replay_frame", "run_replay"]
+__all__ = ["DeliveryFailed", "ReplayResult", "delivery_queue", "replay_frame", "run_replay"]
 
 Progress = Callable[[str], None]
 
 
-class DeliveryUnavailable(RuntimeError):
-    """The broker offers no way to put a message on one subscriber's queue."""
+class DeliveryFailed(RuntimeError):
+    """The matches could not be put on the queue (the broker is unreachable, or the task
+    failed before the broker answered)."""
 
 
 @dataclass(slots=True)
@@ -45,6 +52,25 @@ class ReplayResult:
     output: Path | None = None
     subscriptions: list[StoredSubscription] = field(default_factory=list)
     seconds: float = 0.0
+    queue: str | None = None  # where the matches were delivered (``deliver``)
+    delivered: int = 0
+    refused: int = 0
+    refusal: str = ""  # why the first refused match was refused
+
+
+def delivery_queue(subscriptions: Sequence[StoredSubscription], queue: str | None) -> str:
+    """The queue a backfill goes to: `queue` if given, else the subscriptions' one queue."""
+    if queue:
+        return queue
+    queues = sorted({s.queue for s in subscriptions})
+    if not queues:
+        raise ValueError("--deliver with --topics needs --queue (the queue to put the matches on)")
+    if len(queues) > 1:
+        raise ValueError(
+            f"the subscriptions belong to several queues ({', '.join(queues)}):"
+            " choose one with --queue"
+        )
+    return queues[0]
 
 
 def replay_frame(
@@ -83,9 +109,18 @@ def run_replay(
     output: str | os.PathLike[str] | None = None,
     limit: int = 20,
     deliver: bool = False,
+    queue: str | None = None,
+    broker: tuple[str, int] = ("127.0.0.1", 1883),
+    qos: int = 1,
+    sink_options: Mapping[str, str] | None = None,
     progress: Progress | None = None,
 ) -> ReplayResult:
-    """Evaluate a subscription (stored, by name) or topic filters + filter over a range."""
+    """Evaluate a subscription (stored, by name) or topic filters + filter over a range.
+
+    With `deliver`, put the matches on `queue` (default: the subscription's queue) through
+    the broker at `broker`, at `qos` (default 1: queued while the subscriber is offline);
+    `sink_options` go to the sink (``username``, ``password``, ``timeout``...).
+    """
     started = time.monotonic()
     flt = compile_filter(filter) if filter else None
     subs: list[StoredSubscription] = []
@@ -99,11 +134,9 @@ def run_replay(
                 progress(f"subscription of queue {s.queue!r}: {s.topic_filter}{extra}")
     elif not topics:
         raise ValueError("replay needs --subscription or --topics")
-    if deliver:
-        raise DeliveryUnavailable(
-            "--deliver needs the broker to put a message on one subscriber's queue, which no"
-            " broker command offers yet; use --output to keep the matches"
-        )
+    target = delivery_queue(subs, queue) if deliver else None
+    if qos not in (0, 1, 2):
+        raise ValueError(f"QoS must be 0, 1 or 2, got {qos}")
     conn = open_reader(data_dir)
     try:
         first, last = journal_bounds(conn)
@@ -118,22 +151,59 @@ def run_replay(
         filter=flt,
         subscriptions=subs,
         from_seq=from_seq,
-        to_seq=to_seq,
+        to_seq=high if deliver else to_seq,  # delivered = counted, even on a live journal
     ).orderBy("seq")
     if progress is not None:
         progress(f"replaying seq {low:,}..{high:,} on Spark")
-    out: Path | None = None
+    result = ReplayResult(low, high, 0, subscriptions=subs, queue=target)
     if output is not None:
-        out = Path(output)
-        frame.write.mode("overwrite").parquet(str(out))
-        frame = spark.read.parquet(str(out)).orderBy("seq")
-        matched = frame.count()
-        preview = [r.asDict() for r in frame.limit(limit).collect()] if limit else []
+        result.output = Path(output)
+        frame.write.mode("overwrite").parquet(str(result.output))
+        frame = spark.read.parquet(str(result.output)).orderBy("seq")
     else:
         frame = frame.cache()
-        try:
-            matched = frame.count()
-            preview = [r.asDict() for r in frame.limit(limit).collect()] if limit else []
-        finally:
+    try:
+        result.matched = frame.count()
+        result.preview = [r.asDict() for r in frame.limit(limit).collect()] if limit else []
+        if target is not None:
+            if progress is not None:
+                progress(f"delivering {result.matched:,} match(es) to queue {target!r} (QoS {qos})")
+            options = {"host": broker[0], "port": str(broker[1]), **(sink_options or {})}
+            _deliver(frame, target, qos, options, result)
+    finally:
+        if output is None:
             frame.unpersist()
-    return ReplayResult(low, high, matched, preview, out, subs, time.monotonic() - started)
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _deliver(
+    frame: DataFrame, queue: str, qos: int, options: Mapping[str, str], result: ReplayResult
+) -> None:
+    """Put the matches on `queue` in seq order (one task) and record the broker's answers."""
+    from pyspark.sql import functions as F
+
+    from .source import register
+
+    register(frame.sparkSession)
+    rows = (
+        frame.repartition(1)
+        .sortWithinPartitions("seq")
+        .select("topic", "payload", F.lit(qos).alias("qos"))
+    )
+    with tempfile.TemporaryDirectory(prefix="telemq-replay-") as scratch:
+        report = Path(scratch) / "report.json"
+        writer = rows.write.format("telemq").options(**options)
+        failure: Exception | None = None
+        try:
+            writer.option("queue", queue).option("report", str(report)).mode("append").save()
+        except Exception as exc:  # Spark wraps the sink's error in its own exception types
+            failure = exc
+        try:
+            totals = json.loads(report.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            first = str(failure).strip().splitlines()[0] if failure is not None else "no report"
+            raise DeliveryFailed(f"delivery to queue {queue!r} failed: {first}") from failure
+    result.delivered = int(totals["delivered"])
+    result.refused = int(totals["refused"])
+    result.refusal = str(totals["refusal"])

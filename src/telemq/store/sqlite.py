@@ -14,11 +14,15 @@ largest rows are gone. A commit that deletes messages or deliveries at or above 
 knows raises the mark in the same transaction (one statement per batch, not a trigger per
 row); cascades, QoS 2 releases and `trim_journal` raise it from the rows they remove.
 
-Damage. If SQLite calls the file corrupt or not a database while opening or loading, the
-file (with its `-wal` and `-shm`) is renamed to `telemq.db.corrupt-<UTC time>` for an
-operator to examine (e.g. with `sqlite3 ... .recover`), an empty store takes its place
-(keeping the id counters if they could still be read), and the event is counted as
-quarantined. A row that decodes badly (invalid JSON `data`, qos out of range, text that
+Damage. `load` first runs `PRAGMA quick_check` (a read of the whole file: about a second
+per GB, paid once per start), because damage in a page that loading does not read (the
+journal's, an index's) would otherwise surface later, in a reader. If SQLite calls the file
+corrupt or not a database while opening, checking or loading, the file (with its `-wal` and
+`-shm`) is renamed to `telemq.db.corrupt-<UTC time>` for an operator to examine, a new store
+takes its place, and every row that can still be read from the damaged file is copied into
+it (salvage: ranges of rows in unreadable pages are skipped and each skipped range is
+recorded in `quarantine`). The id counters are kept as far as they can be read. A row that
+decodes badly (invalid JSON `data`, qos out of range, text that
 is not UTF-8, a delivery whose message is gone) is moved to the `quarantine` table with the
 reason and the rest loads. Both are logged on the `telemq.store` logger.
 
@@ -352,6 +356,101 @@ def _now_us() -> int:
     return time.time_ns() // 1000
 
 
+class _DamagedPages(sqlite3.DatabaseError):
+    """`quick_check` found damage that reading the tables may not."""
+
+    sqlite_errorcode = sqlite3.SQLITE_CORRUPT
+
+
+def _check_pages(conn: sqlite3.Connection) -> None:
+    """Raise `_DamagedPages` if the file's structure is damaged. A row that breaks a
+    constraint is not structural damage: loading quarantines that row alone."""
+    problems = [
+        str(row[0])
+        for row in conn.execute("PRAGMA quick_check(20)")
+        if row[0] != "ok" and not str(row[0]).startswith(_ROW_LEVEL_PROBLEMS)
+    ]
+    if problems:
+        raise _DamagedPages("; ".join(problems))
+
+
+_ROW_LEVEL_PROBLEMS = ("CHECK constraint failed", "NULL value in", "NOT NULL constraint")
+
+
+def _text_or_bytes(raw: bytes) -> str | bytes:
+    """Salvage text factory: text as it is, invalid UTF-8 kept as bytes for the row decoder
+    to quarantine."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw
+
+
+_SALVAGE_TABLES = tuple(COLUMNS)  # the counters in `meta` are salvaged on their own
+_SALVAGE_GIVE_UP = 64  # an unreadable rowid range this small is skipped, not split further
+
+
+def _salvage_rows(source: Path, conn: sqlite3.Connection) -> tuple[int, list[tuple[str, str, str]]]:
+    """Copy every readable row of the damaged file `source` into `conn` (in a transaction
+    the caller commits). Returns (rows copied, quarantine entries for what was skipped);
+    a file that is not a database at all yields nothing more to record."""
+    try:
+        reader = sqlite3.connect(f"{source.resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return 0, []
+    try:
+        reader.execute("SELECT name FROM sqlite_master").fetchall()
+    except sqlite3.Error:
+        reader.close()
+        return 0, []
+    reader.text_factory = _text_or_bytes
+    copied = 0
+    skipped: list[tuple[str, str, str]] = []
+    try:
+        for table in _SALVAGE_TABLES:
+            columns = COLUMNS[table]
+            names = ", ".join(columns)
+            marks = ", ".join("?" * len(columns))
+            insert = f"INSERT OR IGNORE INTO {table} ({names}) VALUES ({marks})"
+            select = f"SELECT {names} FROM {table} WHERE rowid BETWEEN ? AND ?"
+            try:
+                low, high = reader.execute(f"SELECT MIN(rowid), MAX(rowid) FROM {table}").fetchone()
+            except sqlite3.Error as exc:
+                skipped.append((table, json.dumps({"rows": "all"}), f"unreadable: {exc}"))
+                continue
+            if low is None:
+                continue
+            ranges = [(int(low), int(high))]
+            while ranges:
+                first, last = ranges.pop()
+                try:
+                    rows = reader.execute(select, (first, last)).fetchall()
+                except sqlite3.Error as exc:
+                    if last - first < _SALVAGE_GIVE_UP:
+                        skipped.append(
+                            (table, json.dumps({"rowids": [first, last]}), f"unreadable: {exc}")
+                        )
+                    else:
+                        middle = (first + last) // 2
+                        ranges += [(middle + 1, last), (first, middle)]
+                    continue
+                before = conn.total_changes
+                conn.executemany(insert, rows)
+                kept = conn.total_changes - before
+                copied += kept
+                if kept < len(rows):
+                    skipped.append(
+                        (
+                            table,
+                            json.dumps({"rowids": [first, last], "rows": len(rows) - kept}),
+                            "rows that break the schema's constraints",
+                        )
+                    )
+    finally:
+        reader.close()
+    return copied, skipped
+
+
 def _lenient_text(raw: bytes) -> str:
     """Text factory for re-reading a table that holds invalid UTF-8: keep the bad bytes as
     surrogates so the row decoder can reject that row alone."""
@@ -441,11 +540,13 @@ class SqliteStore(Store):
         conn = self._live()
         try:
             try:
+                _check_pages(conn)
                 state = self._load(conn)
             except sqlite3.Error as exc:
                 if not _is_corruption(exc):
                     raise
-                state = self._load(self._replace_damaged_file(exc))
+                self._conn = self._replace_damaged_file(exc)
+                state = self._load(self._conn)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot load store {self.path}: {exc}") from exc
         state.quarantined += self._unreported
@@ -617,25 +718,33 @@ class SqliteStore(Store):
             source = Path(f"{self.path}{suffix}")
             if source.exists():
                 os.replace(source, f"{aside}{suffix}")
-        log.error(
-            "store %s is damaged (%s): moved it to %s and started an empty store",
-            self.path,
-            exc,
-            aside.name,
-        )
         try:
             conn = self._connect()
             conn.execute("BEGIN IMMEDIATE")
+            copied, skipped = _salvage_rows(aside, conn)
             conn.executemany(_RAISE_MARK, counters)
-            conn.execute(
+            now = _now_us()
+            conn.executemany(
                 "INSERT INTO quarantine (table_name, row_json, reason, ts_us) VALUES (?, ?, ?, ?)",
-                ("*", json.dumps({"moved_to": aside.name}), str(exc), _now_us()),
+                [
+                    ("*", json.dumps({"moved_to": aside.name}), str(exc), now),
+                    *((table, what, why, now) for table, what, why in skipped),
+                ],
             )
             conn.execute("COMMIT")
         except sqlite3.Error as again:
             raise StoreError(f"cannot start a new store at {self.path}: {again}") from again
-        self._quarantined += 1
-        self._unreported += 1
+        log.error(
+            "store %s is damaged (%s): moved it to %s; a new store holds the %d rows that "
+            "could be read, %d unreadable ranges are recorded in quarantine",
+            self.path,
+            exc,
+            aside.name,
+            copied,
+            len(skipped),
+        )
+        self._quarantined += 1 + len(skipped)
+        self._unreported += 1 + len(skipped)
         self._messages = None
         self._marks = self._read_marks(conn)
         return conn

@@ -1,9 +1,12 @@
 """The subscription trie: which subscriptions want a topic, and at what QoS.
 
 One node per topic level; `+` and `#` are ordinary children with special
-meaning during `match`. Matching walks at most (levels x 3) branches, not every
-filter. Results are cached per topic name (most traffic repeats topics) and the
-cache is dropped whenever a subscription changes, so it never serves stale
+meaning during `match`. Matching follows, at each level, only the exact child,
+`+` and `#`, and visits each node at most once: its work is bounded by the
+nodes on paths that can match the topic (usually a few per level), never by
+unrelated filters, and never exceeds the size of the trie whatever the
+wildcards. Results are cached per topic name (most traffic repeats topics) and
+the cache is dropped whenever a subscription changes, so it never serves stale
 answers.
 """
 

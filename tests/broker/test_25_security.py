@@ -1,0 +1,668 @@
+"""Security review against a live broker: the side doors of docs/security.md.
+
+One broker with users (one of them made with ``telemq passwd``), ACL rules, a second
+listener bound to the subscription point ``scores``, $SYS every second and a 2 MiB packet
+limit (so that command payloads above the 1 MiB command limit can be sent). Attackers try:
+wildcard and ``$`` filters, overlapping wildcards, subscription points, shared MQ identities
+and named subscriptions of another user, the command topics (RegSub, Publish, forged replies,
+ReplyToQ), resuming another user's session by its client id, and oversized commands and
+filters. Every refusal must carry its documented reason code, and the broker must keep
+serving.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+import weakref
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from telemq.broker.auth import hash_password
+
+from .helpers import (
+    BrokerProcess,
+    PahoClient,
+    RawClient,
+    Will,
+    free_port,
+    publish_packet,
+    unique,
+    wait_until,
+    write_config,
+)
+
+pytestmark = [pytest.mark.interop, pytest.mark.timeout(120)]
+
+CONTROL_QUEUE = "SYSTEM.BROKER.CONTROL.QUEUE"
+DEFAULT_STREAM = "SYSTEM.BROKER.DEFAULT.STREAM"
+RESPONSE = "SYSTEM.BROKER.RESPONSE/"
+NOT_AUTHORIZED = 3081
+FAILURE = 0x80
+
+TELEMQ = (sys.executable, "-m", "telemq")
+PASSWORDS = {"alice": "alice-pw-Zq9", "bob": "bob-pw-Xk2", "mallory": "mallory-pw-Wr7"}
+
+ACL = [
+    ("mallory", "command", "#", False),
+    ("alice", "all", "#", True),
+    ("alice", "subscribe", "$SYS/#", True),
+    ("*", "command", CONTROL_QUEUE, True),
+    ("*", "command", DEFAULT_STREAM, True),
+    ("*", "subscribe", "SYSTEM.BROKER.RESPONSE/%c", True),
+    ("*", "all", "open/#", True),
+    ("*", "publish", "devices/%u/#", True),
+    ("*", "subscribe", "devices/+/secret", False),
+    ("*", "subscribe", "devices/#", True),
+]
+
+
+def _passwd_entry(name: str, password: str) -> str:
+    """A [[users]] entry made by `telemq passwd` (password on stdin, never an argument)."""
+    result = subprocess.run(
+        [*TELEMQ, "passwd", name, "--password-stdin", "--iterations", "1000"],
+        input=password + "\n",
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert password not in result.stdout and password not in result.stderr
+    return result.stdout
+
+
+def _config_text(point_port: int) -> str:
+    lines = [
+        'name = "QM.SEC"',
+        'sub_points = ["scores"]',
+        "allow_anonymous = true",
+        "",
+        "[sys]",
+        "interval = 1.0",
+        "",
+        "[limits]",
+        f"max_packet_size = {2 * 1024 * 1024}",
+        "",
+        "[[listeners]]",
+        'host = "127.0.0.1"',
+        "port = 1883",
+        "",
+        "[[listeners]]",
+        'host = "127.0.0.1"',
+        f"port = {point_port}",
+        'sub_point = "scores"',
+        "",
+        _passwd_entry("alice", PASSWORDS["alice"]),
+    ]
+    for user in ("bob", "mallory"):
+        encoded = hash_password(PASSWORDS[user], iterations=1000)
+        lines += ["[[users]]", f'name = "{user}"', f'password_hash = "{encoded}"', ""]
+    for user, action, topic, allow in ACL:
+        lines += [
+            "[[acl]]",
+            f'user = "{user}"',
+            f'action = "{action}"',
+            f'topic = "{topic}"',
+            f"allow = {'true' if allow else 'false'}",
+            "",
+        ]
+    return "\n".join(lines)
+
+
+class Broker:
+    def __init__(self, process: BrokerProcess, point_port: int, config: Path) -> None:
+        self.process = process
+        self.port = process.port
+        self.point_port = point_port
+        self.config = config
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    workdir = tmp_path_factory.mktemp("security")
+    point_port = free_port()
+    config = write_config(workdir / "telemq.toml", _config_text(point_port))
+    process = BrokerProcess(workdir / "broker", config=config)
+    process.ready_ports = [process.port, point_port]
+    process.start()
+    yield Broker(process, point_port, config)
+    process.finalize()
+
+
+Connect = Callable[..., PahoClient]
+
+
+@pytest.fixture
+def connect_as(paho_factory: Callable[..., PahoClient], broker: Broker) -> Connect:
+    """``connect_as(user, client_id=None, port=None, clean=True)``: a connected paho client."""
+
+    def make(
+        user: str | None,
+        client_id: str | None = None,
+        *,
+        port: int | None = None,
+        clean: bool = True,
+    ) -> PahoClient:
+        client = paho_factory(port or broker.port, client_id or unique(user or "anon"), clean=clean)
+        if user is not None:
+            client.client.username_pw_set(user, PASSWORDS[user])
+        client.connect()
+        return client
+
+    return make
+
+
+# -- MQ commands over paho (JSON form) --------------------------------------------------------
+
+# Clients already subscribed to their response topic (weak: ids of dead clients get reused).
+_REPLIES_SUBSCRIBED: weakref.WeakSet[PahoClient] = weakref.WeakSet()
+
+
+def command(
+    client: PahoClient,
+    psc: dict[str, Any],
+    *,
+    mqmd: dict[str, str] | None = None,
+    body: str | None = None,
+    topic: str | None = None,
+    raw: bytes | None = None,
+) -> dict[str, Any]:
+    """Send one command, wait for its reply on the client's own response topic; the pscr."""
+    reply_topic = RESPONSE + client.client_id
+    if client not in _REPLIES_SUBSCRIBED:
+        assert client.subscribe(reply_topic, 1) == [1]
+        _REPLIES_SUBSCRIBED.add(client)
+    correl = uuid.uuid4().hex[:16].upper()
+    document: dict[str, Any] = {"mqmd": {"CorrelId": correl, **(mqmd or {})}, "psc": psc}
+    if body is not None:
+        document["body"] = body
+    payload = raw if raw is not None else json.dumps(document).encode()
+    name = psc.get("Command", "")
+    destination = topic or (DEFAULT_STREAM if name in ("Publish", "DeletePub") else CONTROL_QUEUE)
+    before = len(client.received(reply_topic))
+    client.publish(destination, payload, qos=1)
+
+    def found() -> dict[str, Any] | None:
+        for message in client.received(reply_topic)[before:]:
+            reply: dict[str, Any] = json.loads(message.payload)
+            if raw is not None or reply.get("mqmd", {}).get("CorrelId", "").upper() == correl:
+                return reply
+        return None
+
+    assert wait_until(lambda: found() is not None, 10.0), f"no reply to {psc}"
+    reply = found()
+    assert reply is not None
+    pscr: dict[str, Any] = reply["pscr"]
+    return pscr
+
+
+def reasons(pscr: dict[str, Any]) -> list[int]:
+    return [int(response["Reason"]) for response in pscr.get("Response", [])]
+
+
+def list_subs(client: PahoClient, **psc: str) -> list[dict[str, str]]:
+    """ListSubs, one dict of first values per subscription, without the response and sync
+    subscriptions the test helpers make."""
+    pscr = command(client, {"Command": "ListSubs", **psc})
+    assert pscr["Completion"] == "ok", pscr
+    listed = [
+        {
+            key: (value[0] if isinstance(value, list) and len(value) == 1 else value)
+            for key, value in subscription.items()
+        }
+        for subscription in pscr.get("Subscriptions", [])
+    ]
+    return [s for s in listed if not str(s["Topic"]).startswith((RESPONSE, "open/sync/"))]
+
+
+_SYNC_SUBSCRIBED: weakref.WeakSet[PahoClient] = weakref.WeakSet()
+
+
+def sync(receiver: PahoClient, publisher: PahoClient) -> None:
+    """Whatever `publisher` sent before this has been routed to `receiver` by now."""
+    topic = f"open/sync/{receiver.client_id}"
+    if receiver not in _SYNC_SUBSCRIBED:
+        assert receiver.subscribe(topic, 1) == [1]
+        _SYNC_SUBSCRIBED.add(receiver)
+    marker = uuid.uuid4().hex
+    publisher.publish(topic, marker, qos=1)
+    assert wait_until(
+        lambda: any(m.payload == marker.encode() for m in receiver.received(topic)), 10.0
+    )
+
+
+def still_serving(connect_as: Connect) -> None:
+    client = connect_as("bob")
+    topic = unique("open/alive/")
+    client.subscribe(topic, 1)
+    client.publish(topic, b"ping", qos=1)
+    assert client.wait_messages(1, topic=topic)[0].payload == b"ping"
+
+
+# -- passwords ------------------------------------------------------------------------------
+
+
+def test_the_config_and_the_log_never_hold_a_password(broker: Broker, connect_as: Connect) -> None:
+    text = broker.config.read_text()
+    assert text.count("pbkdf2_sha256$") == 3
+    for password in PASSWORDS.values():
+        assert password not in text
+    connect_as("alice")  # the hash from `telemq passwd` verifies
+    for user, password in [("alice", "Wrong-Pass-123"), ("nobody", "Unknown-Pass-456")]:
+        with RawClient(broker.port) as raw:
+            ack = raw.connect(unique("bad"), username=user, password=password.encode())
+            assert ack.return_code == 4  # bad user name or password
+    log = broker.process.log_text()
+    for secret in ["Wrong-Pass-123", "Unknown-Pass-456", *PASSWORDS.values()]:
+        assert secret not in log
+
+
+# -- wildcards and `$` topics -----------------------------------------------------------------
+
+
+def test_wildcard_filters_cannot_reach_denied_topics(connect_as: Connect) -> None:
+    mallory = connect_as("mallory")
+    filters = [
+        "#",
+        "+/#",
+        "+/secret",
+        "+/+/secret",
+        "$SYS/#",
+        "devices/#",
+        "devices/+/+",
+        "devices/a/secret",
+        "SYSTEM.BROKER.RESPONSE/#",
+        "devices/+/temp",
+        "open/#",
+    ]
+    codes = mallory.subscribe([(f, 1) for f in filters])
+    assert codes == [FAILURE] * 9 + [1, 1]
+
+
+def test_hash_does_not_deliver_dollar_topics(connect_as: Connect) -> None:
+    everything = connect_as("alice")
+    assert everything.subscribe("#", 0) == [0]
+    sys_topics = connect_as("alice")
+    assert sys_topics.subscribe("$SYS/#", 0) == [0]
+    sys_topics.wait_messages(3, timeout=10.0)
+    time.sleep(1.5)  # at least one more $SYS round while `#` is subscribed
+    assert all(m.topic.startswith("$SYS/") for m in sys_topics.received())
+    assert not [m.topic for m in everything.received() if m.topic.startswith("$")]
+    # Nobody may write into $SYS: `all #` does not reach it either.
+    everything.publish("$SYS/broker/version", b"forged", qos=1, retain=True)
+    late = connect_as("alice")
+    assert late.subscribe("$SYS/broker/version", 0) == [0]
+    late.wait_messages(1, topic="$SYS/broker/version")
+    time.sleep(1.2)
+    assert b"forged" not in [m.payload for m in late.received() + sys_topics.received()]
+
+
+def test_overlapping_wildcards_are_granted_only_in_part(connect_as: Connect) -> None:
+    bob = connect_as("bob")
+    alice = connect_as("alice")
+    pscr = command(
+        bob,
+        {
+            "Command": "RegSub",
+            "Topic": ["devices/+/temp", "devices/#", "devices/a/secret", "+/#"],
+            "RegOpt": ["NewPubsOnly"],
+        },
+    )
+    assert pscr["Completion"] == "warning", pscr
+    assert reasons(pscr) == [NOT_AUTHORIZED] * 3
+    refused = [response["Topic"] for response in pscr["Response"]]
+    assert refused == ["devices/#", "devices/a/secret", "+/#"]
+    topics = [s["Topic"] for s in list_subs(alice, QName=bob.client_id)]
+    assert topics == ["devices/+/temp"]
+    alice.publish("devices/a/secret", b"hidden", qos=1)
+    alice.publish("devices/a/temp", b"21", qos=1)
+    sync(bob, alice)
+    assert [m.topic for m in bob.received() if m.topic.startswith("devices/")] == ["devices/a/temp"]
+
+
+# -- subscription points --------------------------------------------------------------------
+
+
+def test_a_subscription_point_is_no_way_into_a_topic_space(
+    broker: Broker, connect_as: Connect
+) -> None:
+    mallory = connect_as("mallory", port=broker.point_port)
+    assert mallory.subscribe([("secret/#", 1), ("devices/#", 1), ("open/#", 1)]) == [
+        FAILURE,
+        FAILURE,
+        1,
+    ]
+    alice = connect_as("alice", port=broker.point_port)
+    assert alice.subscribe("secret/#", 1) == [1]
+    mallory.publish("secret/at-point", b"forged", qos=1)  # dropped: no publish permission
+    sync(alice, mallory)
+    assert alice.received("secret/at-point") == []
+    # A RegSub from the default listener naming the point is checked the same way.
+    bob = connect_as("bob")
+    pscr = command(bob, {"Command": "RegSub", "Topic": ["secret/#"], "SubPoint": "scores"})
+    assert (pscr["Completion"], reasons(pscr)) == ("warning", [NOT_AUTHORIZED])
+    pscr = command(bob, {"Command": "RegSub", "Topic": ["open/p"], "SubPoint": "nowhere"})
+    assert (pscr["Completion"], reasons(pscr)) == ("error", [3309])
+    assert list_subs(alice, QName=bob.client_id) == []
+
+
+# -- shared identities and named subscriptions -------------------------------------------------
+
+
+def test_another_user_cannot_join_a_shared_identity(connect_as: Connect) -> None:
+    alice = connect_as("alice")
+    queue = unique("aq")
+    topic = "secret/shared"
+    pscr = command(
+        alice,
+        {
+            "Command": "RegSub",
+            "Topic": [topic],
+            "QName": queue,
+            "SubIdentity": "alice-1",
+            "RegOpt": ["JoinShared", "VariableUserId"],
+        },
+    )
+    assert pscr["Completion"] == "ok", pscr
+    bob = connect_as("bob")
+    pscr = command(
+        bob,
+        {
+            "Command": "RegSub",
+            "Topic": [topic],
+            "QName": queue,
+            "SubIdentity": "bob-1",
+            "RegOpt": ["JoinShared"],
+        },
+    )
+    assert (pscr["Completion"], reasons(pscr)) == ("warning", [NOT_AUTHORIZED]), pscr
+    (subscription,) = list_subs(alice, QName=queue)
+    assert subscription["SubIdentity"] == "alice-1 (shared)"
+    # A topic bob may read, on an identity that is alice's (no VariableUserId): 3078.
+    readable = unique("open/shared-")
+    pscr = command(
+        alice,
+        {
+            "Command": "RegSub",
+            "Topic": [readable],
+            "QName": queue,
+            "SubIdentity": "alice-2",
+            "RegOpt": ["JoinShared"],
+        },
+    )
+    assert pscr["Completion"] == "ok", pscr
+    pscr = command(
+        bob,
+        {
+            "Command": "RegSub",
+            "Topic": [readable],
+            "QName": queue,
+            "SubIdentity": "bob-2",
+            "RegOpt": ["JoinShared"],
+        },
+    )
+    assert (pscr["Completion"], reasons(pscr)) == ("error", [3078]), pscr
+    members = {s["Topic"]: s["SubIdentity"] for s in list_subs(alice, QName=queue)}
+    assert members[readable] == "alice-2 (shared)"
+
+
+def test_another_user_cannot_take_over_a_named_subscription(connect_as: Connect) -> None:
+    """docs/mq.md: an identity belongs to the user that registered it (3078); a subscription
+    owned by another user cannot be addressed (3151) without VariableUserId."""
+    alice = connect_as("alice")
+    name = unique("alice-named-")
+    pscr = command(alice, {"Command": "RegSub", "Topic": ["open/alice"], "SubName": name})
+    assert pscr["Completion"] == "ok", pscr
+    bob = connect_as("bob")
+    pscr = command(bob, {"Command": "RegSub", "Topic": ["open/bob"], "SubName": name})
+    (subscription,) = list_subs(alice, SubName=name)
+    assert (subscription["QName"], subscription["Topic"]) == (alice.client_id, "open/alice"), (
+        f"bob re-pointed alice's subscription: {subscription}"
+    )
+    assert pscr["Completion"] == "error" and reasons(pscr)[0] in (3078, 3151), pscr
+
+
+def test_another_user_cannot_remove_a_named_subscription(connect_as: Connect) -> None:
+    alice = connect_as("alice")
+    name = unique("alice-keep-")
+    assert (
+        command(alice, {"Command": "RegSub", "Topic": ["open/k"], "SubName": name})["Completion"]
+        == "ok"
+    )
+    bob = connect_as("bob")
+    pscr = command(bob, {"Command": "DeregSub", "SubName": name})
+    assert (pscr["Completion"], reasons(pscr)) == ("error", [3151]), pscr
+    assert len(list_subs(alice, SubName=name)) == 1
+
+
+# -- command topics -------------------------------------------------------------------------
+
+
+def test_reg_sub_for_an_unreadable_topic_is_not_authorized(connect_as: Connect) -> None:
+    bob = connect_as("bob")
+    pscr = command(bob, {"Command": "RegSub", "Topic": ["secret/x"]})
+    assert (pscr["Completion"], reasons(pscr)) == ("warning", [NOT_AUTHORIZED]), pscr
+    assert pscr["Response"][0]["Topic"] == "secret/x"
+
+
+def test_publish_command_to_a_denied_topic_is_dropped(connect_as: Connect) -> None:
+    alice = connect_as("alice")
+    assert alice.subscribe("secret/#", 1) == [1]
+    bob = connect_as("bob")
+    pscr = command(
+        bob,
+        {"Command": "Publish", "Topic": ["secret/cmd", f"{RESPONSE}{alice.client_id}"]},
+        body="forged",
+    )
+    assert (pscr["Completion"], reasons(pscr)) == ("warning", [NOT_AUTHORIZED] * 2), pscr
+    sync(alice, bob)
+    assert [m.topic for m in alice.received() if not m.topic.startswith("open/")] == []
+
+
+def test_forged_replies_never_reach_another_client(connect_as: Connect) -> None:
+    alice = connect_as("alice")
+    alice_replies = RESPONSE + alice.client_id
+    assert alice.subscribe(alice_replies, 1) == [1]
+    mallory = connect_as("mallory")
+    mallory.publish(alice_replies, b'{"pscr": {"Completion": "ok"}}', qos=1)
+    bob = connect_as("bob")
+    # A command of bob's whose reply would go to alice's response topic.
+    bob.publish(
+        CONTROL_QUEUE,
+        json.dumps(
+            {"mqmd": {"ReplyToQ": alice_replies}, "psc": {"Command": "RegSub", "Topic": ["x/+"]}}
+        ),
+        qos=1,
+    )
+    # Alice's own command: its reply comes after anything routed to her before.
+    pscr = command(alice, {"Command": "ListSubs", "QName": unique("none")})
+    assert pscr["Completion"] == "ok"
+    assert len(alice.received(alice_replies)) == 1
+
+
+def test_a_user_without_the_command_permission_changes_nothing(connect_as: Connect) -> None:
+    mallory = connect_as("mallory")
+    pscr = command(mallory, {"Command": "RegSub", "Topic": ["open/m"]})
+    assert (pscr["Completion"], reasons(pscr)) == ("error", [NOT_AUTHORIZED]), pscr
+    alice = connect_as("alice")
+    assert list_subs(alice, QName=mallory.client_id) == []
+
+
+def test_a_will_is_checked_like_any_publication(broker: Broker, connect_as: Connect) -> None:
+    """docs/security.md: a publication the client may not make is dropped, not delivered, not
+    retained. A will is a publication made on the client's behalf."""
+    alice = connect_as("alice")
+    alice_replies = RESPONSE + alice.client_id
+    assert alice.subscribe([("secret/#", 1), (alice_replies, 1)]) == [1, 1]
+    for topic, retain in [("secret/will", True), (alice_replies, False)]:
+        raw = RawClient(broker.port)
+        ack = raw.connect(
+            unique("mwill"),
+            username="mallory",
+            password=PASSWORDS["mallory"].encode(),
+            will=Will(topic, b"forged by a will", 1, retain),
+        )
+        assert ack.return_code == 0
+        raw.close()  # no DISCONNECT: the will is due
+    bob = connect_as("bob")
+    sync(alice, bob)
+    time.sleep(0.5)  # wills are published when the broker notices the closed sockets
+    sync(alice, bob)
+    forged = [m.topic for m in alice.received() if m.payload == b"forged by a will"]
+    late = connect_as("alice")
+    assert late.subscribe("secret/will", 1) == [1]
+    sync(late, bob)
+    assert forged == [], "wills were delivered on topics mallory may not publish to"
+    assert late.received("secret/will") == [], "a will replaced a retained message"
+
+
+# -- sessions resumed under another user's name -------------------------------------------------
+
+
+def test_resuming_another_users_session_keeps_nothing_it_may_not_read(
+    connect_as: Connect,
+) -> None:
+    client_id = unique("alice-dev")
+    owner = connect_as("alice", client_id, clean=False)
+    assert owner.subscribe([("secret/session", 1), ("open/session", 1)]) == [1, 1]
+    owner.disconnect()
+    publisher = connect_as("alice")
+    publisher.publish("secret/session", b"queued while offline", qos=1)
+    publisher.publish("open/session", b"readable", qos=1)
+    thief = connect_as("bob", client_id, clean=False)
+    publisher.publish("secret/session", b"after the takeover", qos=1)
+    sync(thief, publisher)
+    topics = [m.topic for m in thief.received() if not m.topic.startswith("open/sync")]
+    assert topics == ["open/session"], thief.received()
+
+
+def test_messages_in_flight_are_not_resent_to_another_user(
+    broker: Broker, connect_as: Connect
+) -> None:
+    """A QoS 1 message sent to alice but not acknowledged is re-sent on resumption (DUP=1):
+    not to another user who resumes the session under alice's client id."""
+    client_id = unique("alice-inflight")
+    owner = RawClient(broker.port)
+    try:
+        ack = owner.connect(
+            client_id, clean=False, username="alice", password=PASSWORDS["alice"].encode()
+        )
+        assert ack.return_code == 0
+        assert owner.subscribe([("secret/inflight", 1)]) == [1]
+        connect_as("alice").publish("secret/inflight", b"unacknowledged", qos=1)
+        assert owner.collect(1, ack=False)[0].payload == b"unacknowledged"
+    finally:
+        owner.close()  # no PUBACK: the message stays in flight in the session
+    thief = RawClient(broker.port)
+    try:
+        ack = thief.connect(
+            client_id, clean=False, username="bob", password=PASSWORDS["bob"].encode()
+        )
+        assert (ack.session_present, ack.return_code) == (1, 0)
+        thief.send(b"\xc0\x00")  # PINGREQ: whatever the broker re-sends comes before PINGRESP
+        received = []
+        while (packet := thief.recv_packet(10.0)).type != 13:
+            received.append(packet)
+        assert received == [], f"re-sent to bob: {received}"
+    finally:
+        thief.close()
+
+
+def test_taking_over_a_connected_session_of_another_user(connect_as: Connect) -> None:
+    client_id = unique("alice-live")
+    owner = connect_as("alice", client_id, clean=False)
+    assert owner.subscribe("devices/+/secret", 1) == [1]
+    thief = connect_as("bob", client_id, clean=False)
+    owner.wait_disconnected()
+    publisher = connect_as("alice")
+    publisher.publish("devices/x/secret", b"mine", qos=1)
+    sync(thief, publisher)
+    assert thief.received("devices/x/secret") == []
+
+
+def test_an_mq_queue_resumed_by_another_client_keeps_nothing_it_may_not_read(
+    connect_as: Connect,
+) -> None:
+    """A RegSub creates a durable queue (a session nobody has connected as yet); a client that
+    later claims that client id, here anonymous, gets only what it may read."""
+    alice = connect_as("alice")
+    queue = unique("reports")
+    pscr = command(alice, {"Command": "RegSub", "Topic": ["secret/reports"], "QName": queue})
+    assert pscr["Completion"] == "ok", pscr
+    alice.publish("secret/reports", b"queued for the reports queue", qos=1)
+    assert [s["Topic"] for s in list_subs(alice, QName=queue)] == ["secret/reports"]
+    claimer = connect_as(None, queue, clean=False)
+    publisher = connect_as("bob")
+    sync(claimer, publisher)
+    assert [m.topic for m in claimer.received() if not m.topic.startswith("open/sync")] == []
+    assert list_subs(alice, QName=queue) == []
+
+
+# -- resource limits ------------------------------------------------------------------------
+
+
+def test_an_oversized_command_gets_3097_and_the_broker_carries_on(connect_as: Connect) -> None:
+    bob = connect_as("bob")
+    filler = "x" * (1024 * 1024 + 10)
+    payload = json.dumps({"psc": {"Command": "RegSub", "Topic": ["open/big"]}, "body": filler})
+    pscr = command(bob, {"Command": "RegSub"}, raw=payload.encode())
+    assert (pscr["Completion"], reasons(pscr)) == ("error", [3097]), str(pscr)[:300]
+    assert "exceeds the limit" in pscr.get("Detail", "")
+    still_serving(connect_as)
+
+
+def test_a_filter_longer_or_deeper_than_the_limit_gets_3150(connect_as: Connect) -> None:
+    bob = connect_as("bob")
+    long_filter = "a = '" + "x" * 70_000 + "'"
+    pscr = command(bob, {"Command": "RegSub", "Topic": ["open/f"], "Filter": long_filter})
+    assert (pscr["Completion"], reasons(pscr)) == ("error", [3150])
+    deep_filter = "(" * 100 + "a = 1" + ")" * 100
+    pscr = command(bob, {"Command": "RegSub", "Topic": ["open/f"], "Filter": deep_filter})
+    assert (pscr["Completion"], reasons(pscr)) == ("error", [3150])
+    position = int(pscr["Response"][0]["Position"])
+    assert 0 <= position < len(deep_filter)
+    assert "deeper than 64" in pscr.get("Detail", "")
+    alice = connect_as("alice")
+    assert list_subs(alice, QName=bob.client_id) == []
+    still_serving(connect_as)
+
+
+def test_an_oversized_packet_closes_only_its_connection(
+    broker: Broker, connect_as: Connect
+) -> None:
+    bystander = connect_as("bob")
+    raw = RawClient(broker.port)
+    try:
+        assert raw.connect(unique("big")).return_code == 0
+        header = publish_packet("open/big", b"")[:1]
+        # Declares 3 MiB: refused from the fixed header, before the body is sent.
+        raw.send(header + bytes([0x80, 0x80, 0xC0, 0x01]) + b"\x00\x08open/big")
+        assert raw.wait_closed(10.0)
+    finally:
+        raw.close()
+    topic = unique("open/after/")
+    bystander.subscribe(topic, 1)
+    bystander.publish(topic, b"fine", qos=1)
+    assert bystander.wait_messages(1, topic=topic)[0].payload == b"fine"
+
+
+def test_adversarial_topic_depths_are_served(connect_as: Connect) -> None:
+    """Deep filters and topics: correct answers, and the broker keeps up."""
+    alice = connect_as("alice")
+    deep = "+/" * 3000 + "#"
+    bob = connect_as("bob")
+    assert bob.subscribe(deep, 1) == [FAILURE]  # no rule covers it
+    assert alice.subscribe([(deep, 1), ("/".join(["+"] * 5001), 1)]) == [1, 1]
+    topic = "open/" + "/".join(["a"] * 5000)
+    alice.publish(topic, b"deep", qos=1)
+    sync(alice, alice)
+    # Both filters match; one copy per session (the higher QoS).
+    assert [m.payload for m in alice.received(topic)] == [b"deep"]
+    still_serving(connect_as)
