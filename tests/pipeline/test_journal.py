@@ -10,7 +10,6 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
 
 from telemq.filters import compile_filter
-from telemq.store import consumers
 from telemq.pipeline.journal import (
     JOURNAL_SCHEMA,
     TopicMatcher,
@@ -21,7 +20,7 @@ from telemq.pipeline.journal import (
     split_range,
 )
 from telemq.protocol import topic_matches
-from telemq.store import SqliteStore
+from telemq.store import SqliteStore, consumers
 
 from .helpers import Pub, append_journal, journal_rows, telemetry
 
