@@ -105,7 +105,7 @@ async def run_load(
     suback = await asyncio.wait_for(subscriber.packets.get(), 10)
     assert isinstance(suback, SubAck) and suback.return_codes == [qos], suback
     in_flight = [0] * publishers  # sent, not yet (acknowledged and received)
-    unacked = [set[int]() for _ in range(publishers)]
+    acked_unseen = [set[int]() for _ in range(publishers)]  # acknowledged, not yet received
     wakeups = [asyncio.Event() for _ in range(publishers)]
 
     def settle(publisher: int) -> None:
@@ -122,10 +122,11 @@ async def run_load(
             else:
                 seen.add(seq)
                 tally.received += 1
-                if qos == 0 or seq not in unacked[publisher]:
+                if qos == 0:
                     settle(publisher)
-                else:
-                    unacked[publisher].discard(seq)
+                elif seq in acked_unseen[publisher]:
+                    acked_unseen[publisher].discard(seq)
+                    settle(publisher)  # else its acknowledgement settles it
             if packet.qos == 1:
                 subscriber.send(encode(PubAck(packet.packet_id)))
             elif packet.qos == 2:
@@ -151,7 +152,7 @@ async def run_load(
                 if seq in tally.seen[index]:
                     settle(index)
                 else:
-                    unacked[index].add(seq)  # received later: settled then
+                    acked_unseen[index].add(seq)  # settled when it is received
 
         peer.on_packet = on_ack
         padding = b"\0" * 24

@@ -68,6 +68,13 @@ class Restarted:
     retained_topic: str
 
 
+# A named subscription moved to another queue by a second RegSub with its SubName.
+REPOINTED_NAME = unique("moved")
+REPOINTED_FROM = unique("pq-z-from")  # loads after REPOINTED_TO (by queue name)
+REPOINTED_TO = unique("pq-a-to")
+REPOINTED_TOPIC = unique("per/moved/")
+
+
 @pytest.fixture(scope="module")
 def restarted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Restarted]:
     broker = start_broker(tmp_path_factory, 'name = "QM.PERSIST"\n[sys]\ninterval = 0\n')
@@ -87,6 +94,17 @@ def restarted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Restarted]:
             if case.options:
                 psc["RegOpt"] = case.options
             assert_ok(admin.command(psc, form=case.form))
+        for queue in (REPOINTED_FROM, REPOINTED_TO):
+            assert_ok(
+                admin.command(
+                    {
+                        "Command": "RegSub",
+                        "Topic": REPOINTED_TOPIC,
+                        "QName": queue,
+                        "SubName": REPOINTED_NAME,
+                    }
+                )
+            )
         retained_topic = unique("per/retained/")
         assert_ok(
             publisher.command(
@@ -152,6 +170,18 @@ def test_registrations_survive_the_restart(restarted: Restarted) -> None:
     finally:
         admin.close()
         publisher.close()
+
+
+def test_a_repointed_subscription_is_restored_once_on_its_new_queue(
+    restarted: Restarted,
+) -> None:
+    admin = connected(restarted.broker.port)
+    try:
+        listed = admin.list_subs(SubName=REPOINTED_NAME)
+        assert [s["QName"] for s in listed] == [[REPOINTED_TO]]
+        assert admin.list_subs(QName=REPOINTED_FROM) == []
+    finally:
+        admin.close()
 
 
 def test_retained_publication_survives_the_restart(restarted: Restarted) -> None:

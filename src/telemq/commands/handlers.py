@@ -340,7 +340,9 @@ def reg_sub(command: Command, requester: Requester, registry: Registry, host: Ho
         existing = registry.get(key)
         if named is not None and existing is None:
             # Re-point the named subscription to the new traditional identity/topic.
-            plans.append(_plan_repoint(named, identity, topic, filter_text, compiled, registry))
+            plans.append(
+                _plan_repoint(named, identity, topic, filter_text, compiled, registry, host)
+            )
             continue
         if named is not None and existing is not None and existing is not named:
             raise CommandFailed(
@@ -535,9 +537,12 @@ def _plan_repoint(
     filter_text: str,
     compiled: Filter | None,
     registry: Registry,
+    host: Host,
 ) -> Callable[[], Subscription]:
     def apply() -> Subscription:
         registry.remove(named)
+        if identity.queue != named.queue:
+            host.subscription_removed(named)  # its stored copy is filed under the old queue
         named.identity = identity
         named.topic = topic
         named.filter_text = filter_text
