@@ -197,9 +197,20 @@ def start_broker(data_dir: Path, journal: bool) -> tuple[subprocess.Popen[bytes]
     port = free_port()
     config = data_dir / "bench.toml"
     config.write_text(f"[journal]\nenabled = {'true' if journal else 'false'}\n")
-    command = [sys.executable, "-m", "telemq", "serve", "--port", str(port),
-               "--data-dir", str(data_dir / "data"), "--config", str(config),
-               "--log-level", "warning"]
+    command = [
+        sys.executable,
+        "-m",
+        "telemq",
+        "serve",
+        "--port",
+        str(port),
+        "--data-dir",
+        str(data_dir / "data"),
+        "--config",
+        str(config),
+        "--log-level",
+        "warning",
+    ]
     process = subprocess.Popen(command, stdin=subprocess.DEVNULL)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
@@ -221,10 +232,14 @@ def main() -> int:
     parser.add_argument("--window", type=int, default=100)
     args = parser.parse_args()
     failed = False
-    print(f"{args.publishers} publishers -> 1 subscriber, window {args.window}, "
-          f"{args.seconds:g} s per run, sync = full")
-    print(f"{'qos':>3} {'journal':>7} {'msgs/s':>10} {'broker cpu':>10} {'msgs/cpu-s':>11}"
-          f" {'lost':>6} {'dup':>5}")
+    print(
+        f"{args.publishers} publishers -> 1 subscriber, window {args.window}, "
+        f"{args.seconds:g} s per run, sync = full"
+    )
+    print(
+        f"{'qos':>3} {'journal':>7} {'msgs/s':>10} {'broker cpu':>10} {'msgs/cpu-s':>11}"
+        f" {'lost':>6} {'dup':>5}"
+    )
     for journal in [j.strip() == "on" for j in args.journal.split(",")]:
         for qos in [int(q) for q in args.qos.split(",")]:
             with tempfile.TemporaryDirectory(prefix="telemq-bench-") as tmp:
@@ -241,9 +256,11 @@ def main() -> int:
             lost = sent - tally.received
             bad = (qos > 0 and lost > 0) or (qos == 2 and tally.duplicates > 0)
             failed |= bad
-            print(f"{qos:>3} {'on' if journal else 'off':>7} {tally.received / elapsed:>10,.0f}"
-                  f" {cpu / elapsed:>10.2f} {tally.received / max(cpu, 1e-9):>11,.0f}"
-                  f" {lost:>6} {tally.duplicates:>5}{'  FAIL' if bad else ''}")
+            print(
+                f"{qos:>3} {'on' if journal else 'off':>7} {tally.received / elapsed:>10,.0f}"
+                f" {cpu / elapsed:>10.2f} {tally.received / max(cpu, 1e-9):>11,.0f}"
+                f" {lost:>6} {tally.duplicates:>5}{'  FAIL' if bad else ''}"
+            )
     return 1 if failed else 0
 
 

@@ -97,8 +97,12 @@ def main() -> None:
     print(f"payload: {len(PAYLOAD)} bytes of JSON\n")
     print(f"{'filter':<42} {'eval/s (parse+eval)':>20} {'eval/s (parsed)':>16}")
     deep, flat = deep_and_flat()
-    cases = [("simple: " + SIMPLE, SIMPLE), ("medium: 5 predicates, LIKE, IN", MEDIUM),
-             ("deep: 64 nested levels", deep), ("flat equivalent of deep", flat)]
+    cases = [
+        ("simple: " + SIMPLE, SIMPLE),
+        ("medium: 5 predicates, LIKE, IN", MEDIUM),
+        ("deep: 64 nested levels", deep),
+        ("flat equivalent of deep", flat),
+    ]
     parsed_rates = {}
     for label, text in cases:
         f = compile_filter(text)
@@ -108,17 +112,22 @@ def main() -> None:
         parsed = rate(partial(f.evaluate_message, message), seconds)
         parsed_rates[text] = parsed
         print(f"{label:<42} {full:>20,.0f} {parsed:>16,.0f}")
-    print(f"\ndeep/flat evaluation cost ratio: {parsed_rates[flat] / parsed_rates[deep]:.2f}"
-          " (1.00 = same cost)")
+    print(
+        f"\ndeep/flat evaluation cost ratio: {parsed_rates[flat] / parsed_rates[deep]:.2f}"
+        " (1.00 = same cost)"
+    )
     compile_deep = rate(lambda: compile_filter(deep), seconds)
     compile_flat = rate(lambda: compile_filter(flat), seconds)
-    print(f"deep/flat compile cost ratio:    {compile_flat / compile_deep:.2f}"
-          f" ({compile_deep:,.0f} deep compiles/s)")
-    print("parse only (json, once per message): "
-          f"{rate(lambda: Message(PAYLOAD).document, seconds):,.0f} payloads/s")
+    print(
+        f"deep/flat compile cost ratio:    {compile_flat / compile_deep:.2f}"
+        f" ({compile_deep:,.0f} deep compiles/s)"
+    )
+    print(
+        "parse only (json, once per message): "
+        f"{rate(lambda: Message(PAYLOAD).document, seconds):,.0f} payloads/s"
+    )
 
-    print(f"\n{'FilterSet, one message':<52} {'messages/s':>12} {'filters/s':>14}"
-          f" {'matches':>8}")
+    print(f"\n{'FilterSet, one message':<52} {'messages/s':>12} {'filters/s':>14} {'matches':>8}")
     for indexable in (True, False):
         for count in (1, 100, 1000):
             fs = many_filters(count, indexable)
@@ -128,8 +137,9 @@ def main() -> None:
             per_second = rate(partial(fs.matching, PAYLOAD, PROPERTIES), seconds)
             kind = "indexable" if indexable else "not indexable"
             label = f"{count:>5} distinct filters ({kind}, {fs.indexed} indexed)"
-            print(f"{label:<52} {per_second:>12,.0f} {per_second * count:>14,.0f}"
-                  f" {len(matched):>8}")
+            print(
+                f"{label:<52} {per_second:>12,.0f} {per_second * count:>14,.0f} {len(matched):>8}"
+            )
 
 
 if __name__ == "__main__":

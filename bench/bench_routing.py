@@ -126,8 +126,10 @@ def main() -> None:
         results[indexed] = rate
         label = "indexed (FilterSet)" if indexed else "one by one"
         print(f"  {label:<22} {rate:>10,.0f} publications/s  ({matched:.1f} matches each)")
-    print(f"  indexed / one by one: {results[True] / results[False]:.1f}x"
-          "  (target: >= 20,000 publications/s indexed)")
+    print(
+        f"  indexed / one by one: {results[True] / results[False]:.1f}x"
+        "  (target: >= 20,000 publications/s indexed)"
+    )
 
 
 if __name__ == "__main__":

@@ -20,12 +20,39 @@ from telemq.filters.render import render
 # -- filters --------------------------------------------------------------------------
 
 FIELD_PATHS: list[tuple[str | int, ...]] = [
-    ("a",), ("b",), ("s",), ("t",), ("o", "x"), ("o", "y"), ("arr", 0), ("arr", 1),
-    ("arr", 0, "x"), (), (0,), (0, "a"), ("é",), ("in",),
+    ("a",),
+    ("b",),
+    ("s",),
+    ("t",),
+    ("o", "x"),
+    ("o", "y"),
+    ("arr", 0),
+    ("arr", 1),
+    ("arr", 0, "x"),
+    (),
+    (0,),
+    (0, "a"),
+    ("é",),
+    ("in",),
 ]
 PROPERTIES = ["Topic", "QoS", "Retain", "ClientId", "UserId", "SubPoint"]
-NUMBERS: list[int | float] = [0, 1, 2, 3, -1, -2, 0.5, -1.5, 2.25, 10, 1e300, 1e-3, 1e308,
-                              9007199254740993, -9007199254740992]
+NUMBERS: list[int | float] = [
+    0,
+    1,
+    2,
+    3,
+    -1,
+    -2,
+    0.5,
+    -1.5,
+    2.25,
+    10,
+    1e300,
+    1e-3,
+    1e308,
+    9007199254740993,
+    -9007199254740992,
+]
 STRINGS = ["", "a", "b", "ab", "ba", "A", "é", "😀", "%", "_", "'", "a\nb", "5", "x/y", "aé"]
 
 numbers = st.one_of(st.integers(-4, 4), st.sampled_from(NUMBERS)).map(lambda v: A.Number(v))
@@ -41,8 +68,9 @@ COMPARISONS = list(A.COMPARISONS)
 
 def like_patterns() -> st.SearchStrategy[tuple[str, str | None]]:
     """(pattern, escape): valid patterns with wildcards, regex metacharacters, escapes."""
-    plain = st.lists(st.sampled_from(["a", "b", "%", "_", ".", "*", "é", "😀", "\n", "'"]),
-                     max_size=6).map("".join)
+    plain = st.lists(
+        st.sampled_from(["a", "b", "%", "_", ".", "*", "é", "😀", "\n", "'"]), max_size=6
+    ).map("".join)
     escaped = st.lists(
         st.sampled_from(["a", "b", "%", "_", "!%", "!_", "!!", "é", "."]), max_size=6
     ).map("".join)
@@ -58,8 +86,9 @@ def values(draw: st.DrawFn, depth: int) -> A.Node:
     if kind == "leaf":
         return draw(leaves)
     if kind == "arith":
-        ops = st.sampled_from(["+", "-"]) if draw(st.booleans()) else st.sampled_from(
-            ["*", "/", "%"])
+        ops = (
+            st.sampled_from(["+", "-"]) if draw(st.booleans()) else st.sampled_from(["*", "/", "%"])
+        )
         rest = draw(st.lists(st.tuples(ops, values(depth - 1)), min_size=1, max_size=2))
         return A.Arith(draw(values(depth - 1)), tuple(rest))
     if kind == "unary":
@@ -73,8 +102,18 @@ def values(draw: st.DrawFn, depth: int) -> A.Node:
 @st.composite
 def conditions(draw: st.DrawFn, depth: int) -> A.Node:
     """A condition: predicates, AND/OR/NOT, boolean fields and literals."""
-    kinds = ["field-cmp", "field-cmp", "field-cmp", "cmp", "between", "in", "like", "isnull",
-             "field", "literal"]
+    kinds = [
+        "field-cmp",
+        "field-cmp",
+        "field-cmp",
+        "cmp",
+        "between",
+        "in",
+        "like",
+        "isnull",
+        "field",
+        "literal",
+    ]
     if depth > 0:
         kinds += ["and", "and", "or", "or", "not", "cmp"]
     kind = draw(st.sampled_from(kinds))
@@ -85,18 +124,24 @@ def conditions(draw: st.DrawFn, depth: int) -> A.Node:
         pair = (subject, other) if draw(st.booleans()) else (other, subject)
         return A.Comparison(draw(st.sampled_from(COMPARISONS)), *pair)
     if kind == "cmp":
-        return A.Comparison(draw(st.sampled_from(COMPARISONS)), draw(values(sub)),
-                            draw(values(sub)))
+        return A.Comparison(
+            draw(st.sampled_from(COMPARISONS)), draw(values(sub)), draw(values(sub))
+        )
     if kind == "between":
-        return A.Between(draw(st.one_of(fields, values(sub))), draw(values(sub)),
-                         draw(values(sub)), draw(st.booleans()))
+        return A.Between(
+            draw(st.one_of(fields, values(sub))),
+            draw(values(sub)),
+            draw(values(sub)),
+            draw(st.booleans()),
+        )
     if kind == "in":
         items = draw(st.lists(literals, min_size=1, max_size=4))
         return A.In(draw(st.one_of(fields, values(sub))), tuple(items), draw(st.booleans()))
     if kind == "like":
         pattern, escape = draw(like_patterns())
-        return A.Like(draw(st.one_of(fields, properties, values(sub))), pattern, escape,
-                      draw(st.booleans()))
+        return A.Like(
+            draw(st.one_of(fields, properties, values(sub))), pattern, escape, draw(st.booleans())
+        )
     if kind == "isnull":
         return A.IsNull(draw(values(sub)), draw(st.booleans()))
     if kind == "field":
@@ -136,13 +181,28 @@ mostly_scalars = st.one_of(json_scalars, json_scalars, json_scalars, json_values
 documents = st.fixed_dictionaries(
     {},
     optional={
-        "a": mostly_scalars, "b": mostly_scalars, "s": mostly_scalars, "t": mostly_scalars,
-        "o": json_values, "arr": json_values, "é": mostly_scalars, "in": mostly_scalars,
+        "a": mostly_scalars,
+        "b": mostly_scalars,
+        "s": mostly_scalars,
+        "t": mostly_scalars,
+        "o": json_values,
+        "arr": json_values,
+        "é": mostly_scalars,
+        "in": mostly_scalars,
     },
 )
 INVALID_PAYLOADS = [
-    b"", b"{", b"\xff\xfe", b'{"a": 1} x', b'{"a": 1, "a": 2}', b'{"a": 1}]', b'{"a": NaN}',
-    b'{"s": "\\ud800"}', b"not json", b'{"a": 1}, {"b": 2}', b"\xef\xbb\xbf{}",
+    b"",
+    b"{",
+    b"\xff\xfe",
+    b'{"a": 1} x',
+    b'{"a": 1, "a": 2}',
+    b'{"a": 1}]',
+    b'{"a": NaN}',
+    b'{"s": "\\ud800"}',
+    b"not json",
+    b'{"a": 1}, {"b": 2}',
+    b"\xef\xbb\xbf{}",
 ]
 
 

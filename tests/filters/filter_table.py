@@ -34,9 +34,18 @@ def _cases(filter_text: str, *pairs: tuple[str | bytes, bool | None]) -> list[Ca
 
 
 NUMBERS = [
-    *_cases("a = 1", ('{"a": 1}', T), ('{"a": 1.0}', T), ('{"a": 2}', F), ('{"a": "1"}', U),
-            ('{"a": true}', U), ('{"a": null}', U), ("{}", U), ('{"a": {}}', U),
-            ('{"a": [1]}', U)),
+    *_cases(
+        "a = 1",
+        ('{"a": 1}', T),
+        ('{"a": 1.0}', T),
+        ('{"a": 2}', F),
+        ('{"a": "1"}', U),
+        ('{"a": true}', U),
+        ('{"a": null}', U),
+        ("{}", U),
+        ('{"a": {}}', U),
+        ('{"a": [1]}', U),
+    ),
     *_cases("a <> 1", ('{"a": 2}', T), ('{"a": 1}', F), ('{"a": "x"}', U), ("{}", U)),
     *_cases("a != 1", ('{"a": 2}', T), ('{"a": 1}', F)),
     *_cases("a < 2", ('{"a": 1}', T), ('{"a": 2}', F), ('{"a": -3.5}', T)),
@@ -62,14 +71,24 @@ NUMBERS = [
 ]
 
 STRINGS = [
-    *_cases("s = 'abc'", ('{"s": "abc"}', T), ('{"s": "abd"}', F), ('{"s": "ABC"}', F),
-            ('{"s": 5}', U), ("{}", U)),
+    *_cases(
+        "s = 'abc'",
+        ('{"s": "abc"}', T),
+        ('{"s": "abd"}', F),
+        ('{"s": "ABC"}', F),
+        ('{"s": 5}', U),
+        ("{}", U),
+    ),
     *_cases("s < 'abd'", ('{"s": "abc"}', T), ('{"s": "abd"}', F), ('{"s": "b"}', F)),
     *_cases("s > 'Z'", ('{"s": "a"}', T)),  # by code point: 'a' (97) > 'Z' (90)
     *_cases("s > 'z'", ('{"s": "é"}', T)),
     *_cases("s > '\uff5a'", ('{"s": "\U0001f600"}', T), ('{"s": "\\ud83d\\ude00"}', T)),
-    *_cases("s = 'Zürich'", ('{"s": "Zürich"}', T), ('{"s": "Z\\u00fcrich"}', T),
-            ('{"s": "Zu\\u0308rich"}', F)),
+    *_cases(
+        "s = 'Zürich'",
+        ('{"s": "Zürich"}', T),
+        ('{"s": "Z\\u00fcrich"}', T),
+        ('{"s": "Zu\\u0308rich"}', F),
+    ),
     *_cases("s = '日本'", ('{"s": "日本"}', T)),
     *_cases("s = 'it''s'", ('{"s": "it\'s"}', T)),
     *_cases("s = ''", ('{"s": ""}', T), ('{"s": " "}', F)),
@@ -80,30 +99,52 @@ STRINGS = [
 ]
 
 BOOLEANS = [
-    *_cases("b = TRUE", ('{"b": true}', T), ('{"b": false}', F), ('{"b": 1}', U),
-            ('{"b": "true"}', U)),
+    *_cases(
+        "b = TRUE", ('{"b": true}', T), ('{"b": false}', F), ('{"b": 1}', U), ('{"b": "true"}', U)
+    ),
     *_cases("b <> FALSE", ('{"b": true}', T), ('{"b": false}', F)),
     *_cases("b = true", ('{"b": true}', T)),
     *_cases("b < TRUE", ('{"b": false}', U)),
     *_cases("b >= FALSE", ('{"b": true}', U)),
-    *_cases("b", ('{"b": true}', T), ('{"b": false}', F), ('{"b": 1}', U), ('{"b": "true"}', U),
-            ("{}", U), ('{"b": null}', U)),
+    *_cases(
+        "b",
+        ('{"b": true}', T),
+        ('{"b": false}', F),
+        ('{"b": 1}', U),
+        ('{"b": "true"}', U),
+        ("{}", U),
+        ('{"b": null}', U),
+    ),
     *_cases("NOT b", ('{"b": true}', F), ('{"b": false}', T), ('{"b": 0}', U)),
     *_cases("TRUE", ("{}", T)),
     *_cases("FALSE", ("{}", F)),
     *_cases("NULL", ("{}", U)),
     *_cases("TRUE = TRUE", ("{}", T)),
     *_cases("(a = 1) = TRUE", ('{"a": 1}', T), ('{"a": 2}', F), ("{}", U)),
-    *_cases("(a = 1) = (b = 1)", ('{"a": 1, "b": 1}', T), ('{"a": 1, "b": 2}', F),
-            ('{"a": 1}', U)),
+    *_cases("(a = 1) = (b = 1)", ('{"a": 1, "b": 1}', T), ('{"a": 1, "b": 2}', F), ('{"a": 1}', U)),
     *_cases("(a = 1) IS NULL", ("{}", T), ('{"a": 1}', F)),
 ]
 
 NULLS = [
-    *_cases("a IS NULL", ("{}", T), ('{"a": null}', T), ('{"a": 0}', F), ('{"a": ""}', F),
-            ('{"a": {}}', F), ('{"a": []}', F), ('{"a": false}', F), (b"not json", T)),
-    *_cases("a IS NOT NULL", ("{}", F), ('{"a": null}', F), ('{"a": {"b": 1}}', T),
-            ('{"a": [null]}', T), ('{"a": 0}', T)),
+    *_cases(
+        "a IS NULL",
+        ("{}", T),
+        ('{"a": null}', T),
+        ('{"a": 0}', F),
+        ('{"a": ""}', F),
+        ('{"a": {}}', F),
+        ('{"a": []}', F),
+        ('{"a": false}', F),
+        (b"not json", T),
+    ),
+    *_cases(
+        "a IS NOT NULL",
+        ("{}", F),
+        ('{"a": null}', F),
+        ('{"a": {"b": 1}}', T),
+        ('{"a": [null]}', T),
+        ('{"a": 0}', T),
+    ),
     *_cases("a = NULL", ('{"a": null}', U), ('{"a": 1}', U)),
     *_cases("a <> NULL", ('{"a": 1}', U)),
     *_cases("NULL = NULL", ("{}", U)),
@@ -114,12 +155,21 @@ NULLS = [
 ]
 
 PATHS = [
-    *_cases("site.name = 'Lab'", ('{"site": {"name": "Lab"}}', T), ('{"site": "Lab"}', U),
-            ('{"site": {"Name": "Lab"}}', U)),
+    *_cases(
+        "site.name = 'Lab'",
+        ('{"site": {"name": "Lab"}}', T),
+        ('{"site": "Lab"}', U),
+        ('{"site": {"Name": "Lab"}}', U),
+    ),
     *_cases("site.name IS NULL", ('{"site": "Lab"}', T), ('{"site": [1]}', T)),
     *_cases("a.b.c = 1", ('{"a": {"b": {"c": 1}}}', T), ('{"a": {"b": [1]}}', U)),
-    *_cases("r[0] = 1", ('{"r": [1, 2]}', T), ('{"r": [2, 1]}', F), ('{"r": {"0": 1}}', U),
-            ('{"r": []}', U)),
+    *_cases(
+        "r[0] = 1",
+        ('{"r": [1, 2]}', T),
+        ('{"r": [2, 1]}', F),
+        ('{"r": {"0": 1}}', U),
+        ('{"r": []}', U),
+    ),
     *_cases("r[2] IS NULL", ('{"r": [1, 2]}', T), ('{"r": [1, 2, 3]}', F)),
     *_cases("r[1].x = 'y'", ('{"r": [{}, {"x": "y"}]}', T), ('{"r": [{"x": "y"}]}', U)),
     *_cases("m[1][0] = 3", ('{"m": [[1], [3, 4]]}', T)),
@@ -140,12 +190,29 @@ PATHS = [
 ]
 
 NOT_JSON = [
-    *_cases("a = 1", (b"", U), (b"not json", U), (b'{"a": 1', U), (b"\xff\xfe", U),
-            (b'{"a": 1} x', U), (b'{"a": 1}}', U), (b'{"a": 1}, 2', U), (b'{"a": 1}]', U),
-            (b'{"a": 1, "a": 1}', U), (b'{"a": NaN}', U), (b'{"a": Infinity}', U),
-            (b"\xef\xbb\xbf{\"a\": 1}", U), (b"{'a': 1}", U), (b'{"a": 01}', U),
-            (b'{"a": 1,}', U), (b'{"a": "\\ud800", "b": 1}', U), (b'{"a": 1} \x0b', U),
-            (b'{"a": "\xc3\x28"}', U), (b'\t\n {"a": 1}\r\n ', T), (b'{"a": 1.0}', T)),
+    *_cases(
+        "a = 1",
+        (b"", U),
+        (b"not json", U),
+        (b'{"a": 1', U),
+        (b"\xff\xfe", U),
+        (b'{"a": 1} x', U),
+        (b'{"a": 1}}', U),
+        (b'{"a": 1}, 2', U),
+        (b'{"a": 1}]', U),
+        (b'{"a": 1, "a": 1}', U),
+        (b'{"a": NaN}', U),
+        (b'{"a": Infinity}', U),
+        (b'\xef\xbb\xbf{"a": 1}', U),
+        (b"{'a': 1}", U),
+        (b'{"a": 01}', U),
+        (b'{"a": 1,}', U),
+        (b'{"a": "\\ud800", "b": 1}', U),
+        (b'{"a": 1} \x0b', U),
+        (b'{"a": "\xc3\x28"}', U),
+        (b'\t\n {"a": 1}\r\n ', T),
+        (b'{"a": 1.0}', T),
+    ),
     *_cases("a IS NULL", (b'{"a": 1} x', T), (b"\xff", T)),
     *_cases("NOT a = 1", (b"not json", U)),
     *_cases("s = '\U0001f600'", (b'{"s": "\\ud83d\\ude00"}', T)),
@@ -163,8 +230,12 @@ ARITHMETIC = [
     *_cases("7 % -2 = 1", ("{}", T)),
     *_cases("a / 0 IS NULL", ('{"a": 1}', T)),
     *_cases("a % 0 IS NULL", ('{"a": 1}', T)),
-    *_cases("a / b IS NULL", ('{"a": 1, "b": 0.0}', T), ('{"a": 1, "b": -0.0}', T),
-            ('{"a": 1, "b": 2}', F)),
+    *_cases(
+        "a / b IS NULL",
+        ('{"a": 1, "b": 0.0}', T),
+        ('{"a": 1, "b": -0.0}', T),
+        ('{"a": 1, "b": 2}', F),
+    ),
     *_cases("a + 's' IS NULL", ('{"a": 1}', T)),
     *_cases("a + TRUE IS NULL", ('{"a": 1}', T)),
     *_cases("s + 1 = 2", ('{"s": "1"}', U)),
@@ -189,8 +260,16 @@ ARITHMETIC = [
 ]
 
 BETWEEN = [
-    *_cases("a BETWEEN 1 AND 5", ('{"a": 1}', T), ('{"a": 5}', T), ('{"a": 3.5}', T),
-            ('{"a": 0}', F), ('{"a": 6}', F), ('{"a": "3"}', U), ("{}", U)),
+    *_cases(
+        "a BETWEEN 1 AND 5",
+        ('{"a": 1}', T),
+        ('{"a": 5}', T),
+        ('{"a": 3.5}', T),
+        ('{"a": 0}', F),
+        ('{"a": 6}', F),
+        ('{"a": "3"}', U),
+        ("{}", U),
+    ),
     *_cases("a NOT BETWEEN 1 AND 5", ('{"a": 7}', T), ('{"a": 3}', F), ("{}", U)),
     *_cases("a BETWEEN 5 AND 1", ('{"a": 3}', F)),
     *_cases("s BETWEEN 'a' AND 'c'", ('{"s": "b"}', T), ('{"s": "c"}', T), ('{"s": "cc"}', F)),
@@ -201,11 +280,19 @@ BETWEEN = [
 ]
 
 IN = [
-    *_cases("a IN (1, 2, 3)", ('{"a": 2}', T), ('{"a": 2.0}', T), ('{"a": 4}', F),
-            ('{"a": "2"}', U), ('{"a": true}', U), ("{}", U)),
+    *_cases(
+        "a IN (1, 2, 3)",
+        ('{"a": 2}', T),
+        ('{"a": 2.0}', T),
+        ('{"a": 4}', F),
+        ('{"a": "2"}', U),
+        ('{"a": true}', U),
+        ("{}", U),
+    ),
     *_cases("a IN ('x', 'y')", ('{"a": "y"}', T), ('{"a": "z"}', F), ('{"a": 1}', U)),
-    *_cases("a IN (1, 'x')", ('{"a": 1}', T), ('{"a": "x"}', T), ('{"a": 2}', U),
-            ('{"a": "y"}', U)),
+    *_cases(
+        "a IN (1, 'x')", ('{"a": 1}', T), ('{"a": "x"}', T), ('{"a": 2}', U), ('{"a": "y"}', U)
+    ),
     *_cases("a IN (1, NULL)", ('{"a": 1}', T), ('{"a": 2}', U), ("{}", U)),
     *_cases("a NOT IN (1, 2)", ('{"a": 3}', T), ('{"a": 1}', F), ("{}", U), ('{"a": "1"}', U)),
     *_cases("a NOT IN (1, NULL)", ('{"a": 2}', U), ('{"a": 1}', F)),
@@ -216,17 +303,35 @@ IN = [
 ]
 
 LIKE = [
-    *_cases("s LIKE 'Lab%'", ('{"s": "Lab 1"}', T), ('{"s": "Lab"}', T), ('{"s": "lab 1"}', F),
-            ('{"s": "A Lab"}', F), ('{"s": 5}', U), ("{}", U)),
+    *_cases(
+        "s LIKE 'Lab%'",
+        ('{"s": "Lab 1"}', T),
+        ('{"s": "Lab"}', T),
+        ('{"s": "lab 1"}', F),
+        ('{"s": "A Lab"}', F),
+        ('{"s": 5}', U),
+        ("{}", U),
+    ),
     *_cases("s LIKE '%b'", ('{"s": "ab"}', T), ('{"s": "ba"}', F)),
     *_cases("s LIKE '%a%'", ('{"s": "cat"}', T), ('{"s": "dog"}', F), ('{"s": "a"}', T)),
-    *_cases("s LIKE '_'", ('{"s": "x"}', T), ('{"s": ""}', F), ('{"s": "xy"}', F),
-            ('{"s": "\U0001f600"}', T), ('{"s": "\\n"}', T)),
+    *_cases(
+        "s LIKE '_'",
+        ('{"s": "x"}', T),
+        ('{"s": ""}', F),
+        ('{"s": "xy"}', F),
+        ('{"s": "\U0001f600"}', T),
+        ('{"s": "\\n"}', T),
+    ),
     *_cases("s LIKE 'a_c'", ('{"s": "abc"}', T), ('{"s": "ac"}', F), ('{"s": "a\\nc"}', T)),
     *_cases("s LIKE '%'", ('{"s": ""}', T), ('{"s": "anything\\n"}', T), ('{"s": 1}', U)),
     *_cases("s LIKE ''", ('{"s": ""}', T), ('{"s": " "}', F)),
-    *_cases("s LIKE 'a%b%c'", ('{"s": "abc"}', T), ('{"s": "a-b-c"}', T), ('{"s": "acb"}', F),
-            ('{"s": "a\\nb\\nc"}', T)),
+    *_cases(
+        "s LIKE 'a%b%c'",
+        ('{"s": "abc"}', T),
+        ('{"s": "a-b-c"}', T),
+        ('{"s": "acb"}', F),
+        ('{"s": "a\\nb\\nc"}', T),
+    ),
     *_cases("s LIKE '%ab%b'", ('{"s": "abb"}', T), ('{"s": "ab"}', F), ('{"s": "xabyb"}', T)),
     *_cases("s LIKE '_%_'", ('{"s": "ab"}', T), ('{"s": "a"}', F)),
     *_cases("s LIKE 'a.c'", ('{"s": "a.c"}', T), ('{"s": "abc"}', F)),
@@ -242,15 +347,22 @@ LIKE = [
     *_cases("s LIKE 'a!_b' ESCAPE '!'", ('{"s": "a_b"}', T), ('{"s": "axb"}', F)),
     *_cases("s LIKE 'a!!b' ESCAPE '!'", ('{"s": "a!b"}', T), ('{"s": "a!!b"}', F)),
     *_cases("s LIKE '%\\%' ESCAPE '\\'", ('{"s": "50%"}', T), ('{"s": "50"}', F)),
-    *_cases("s LIKE 'x''%' ESCAPE ''''", ('{"s": "x%"}', T), ('{"s": "x\'%"}', F),
-            ('{"s": "xy"}', F)),
+    *_cases(
+        "s LIKE 'x''%' ESCAPE ''''", ('{"s": "x%"}', T), ('{"s": "x\'%"}', F), ('{"s": "xy"}', F)
+    ),
     *_cases("s LIKE '%!%%' ESCAPE '!'", ('{"s": "a%b"}', T), ('{"s": "ab"}', F)),
     *_cases("s LIKE 'A%'", ('{"s": "abc"}', F)),  # case-sensitive
     *_cases("a + 1 LIKE '2'", ('{"a": 1}', U)),
 ]
 
-PROPS = {"Topic": "sensors/lab/1", "QoS": 1, "Retain": True, "ClientId": "dev-7",
-         "UserId": "alice", "SubPoint": ""}
+PROPS = {
+    "Topic": "sensors/lab/1",
+    "QoS": 1,
+    "Retain": True,
+    "ClientId": "dev-7",
+    "UserId": "alice",
+    "SubPoint": "",
+}
 
 PROPERTIES = [
     Case("Properties.Topic = 'sensors/lab/1'", b"{}", T, PROPS),
@@ -302,8 +414,9 @@ def _logic_cases() -> list[Case]:
         out.append(Case("p = TRUE AND q = TRUE", doc, and3(a, b)))
     for a in (T, F, U):
         out.append(Case(f"NOT {words[a]}", b"{}", None if a is None else not a))
-        out.append(Case("NOT p", f'{{"p": {json_words[a]}}}'.encode(),
-                        None if a is None else not a))
+        out.append(
+            Case("NOT p", f'{{"p": {json_words[a]}}}'.encode(), None if a is None else not a)
+        )
     # n-ary chains
     out.append(Case("p AND q AND r", b'{"p": true, "q": null, "r": false}', F))
     out.append(Case("p AND q AND r", b'{"p": true, "q": null, "r": true}', U))
@@ -320,24 +433,40 @@ def _logic_cases() -> list[Case]:
 LOGIC = _logic_cases()
 
 EXAMPLES = [
-    *_cases("temp > 30 AND site.name LIKE 'Lab%'",
-            ('{"temp": 31.5, "site": {"name": "Lab 4"}}', T),
-            ('{"temp": 29, "site": {"name": "Lab 4"}}', F),
-            ('{"temp": "hot", "site": {"name": "Lab 4"}}', U),
-            ('{"temp": 35, "site": {"name": "Office"}}', F)),
-    *_cases("sport = 'Soccer' AND (home.score > away.score OR result = 'draw')",
-            ('{"sport": "Soccer", "home": {"score": 2}, "away": {"score": 1}}', T),
-            ('{"sport": "Soccer", "home": {"score": 1}, "away": {"score": 1},'
-             ' "result": "draw"}', T),
-            ('{"sport": "Soccer", "home": {"score": 0}, "away": {"score": 1}}', U),
-            ('{"sport": "Tennis", "home": {"score": 2}, "away": {"score": 1}}', F)),
-    *_cases("readings[0] BETWEEN 10 AND 20 AND unit IN ('C', 'F')",
-            ('{"readings": [15, 99], "unit": "C"}', T),
-            ('{"readings": [], "unit": "C"}', U),
-            ('{"readings": [15], "unit": "K"}', F)),
+    *_cases(
+        "temp > 30 AND site.name LIKE 'Lab%'",
+        ('{"temp": 31.5, "site": {"name": "Lab 4"}}', T),
+        ('{"temp": 29, "site": {"name": "Lab 4"}}', F),
+        ('{"temp": "hot", "site": {"name": "Lab 4"}}', U),
+        ('{"temp": 35, "site": {"name": "Office"}}', F),
+    ),
+    *_cases(
+        "sport = 'Soccer' AND (home.score > away.score OR result = 'draw')",
+        ('{"sport": "Soccer", "home": {"score": 2}, "away": {"score": 1}}', T),
+        ('{"sport": "Soccer", "home": {"score": 1}, "away": {"score": 1}, "result": "draw"}', T),
+        ('{"sport": "Soccer", "home": {"score": 0}, "away": {"score": 1}}', U),
+        ('{"sport": "Tennis", "home": {"score": 2}, "away": {"score": 1}}', F),
+    ),
+    *_cases(
+        "readings[0] BETWEEN 10 AND 20 AND unit IN ('C', 'F')",
+        ('{"readings": [15, 99], "unit": "C"}', T),
+        ('{"readings": [], "unit": "C"}', U),
+        ('{"readings": [15], "unit": "K"}', F),
+    ),
 ]
 
 CASES: list[Case] = [
-    *NUMBERS, *STRINGS, *BOOLEANS, *NULLS, *PATHS, *NOT_JSON, *ARITHMETIC, *BETWEEN, *IN,
-    *LIKE, *PROPERTIES, *LOGIC, *EXAMPLES,
+    *NUMBERS,
+    *STRINGS,
+    *BOOLEANS,
+    *NULLS,
+    *PATHS,
+    *NOT_JSON,
+    *ARITHMETIC,
+    *BETWEEN,
+    *IN,
+    *LIKE,
+    *PROPERTIES,
+    *LOGIC,
+    *EXAMPLES,
 ]

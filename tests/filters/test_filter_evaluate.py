@@ -24,9 +24,35 @@ def test_semantic_table(case: Case) -> None:
 
 def test_table_covers_every_operator() -> None:
     text = " ".join(c.filter for c in CASES)
-    for word in ["=", "<>", "!=", "<", "<=", ">", ">=", "+", "-", "*", "/", "%", "BETWEEN",
-                 "NOT BETWEEN", "IN", "NOT IN", "LIKE", "NOT LIKE", "ESCAPE", "IS NULL",
-                 "IS NOT NULL", "AND", "OR", "NOT", "Properties.", "Body", "["]:
+    for word in [
+        "=",
+        "<>",
+        "!=",
+        "<",
+        "<=",
+        ">",
+        ">=",
+        "+",
+        "-",
+        "*",
+        "/",
+        "%",
+        "BETWEEN",
+        "NOT BETWEEN",
+        "IN",
+        "NOT IN",
+        "LIKE",
+        "NOT LIKE",
+        "ESCAPE",
+        "IS NULL",
+        "IS NOT NULL",
+        "AND",
+        "OR",
+        "NOT",
+        "Properties.",
+        "Body",
+        "[",
+    ]:
         assert word in text, word
     answers = {c.expected for c in CASES}
     assert answers == {True, False, None}
@@ -49,7 +75,7 @@ def test_table_covers_every_operator() -> None:
         (b'{"a": 1} {"b": 2}', None),
         (b'{"a": 1, "a": 2}', None),
         (b'{"a": NaN}', None),
-        (b'[-Infinity]', None),
+        (b"[-Infinity]", None),
         (b'{"a": "\\udc00"}', None),
         (b'{"\\ud800": 1}', None),
         (b'{"a": "\\\\ud800"}', {"a": "\\ud800"}),  # an escaped backslash, not an escape
@@ -81,8 +107,17 @@ def test_payload_is_parsed_lazily_and_once() -> None:
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [(1, 1.0), (1.5, 1.5), (True, True), ("x", "x"), (b"dev", "dev"), (bytearray(b"d"), "d"),
-     (b"\xff", None), (None, None), (object(), None)],
+    [
+        (1, 1.0),
+        (1.5, 1.5),
+        (True, True),
+        ("x", "x"),
+        (b"dev", "dev"),
+        (bytearray(b"d"), "d"),
+        (b"\xff", None),
+        (None, None),
+        (object(), None),
+    ],
 )
 def test_property_values_are_normalised(value: object, expected: object) -> None:
     assert Message(b"", {"ClientId": value, "Unknown": 1}).properties == {"ClientId": expected}
@@ -100,8 +135,10 @@ def test_payload_types_accepted() -> None:
 
 
 def test_filter_attributes() -> None:
-    f = compile_filter("temp > 30 AND site.name LIKE 'Lab%' OR Body[0] = 1 OR Properties.QoS = 1"
-                       " OR Body.in IS NULL OR Body = 2")
+    f = compile_filter(
+        "temp > 30 AND site.name LIKE 'Lab%' OR Body[0] = 1 OR Properties.QoS = 1"
+        " OR Body.in IS NULL OR Body = 2"
+    )
     assert f.fields == {"temp", "site.name", "Body[0]", "Body.in", "Body"}
     assert f.properties == {"QoS"}
     assert f.reads_payload

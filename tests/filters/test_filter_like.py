@@ -82,13 +82,47 @@ def test_regex_forms_use_atomic_groups() -> None:
 
 @pytest.mark.parametrize(
     "pattern",
-    ["", "abc", "a%", "%a", "%a%", "a%b", "%a%b%", "a_c", "%_%", "_%_", "%%", "%ab%ab%",
-     "a.c", "(x)*+?", "[a-z]%", "\\%", "%$^|{}", "a\nb%"],
+    [
+        "",
+        "abc",
+        "a%",
+        "%a",
+        "%a%",
+        "a%b",
+        "%a%b%",
+        "a_c",
+        "%_%",
+        "_%_",
+        "%%",
+        "%ab%ab%",
+        "a.c",
+        "(x)*+?",
+        "[a-z]%",
+        "\\%",
+        "%$^|{}",
+        "a\nb%",
+    ],
 )
 @pytest.mark.parametrize(
     "text",
-    ["", "a", "abc", "aXc", "ab", "ba", "abab", "xaby", "a.c", "(x)*+?", "[a-z]q", "\\x",
-     "z$^|{}", "a\nbc", "a\nb", "ac"],
+    [
+        "",
+        "a",
+        "abc",
+        "aXc",
+        "ab",
+        "ba",
+        "abab",
+        "xaby",
+        "a.c",
+        "(x)*+?",
+        "[a-z]q",
+        "\\x",
+        "z$^|{}",
+        "a\nbc",
+        "a\nb",
+        "ac",
+    ],
 )
 def test_python_matcher_agrees_with_reference(pattern: str, text: str) -> None:
     assert parse_like(pattern).python_matcher()(text) is reference_like(pattern, text)
@@ -98,9 +132,12 @@ alphabet = st.sampled_from(["a", "b", "%", "_", ".", "*", "\n", "é", "😀", "!
 
 
 @settings(max_examples=400, deadline=None)
-@given(pattern=st.lists(alphabet, max_size=8).map("".join),
-       text=st.lists(st.sampled_from(["a", "b", ".", "*", "\n", "é", "😀", "!", "%"]),
-                     max_size=10).map("".join))
+@given(
+    pattern=st.lists(alphabet, max_size=8).map("".join),
+    text=st.lists(
+        st.sampled_from(["a", "b", ".", "*", "\n", "é", "😀", "!", "%"]), max_size=10
+    ).map("".join),
+)
 def test_matcher_property(pattern: str, text: str) -> None:
     try:
         like = parse_like(pattern, "!")
@@ -115,8 +152,15 @@ def test_matcher_property(pattern: str, text: str) -> None:
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize(
     "pattern",
-    ["%a%a%a%a%a%a%a%b", "%a%a%a%a%a%a%a%a%a%a%a%a%a%a%a%a%a%a%a%a%b", "%_%_%_%_%_%_%_%b",
-     "%aa%aa%aa%aa%aa%ab", "a%a%a%a%a%a%a%a%", "%a_a_a_a_a_a_b%", "_%_%_%_%_%_%_%_%_%c"],
+    [
+        "%a%a%a%a%a%a%a%b",
+        "%a%a%a%a%a%a%a%a%a%a%a%a%a%a%a%a%a%a%a%a%b",
+        "%_%_%_%_%_%_%_%b",
+        "%aa%aa%aa%aa%aa%ab",
+        "a%a%a%a%a%a%a%a%",
+        "%a_a_a_a_a_a_b%",
+        "_%_%_%_%_%_%_%_%_%c",
+    ],
 )
 def test_adversarial_patterns_are_linear(pattern: str) -> None:
     """A backtracking translation (``.*a.*a...``) needs ~n^k steps on these inputs.

@@ -99,10 +99,12 @@ def test_precedence_and_shape(text: str, tree: str) -> None:
 
 def test_ast_nodes_and_positions() -> None:
     tree = parse("temp > 30 AND  site.name LIKE 'Lab%'")
-    assert tree == A.And((
-        A.Comparison(">", A.Field(("temp",)), A.Number(30)),
-        A.Like(A.Field(("site", "name")), "Lab%"),
-    ))
+    assert tree == A.And(
+        (
+            A.Comparison(">", A.Field(("temp",)), A.Number(30)),
+            A.Like(A.Field(("site", "name")), "Lab%"),
+        )
+    )
     assert isinstance(tree, A.And)
     like = tree.operands[1]
     assert isinstance(like, A.Like)
@@ -110,9 +112,7 @@ def test_ast_nodes_and_positions() -> None:
 
 
 def test_identifiers_resolve_to_fields_and_properties() -> None:
-    assert parse("Properties.Topic = 'x'") == A.Comparison(
-        "=", A.Property("Topic"), A.String("x")
-    )
+    assert parse("Properties.Topic = 'x'") == A.Comparison("=", A.Property("Topic"), A.String("x"))
     assert parse("Body.a[1] = 1") == parse("a[1] = 1")
     assert parse("Body.Properties.Topic = 1") == A.Comparison(
         "=", A.Field(("Properties", "Topic")), A.Number(1)
@@ -300,7 +300,7 @@ def test_error_message_quotes_the_text_around_the_position() -> None:
     assert err.position == text.index("&")
     message = str(err)
     assert message.startswith("unexpected character '&'; use AND at line 1, column 66")
-    assert message.endswith('(position 65): "...te.name LIKE \'Lab%\' AND >>>& pressure > 1"')
+    assert message.endswith("(position 65): \"...te.name LIKE 'Lab%' AND >>>& pressure > 1\"")
     assert err.text == text and err.problem.startswith("unexpected character")
 
 

@@ -26,8 +26,9 @@ def test_printer_round_trip(text: str) -> None:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tree=conditions(3), message=st.lists(messages, min_size=1, max_size=4))
-def test_printed_text_means_the_tree(tree: A.Node, message: list[tuple[bytes, dict[str, object]]]
-                                     ) -> None:
+def test_printed_text_means_the_tree(
+    tree: A.Node, message: list[tuple[bytes, dict[str, object]]]
+) -> None:
     """Generated trees need not be canonical; their text must still mean the same thing."""
     direct = compile_condition(tree)
     compiled = compile_filter(render(tree))
@@ -35,15 +36,54 @@ def test_printed_text_means_the_tree(tree: A.Node, message: list[tuple[bytes, di
         assert compiled.evaluate(payload, props) is direct(Message(payload, props))
 
 
-TOKENS = ["a", "b.c", "x[0]", "Body", "Properties.Topic", "Properties.Nope", "1", "-", "+",
-          "2.5", "1e3", "'s'", "'it''s'", "'", "(", ")", "[", "]", ",", ".", "=", "<>", "<",
-          ">=", "*", "/", "%", "AND", "OR", "NOT", "BETWEEN", "IN", "LIKE", "ESCAPE", "IS",
-          "NULL", "TRUE", "FALSE", "&", '"', "\n", " "]
+TOKENS = [
+    "a",
+    "b.c",
+    "x[0]",
+    "Body",
+    "Properties.Topic",
+    "Properties.Nope",
+    "1",
+    "-",
+    "+",
+    "2.5",
+    "1e3",
+    "'s'",
+    "'it''s'",
+    "'",
+    "(",
+    ")",
+    "[",
+    "]",
+    ",",
+    ".",
+    "=",
+    "<>",
+    "<",
+    ">=",
+    "*",
+    "/",
+    "%",
+    "AND",
+    "OR",
+    "NOT",
+    "BETWEEN",
+    "IN",
+    "LIKE",
+    "ESCAPE",
+    "IS",
+    "NULL",
+    "TRUE",
+    "FALSE",
+    "&",
+    '"',
+    "\n",
+    " ",
+]
 
 
 @settings(max_examples=800, deadline=None)
-@given(parts=st.lists(st.sampled_from(TOKENS), max_size=14),
-       glue=st.sampled_from([" ", ""]))
+@given(parts=st.lists(st.sampled_from(TOKENS), max_size=14), glue=st.sampled_from([" ", ""]))
 def test_any_text_compiles_or_raises_filter_error(parts: list[str], glue: str) -> None:
     text = glue.join(parts)
     try:

@@ -50,27 +50,69 @@ def test_every_keyword_and_symbol() -> None:
         " = <> != < <= > >= + - * / % ( ) [ ] . ,"
     )
     assert kinds(text)[:-1] == [
-        TokenType.AND, TokenType.OR, TokenType.NOT, TokenType.BETWEEN, TokenType.LIKE,
-        TokenType.IN, TokenType.IS, TokenType.NULL, TokenType.TRUE, TokenType.FALSE,
-        TokenType.ESCAPE, TokenType.EQ, TokenType.NE, TokenType.NE, TokenType.LT, TokenType.LE,
-        TokenType.GT, TokenType.GE, TokenType.PLUS, TokenType.MINUS, TokenType.STAR,
-        TokenType.SLASH, TokenType.PERCENT, TokenType.LPAREN, TokenType.RPAREN,
-        TokenType.LBRACKET, TokenType.RBRACKET, TokenType.DOT, TokenType.COMMA,
+        TokenType.AND,
+        TokenType.OR,
+        TokenType.NOT,
+        TokenType.BETWEEN,
+        TokenType.LIKE,
+        TokenType.IN,
+        TokenType.IS,
+        TokenType.NULL,
+        TokenType.TRUE,
+        TokenType.FALSE,
+        TokenType.ESCAPE,
+        TokenType.EQ,
+        TokenType.NE,
+        TokenType.NE,
+        TokenType.LT,
+        TokenType.LE,
+        TokenType.GT,
+        TokenType.GE,
+        TokenType.PLUS,
+        TokenType.MINUS,
+        TokenType.STAR,
+        TokenType.SLASH,
+        TokenType.PERCENT,
+        TokenType.LPAREN,
+        TokenType.RPAREN,
+        TokenType.LBRACKET,
+        TokenType.RBRACKET,
+        TokenType.DOT,
+        TokenType.COMMA,
     ]
 
 
 def test_operators_need_no_spaces() -> None:
     assert kinds("a<>1 AND(b>=-2)")[:-1] == [
-        TokenType.NAME, TokenType.NE, TokenType.NUMBER, TokenType.AND, TokenType.LPAREN,
-        TokenType.NAME, TokenType.GE, TokenType.MINUS, TokenType.NUMBER, TokenType.RPAREN,
+        TokenType.NAME,
+        TokenType.NE,
+        TokenType.NUMBER,
+        TokenType.AND,
+        TokenType.LPAREN,
+        TokenType.NAME,
+        TokenType.GE,
+        TokenType.MINUS,
+        TokenType.NUMBER,
+        TokenType.RPAREN,
     ]
 
 
 @pytest.mark.parametrize(
     ("text", "value"),
-    [("57", 57), ("0", 0), ("7.", 7.0), ("95.7", 95.7), (".5", 0.5), ("7E3", 7000.0),
-     ("7e3", 7000.0), ("57.9E2", 5790.0), ("1e-3", 0.001), ("2E+2", 200.0), ("0.25", 0.25),
-     ("123456789012345678901234567890", 123456789012345678901234567890)],
+    [
+        ("57", 57),
+        ("0", 0),
+        ("7.", 7.0),
+        ("95.7", 95.7),
+        (".5", 0.5),
+        ("7E3", 7000.0),
+        ("7e3", 7000.0),
+        ("57.9E2", 5790.0),
+        ("1e-3", 0.001),
+        ("2E+2", 200.0),
+        ("0.25", 0.25),
+        ("123456789012345678901234567890", 123456789012345678901234567890),
+    ],
 )
 def test_number_values(text: str, value: float) -> None:
     token = tokenize(text)[0]
@@ -81,8 +123,15 @@ def test_number_values(text: str, value: float) -> None:
 
 @pytest.mark.parametrize(
     ("text", "value"),
-    [("'abc'", "abc"), ("''", ""), ("'it''s'", "it's"), ("''''", "'"), ("'a\nb'", "a\nb"),
-     ("'日本 😀'", "日本 😀"), ("'%_\\'", "%_\\")],
+    [
+        ("'abc'", "abc"),
+        ("''", ""),
+        ("'it''s'", "it's"),
+        ("''''", "'"),
+        ("'a\nb'", "a\nb"),
+        ("'日本 😀'", "日本 😀"),
+        ("'%_\\'", "%_\\"),
+    ],
 )
 def test_string_values(text: str, value: str) -> None:
     token = tokenize(text)[0]
@@ -92,7 +141,10 @@ def test_string_values(text: str, value: str) -> None:
 
 def test_unicode_names_and_keyword_lookalikes() -> None:
     assert [t.text for t in tokenize("température _x x1 été")[:-1]] == [
-        "température", "_x", "x1", "été",
+        "température",
+        "_x",
+        "x1",
+        "été",
     ]
     # a non-ASCII name whose upper case is a keyword stays a name
     dotless_i = "\u0131"  # upper-cases to "I"

@@ -59,8 +59,15 @@ def test_matching_returns_keys_whose_filter_is_true() -> None:
     assert fs.matching(payload, {"QoS": 1}) == {"hot", "hot-too", "lab", "d1", "d-any", "qos"}
     assert fs.matching(b'{"device": "d2", "temp": 5}') == {"d-any"}
     answers = fs.evaluate(b'{"device": "d2", "temp": 5}')
-    assert answers == {"hot": False, "hot-too": False, "lab": None, "d1": False, "d-any": True,
-                       "qos": None, "unknown": None}
+    assert answers == {
+        "hot": False,
+        "hot-too": False,
+        "lab": None,
+        "d1": False,
+        "d-any": True,
+        "qos": None,
+        "unknown": None,
+    }
 
 
 def test_payload_is_parsed_once_per_message(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -133,32 +140,54 @@ def test_range_index_bounds() -> None:
 
 devices = [f"d{i}" for i in range(6)]
 filter_texts = st.one_of(
-    st.builds(lambda d, t: f"device = '{d}' AND temp > {t}", st.sampled_from(devices),
-              st.integers(-2, 40)),
-    st.builds(lambda ds: f"device IN ({', '.join(repr(d) for d in ds)})",
-              st.lists(st.sampled_from(devices), min_size=1, max_size=3)),
+    st.builds(
+        lambda d, t: f"device = '{d}' AND temp > {t}", st.sampled_from(devices), st.integers(-2, 40)
+    ),
+    st.builds(
+        lambda ds: f"device IN ({', '.join(repr(d) for d in ds)})",
+        st.lists(st.sampled_from(devices), min_size=1, max_size=3),
+    ),
     st.builds(lambda t: f"temp BETWEEN {t} AND {t + 10}", st.integers(-5, 40)),
-    st.builds(lambda op, t: f"temp {op} {t}", st.sampled_from(["<", "<=", ">", ">="]),
-              st.sampled_from([-1, 0, 1, 1.5, 10, 40])),
-    st.builds(lambda op, t: f"{t} {op} temp AND ok", st.sampled_from(["<", ">="]),
-              st.integers(0, 10)),
+    st.builds(
+        lambda op, t: f"temp {op} {t}",
+        st.sampled_from(["<", "<=", ">", ">="]),
+        st.sampled_from([-1, 0, 1, 1.5, 10, 40]),
+    ),
+    st.builds(
+        lambda op, t: f"{t} {op} temp AND ok", st.sampled_from(["<", ">="]), st.integers(0, 10)
+    ),
     st.builds(lambda q: f"Properties.QoS > {q}", st.integers(-1, 2)),
     st.builds(lambda q: f"Properties.QoS = {q}", st.integers(0, 2)),
-    st.builds(lambda q, d: f"Properties.QoS = {q} OR device = '{d}'", st.integers(0, 2),
-              st.sampled_from(devices)),
-    st.builds(lambda v: f"temp = {v} AND NOT (device = 'd0')",
-              st.sampled_from(["1", "TRUE", "'1'", "1.5"])),
+    st.builds(
+        lambda q, d: f"Properties.QoS = {q} OR device = '{d}'",
+        st.integers(0, 2),
+        st.sampled_from(devices),
+    ),
+    st.builds(
+        lambda v: f"temp = {v} AND NOT (device = 'd0')",
+        st.sampled_from(["1", "TRUE", "'1'", "1.5"]),
+    ),
     # Ranges of many widths (the stabbing scan bounds itself by the widest), mixed with
     # one-sided ones, and filters with two equality conjuncts (the index picks one; the
     # other is the residual evaluated for candidates).
-    st.builds(lambda t, w: f"temp BETWEEN {t} AND {t + w}", st.integers(-5, 40),
-              st.sampled_from([0, 0.5, 3, 100])),
-    st.builds(lambda t, w: f"temp BETWEEN {t} AND {t + w} AND device <> 'd1'",
-              st.integers(-5, 40), st.sampled_from([0, 2])),
-    st.builds(lambda t, d: f"temp = {t} AND device = '{d}'", st.integers(-5, 50),
-              st.sampled_from(devices)),
-    st.builds(lambda d, t: f"device IN ('{d}', 'd9') AND temp IN ({t}, {t + 1}) AND ok",
-              st.sampled_from(devices), st.integers(-5, 50)),
+    st.builds(
+        lambda t, w: f"temp BETWEEN {t} AND {t + w}",
+        st.integers(-5, 40),
+        st.sampled_from([0, 0.5, 3, 100]),
+    ),
+    st.builds(
+        lambda t, w: f"temp BETWEEN {t} AND {t + w} AND device <> 'd1'",
+        st.integers(-5, 40),
+        st.sampled_from([0, 2]),
+    ),
+    st.builds(
+        lambda t, d: f"temp = {t} AND device = '{d}'", st.integers(-5, 50), st.sampled_from(devices)
+    ),
+    st.builds(
+        lambda d, t: f"device IN ('{d}', 'd9') AND temp IN ({t}, {t + 1}) AND ok",
+        st.sampled_from(devices),
+        st.integers(-5, 50),
+    ),
     st.just("device IS NULL"),
     st.just("ok AND device IN ('d1', NULL)"),
 )
@@ -174,8 +203,7 @@ payloads = st.builds(
 
 @settings(max_examples=300, deadline=None)
 @given(
-    registrations=st.lists(st.tuples(st.integers(0, 30), filter_texts), min_size=1,
-                           max_size=40),
+    registrations=st.lists(st.tuples(st.integers(0, 30), filter_texts), min_size=1, max_size=40),
     removals=st.lists(st.integers(0, 30), max_size=20),
     messages=st.lists(st.tuples(payloads, st.integers(0, 2)), min_size=1, max_size=8),
 )

@@ -66,8 +66,9 @@ def resolve_identifier(
     offsets = positions[1:] if head == "Body" else positions
     for step, offset in zip(path, offsets, strict=True):
         if isinstance(step, int) and step > MAX_INDEX:
-            raise FilterError(f"array index {step} is too large (at most {MAX_INDEX})",
-                              text, offset)
+            raise FilterError(
+                f"array index {step} is too large (at most {MAX_INDEX})", text, offset
+            )
     return ast.Field(path, pos=positions[0])
 
 

@@ -377,8 +377,13 @@ def _condition(node: ast.Node) -> Step[Condition]:
         comparison: Condition = yield _comparison(node.op, node.left, node.right)
         return comparison
     if isinstance(node, ast.Between | ast.In | ast.Like):
-        step = (_between(node) if isinstance(node, ast.Between)
-                else _in(node) if isinstance(node, ast.In) else _like(node))
+        step = (
+            _between(node)
+            if isinstance(node, ast.Between)
+            else _in(node)
+            if isinstance(node, ast.In)
+            else _like(node)
+        )
         predicate: Condition = yield step
         return _not(predicate) if node.negated else predicate
     if isinstance(node, ast.IsNull):

@@ -218,8 +218,13 @@ def _conjunct_anchor(c: ast.Node) -> _Anchor | None:
         keys = tuple(dict.fromkeys(k for i in c.items if (k := _value_key(i)) is not None))
         if keys:  # NULL items never make IN TRUE
             return c.operand, keys
-    elif (isinstance(c, ast.Between) and not c.negated and isinstance(c.operand, subjects)
-          and isinstance(c.low, ast.Number) and isinstance(c.high, ast.Number)):
+    elif (
+        isinstance(c, ast.Between)
+        and not c.negated
+        and isinstance(c.operand, subjects)
+        and isinstance(c.low, ast.Number)
+        and isinstance(c.high, ast.Number)
+    ):
         return c.operand, _Range(float(c.low.value), True, float(c.high.value), True)
     return None
 

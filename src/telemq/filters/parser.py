@@ -200,7 +200,11 @@ class _Parser:
                 self.depth -= 1
                 self.compared[-1] = False
             elif t in _COMPARISON_TOKENS or t in (
-                TokenType.BETWEEN, TokenType.IN, TokenType.LIKE, TokenType.IS, TokenType.NOT
+                TokenType.BETWEEN,
+                TokenType.IN,
+                TokenType.LIKE,
+                TokenType.IS,
+                TokenType.NOT,
             ):
                 expect_operand = self.comparison(tok)
             else:
@@ -283,8 +287,9 @@ class _Parser:
             is_not = self.tokens[self.i].type is TokenType.NOT
             if is_not:
                 self.i += 1
-            self.expect(TokenType.NULL,
-                        "NULL after IS NOT" if is_not else "NULL or NOT NULL after IS")
+            self.expect(
+                TokenType.NULL, "NULL after IS NOT" if is_not else "NULL or NOT NULL after IS"
+            )
             node = ast.IsNull(operand, is_not, pos=operand.pos)
         self.push(node, compared=True)
         return False
@@ -357,8 +362,9 @@ class _Parser:
             if tok.type is TokenType.DOT:
                 name = tokens[self.i + 1]
                 if name.type is not TokenType.NAME and name.text.upper() not in KEYWORDS:
-                    self.fail(f"expected a field name after '.', found {name.describe()}",
-                              name.start)
+                    self.fail(
+                        f"expected a field name after '.', found {name.describe()}", name.start
+                    )
                 steps.append(name.text)
                 positions.append(name.start)
                 self.i += 2
@@ -366,8 +372,7 @@ class _Parser:
                 index = tokens[self.i + 1]
                 if index.type is not TokenType.NUMBER or not isinstance(index.value, int):
                     self.fail(
-                        f"an array index must be a non-negative integer, found "
-                        f"{index.describe()}",
+                        f"an array index must be a non-negative integer, found {index.describe()}",
                         index.start,
                     )
                 self.i += 2
@@ -390,8 +395,9 @@ class _Parser:
                 self.i += 1
                 tok = tokens[self.i]
                 if tok.type is not TokenType.NUMBER:
-                    self.fail(f"expected a number after '{sign.text}', found {tok.describe()}",
-                              tok.start)
+                    self.fail(
+                        f"expected a number after '{sign.text}', found {tok.describe()}", tok.start
+                    )
             if tok.type not in _LITERAL_TOKENS:
                 self.fail(
                     "IN list items must be literals (numbers, strings, TRUE, FALSE or NULL), "
@@ -409,8 +415,7 @@ class _Parser:
             if sep.type is TokenType.RPAREN:
                 return tuple(items)
             if sep.type is not TokenType.COMMA:
-                self.fail(f"expected ',' or ')' in the IN list, found {sep.describe()}",
-                          sep.start)
+                self.fail(f"expected ',' or ')' in the IN list, found {sep.describe()}", sep.start)
 
     def like(self, operand: ast.Node, negated: bool) -> ast.Like:
         """``LIKE 'pattern' [ESCAPE 'c']`` after the operand."""
@@ -428,8 +433,9 @@ class _Parser:
             self.i += 1
             escape = str(esc.value)
             escape_pos = esc.start
-        return ast.Like(operand, str(tok.value), escape, negated, tok.start, escape_pos,
-                        pos=operand.pos)
+        return ast.Like(
+            operand, str(tok.value), escape, negated, tok.start, escape_pos, pos=operand.pos
+        )
 
 
 def _literal(tok: Token) -> ast.Literal:

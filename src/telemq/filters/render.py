@@ -68,8 +68,9 @@ def _quote(value: str) -> str:
 def _precedence(node: ast.Node) -> int:
     if isinstance(node, ast.Arith):
         return 50 if node.additive else 60
-    if isinstance(node, ast.Number | ast.String | ast.Boolean | ast.Null | ast.Field
-                  | ast.Property):
+    if isinstance(
+        node, ast.Number | ast.String | ast.Boolean | ast.Null | ast.Field | ast.Property
+    ):
         return _ATOM
     return node.precedence
 

@@ -190,19 +190,24 @@ def tokenize(text: str) -> list[Token]:
             append(Token(ttype, raw, pos, line, pos - line_start + 1, raw))
         elif kind == "number":
             if raw[0] == "0" and len(raw) > 1 and raw[1].isdigit():
-                raise FilterError(
-                    f"leading zeros are not allowed in number {raw!r}", text, pos
-                )
+                raise FilterError(f"leading zeros are not allowed in number {raw!r}", text, pos)
             tail = _AFTER_NUMBER.match(text, end)
             if tail:
-                raise FilterError(
-                    f"malformed number '{raw}{tail.group()}'", text, pos
-                )
-            append(Token(TokenType.NUMBER, raw, pos, line, pos - line_start + 1,
-                         _number_value(raw)))
+                raise FilterError(f"malformed number '{raw}{tail.group()}'", text, pos)
+            append(
+                Token(TokenType.NUMBER, raw, pos, line, pos - line_start + 1, _number_value(raw))
+            )
         elif kind == "string":
-            append(Token(TokenType.STRING, raw, pos, line, pos - line_start + 1,
-                         raw[1:-1].replace("''", "'")))
+            append(
+                Token(
+                    TokenType.STRING,
+                    raw,
+                    pos,
+                    line,
+                    pos - line_start + 1,
+                    raw[1:-1].replace("''", "'"),
+                )
+            )
         else:
             append(Token(_SYMBOLS[raw], raw, pos, line, pos - line_start + 1, raw))
         newlines = raw.count("\n")

@@ -327,9 +327,9 @@ def _decode_publish(first: int, body: bytes, level: int) -> Publish:
     return Publish(topic, body[end:], qos, bool(first & 0x01), dup, packet_id)
 
 
-def _decode_id_only(cls: type[PubAck | PubRec | PubComp | UnsubAck], name: str) -> Callable[
-    [int, bytes, int], Packet
-]:
+def _decode_id_only(
+    cls: type[PubAck | PubRec | PubComp | UnsubAck], name: str
+) -> Callable[[int, bytes, int], Packet]:
     def decode(first: int, body: bytes, level: int) -> Packet:
         _check_flags(first, 0, level, name)
         if len(body) != 2:
@@ -396,9 +396,9 @@ def _decode_suback(first: int, body: bytes, level: int) -> SubAck:
     return SubAck(packet_id, codes)
 
 
-def _empty(cls: type[PingReq | PingResp | Disconnect], name: str) -> Callable[
-    [int, bytes, int], Packet
-]:
+def _empty(
+    cls: type[PingReq | PingResp | Disconnect], name: str
+) -> Callable[[int, bytes, int], Packet]:
     def decode(first: int, body: bytes, level: int) -> Packet:
         _check_flags(first, 0, level, name)
         if body:

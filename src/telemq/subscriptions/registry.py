@@ -232,9 +232,10 @@ class Registry:
         if self._by_id.pop(subscription.id, None) is None:
             return False
         self._by_key.pop(subscription.key, None)
-        if subscription.name and self._by_name.get(
-            (subscription.sub_point, subscription.name)
-        ) is subscription:
+        if (
+            subscription.name
+            and self._by_name.get((subscription.sub_point, subscription.name)) is subscription
+        ):
             del self._by_name[(subscription.sub_point, subscription.name)]
         queue = self._by_queue.get(subscription.queue)
         if queue is not None:
