@@ -72,7 +72,6 @@ from ..store import (
     DeliveryRecord,
     DeliveryState,
     IncomingRecord,
-    JournalRecord,
     RetainedRecord,
     SessionRecord,
     Store,
@@ -927,8 +926,8 @@ class Broker:
         if journal and self._journal_on and self._journaled(message.topic):
             seq = self._next_seq
             self._next_seq = seq + 1
-            committer.pending.append_journal(
-                JournalRecord(
+            committer.pending.append_journal_row(
+                (
                     seq,
                     message.ts_us,
                     message.topic,

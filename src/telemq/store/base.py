@@ -72,6 +72,11 @@ class JournalRecord:
     user_id: str
 
 
+JournalRow = tuple[int, int, str, str, int, bool, bytes, str, str]
+"""A journal record's fields in column order: seq, ts_us, topic, sub_point, qos, retain,
+payload, client_id, user_id."""
+
+
 @dataclass(slots=True)
 class SessionRecord:
     """A persistent session. `data` holds broker-defined attributes (JSON-able)."""
@@ -165,7 +170,7 @@ class Op(enum.IntEnum):
     DELETE_DELIVERY = 10  # (delivery_id,)
     PUT_INCOMING = 11  # (IncomingRecord,) insert or replace
     DELETE_INCOMING = 12  # (client_id, packet_id)
-    APPEND_JOURNAL = 13  # (JournalRecord,)
+    APPEND_JOURNAL = 13  # a JournalRow (not wrapped in a tuple: the row is the arguments)
 
 
 class WriteBatch:
@@ -219,7 +224,27 @@ class WriteBatch:
         self.ops.append((Op.DELETE_INCOMING, (client_id, packet_id)))
 
     def append_journal(self, record: JournalRecord) -> None:
-        self.ops.append((Op.APPEND_JOURNAL, (record,)))
+        self.ops.append(
+            (
+                Op.APPEND_JOURNAL,
+                (
+                    record.seq,
+                    record.ts_us,
+                    record.topic,
+                    record.sub_point,
+                    record.qos,
+                    record.retain,
+                    record.payload,
+                    record.client_id,
+                    record.user_id,
+                ),
+            )
+        )
+
+    def append_journal_row(self, row: JournalRow) -> None:
+        """`append_journal` without a record object: one publication per message makes this
+        the broker's hottest write, and the row is what the store writes anyway."""
+        self.ops.append((Op.APPEND_JOURNAL, row))
 
 
 @dataclass(slots=True)

@@ -23,6 +23,7 @@ from .base import (
     DeliveryRecord,
     IncomingRecord,
     JournalRecord,
+    JournalRow,
     Op,
     RetainedRecord,
     SessionRecord,
@@ -293,8 +294,7 @@ class MemoryStore(Store):
             if not rows:
                 _pop(self._c.incoming, client_id, undo)
 
-    def _append_journal(self, args: tuple[JournalRecord], undo: Undo) -> None:
-        row = _codec.journal_row(args[0])
+    def _append_journal(self, row: JournalRow, undo: Undo) -> None:
         _codec.check_journal(row)
         seq: int = row[0]
         c = self._c

@@ -41,7 +41,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from itertools import groupby
+from itertools import chain, groupby
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -272,9 +272,7 @@ _PLAN: dict[Op, _Plan] = {
         0,
         None,
     ),
-    Op.APPEND_JOURNAL: _Plan(
-        {_JOURNAL: (_insert("journal", "INSERT"),)}, _codec.journal_row, 0, None
-    ),
+    Op.APPEND_JOURNAL: _Plan({_JOURNAL: (_insert("journal", "INSERT"),)}, None, 0, None),
 }
 
 
@@ -324,7 +322,7 @@ def _write_rows(conn: sqlite3.Connection, sql: str, params: list[Any]) -> int:
     end = len(params)
     for rows, multi in variants:
         while end - start >= rows:
-            flat = [value for row in params[start : start + rows] for value in row]
+            flat = list(chain.from_iterable(params[start : start + rows]))
             changed += conn.execute(multi, flat).rowcount
             start += rows
     if start < end:
