@@ -55,6 +55,24 @@ def test_bad_rules(rule: AclRule, message: str) -> None:
         Authorizer([UserConfig("alice", HASH)], [rule])
 
 
+def test_rules_may_name_certificate_users() -> None:
+    """With a listener taking names from certificates, a rule may name a user without a
+    password entry; such a name still cannot log in with a password."""
+    rule = AclRule("publish", "sensors/#", user="sensor1")
+    authorizer = Authorizer([UserConfig("alice", HASH)], [rule], certificate_names="some")
+    assert authorizer.allowed(Action.PUBLISH, "sensors/a", user="sensor1", client_id="c")
+    assert not authorizer.authenticate("sensor1", b"pw")
+
+
+@pytest.mark.parametrize(("names", "warned"), [("none", True), ("some", True), ("all", False)])
+def test_no_users_warning_unless_every_listener_uses_certificates(
+    names: str, warned: bool
+) -> None:
+    rule = AclRule("publish", "sensors/%u/#")
+    authorizer = Authorizer([], [rule], certificate_names=names)
+    assert any("no [[users]]" in w for w in authorizer.warnings) is warned
+
+
 def test_error_names_the_right_rule() -> None:
     rules = [AclRule("publish", "a"), AclRule("subscribe", "b"), AclRule("everything", "c")]
     with pytest.raises(AuthError, match=r"^acl\[2\]: "):

@@ -366,7 +366,11 @@ class Authorizer:
         users: Sequence[UserConfig] = (),
         acl: Sequence[AclRule] = (),
         allow_anonymous: bool | None = None,
+        certificate_names: str = "none",
     ) -> None:
+        """`certificate_names`: whether "none", "some" or "all" listeners take the user name
+        from a verified client certificate (TLS `use_identity_as_username`). Such names need
+        no [[users]] entry; they are authenticated by the certificate."""
         warnings: list[str] = []
         hashes: dict[str, tuple[int, bytes, bytes]] = {}
         for index, user in enumerate(users):
@@ -408,7 +412,7 @@ class Authorizer:
 
         rules: list[_Rule] = []
         for index, rule in enumerate(acl):
-            rules.append(self._check_rule(index, rule, hashes, warnings))
+            rules.append(self._check_rule(index, rule, hashes, warnings, certificate_names))
 
         self._hashes: Final = hashes
         self._rules: Final = tuple(rules)
@@ -427,6 +431,7 @@ class Authorizer:
         rule: AclRule,
         hashes: Mapping[str, object],
         warnings: list[str],
+        certificate_names: str = "none",
     ) -> _Rule:
         where = f"acl[{index}]"
         if not isinstance(rule, AclRule):
@@ -448,9 +453,9 @@ class Authorizer:
         uses_user = "%u" in rule.topic
         uses_client = "%c" in rule.topic
         named = rule.user not in (ANY_USER, ANONYMOUS)
-        if named and hashes and rule.user not in hashes:
+        if named and hashes and rule.user not in hashes and certificate_names == "none":
             raise AuthError(f"{where}: user {rule.user!r} is not one of the configured [[users]]")
-        if not hashes and (named or uses_user):
+        if not hashes and (named or uses_user) and certificate_names != "all":
             warnings.append(
                 f"{where}: no [[users]] are configured, so user names are not authenticated "
                 "and any client can claim the name this rule relies on"

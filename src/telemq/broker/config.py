@@ -161,7 +161,11 @@ def build_authorizer(config: BrokerConfig) -> Authorizer:
         acl = [
             AclRule.from_mapping(entry, f"acl[{index}]") for index, entry in enumerate(config.acl)
         ]
-        return Authorizer(users, acl, config.allow_anonymous)
+        from_certificates = [listener.use_identity_as_username for listener in config.listeners]
+        certificate_names = (
+            "all" if all(from_certificates) else "some" if any(from_certificates) else "none"
+        )
+        return Authorizer(users, acl, config.allow_anonymous, certificate_names)
     except AuthError as error:
         raise ConfigError(str(error)) from None
 
