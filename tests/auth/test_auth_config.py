@@ -65,9 +65,7 @@ def test_rules_may_name_certificate_users() -> None:
 
 
 @pytest.mark.parametrize(("names", "warned"), [("none", True), ("some", True), ("all", False)])
-def test_no_users_warning_unless_every_listener_uses_certificates(
-    names: str, warned: bool
-) -> None:
+def test_no_users_warning_unless_every_listener_uses_certificates(names: str, warned: bool) -> None:
     rule = AclRule("publish", "sensors/%u/#")
     authorizer = Authorizer([], [rule], certificate_names=names)
     assert any("no [[users]]" in w for w in authorizer.warnings) is warned
