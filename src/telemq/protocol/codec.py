@@ -110,7 +110,9 @@ def _encode_connect(packet: Connect) -> bytes:
 
 
 def _id_packet(first_byte: int, packet_id: int) -> bytes:
-    return bytes((first_byte, 2)) + packet_id.to_bytes(2, "big")
+    if not 0 <= packet_id <= 0xFFFF:
+        raise ValueError(f"packet identifier {packet_id} is out of range")
+    return bytes((first_byte, 2, packet_id >> 8, packet_id & 0xFF))
 
 
 def encode(packet: Packet) -> bytes:
