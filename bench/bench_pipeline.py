@@ -16,8 +16,8 @@ Then, in one Spark session, it reports input rows per second (best of `--repeat`
    inside the reader (the raw format's `filter` option), and an Arrow-optimized UDF when
    pandas is installed.
 
-Run from a checkout: ``python bench/bench_pipeline.py --rows 1000000``. The numbers depend on
-the machine; the ratios are the point.
+Run from a checkout: ``python bench/bench_pipeline.py --rows 1000000`` (``--filter`` measures
+another filter). The numbers depend on the machine; the ratios are the point.
 """
 
 from __future__ import annotations
@@ -141,6 +141,7 @@ def main() -> int:
     parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     parser.add_argument("--repeat", type=int, default=2, help="runs per measurement (best)")
     parser.add_argument("--workdir", help="keep the data here (default: a temporary directory)")
+    parser.add_argument("--filter", default=FILTER, help=f"the filter (default {FILTER!r})")
     args = parser.parse_args()
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="telemq-bench-"))
@@ -178,7 +179,8 @@ def main() -> int:
     from pyspark.sql import functions as F
     from pyspark.sql.types import BooleanType
 
-    flt = compile_filter(FILTER)
+    text = args.filter
+    flt = compile_filter(text)
 
     def evaluate(payload: bytes | None) -> bool:
         return flt.matches(payload or b"")
@@ -187,19 +189,19 @@ def main() -> int:
         return lambda: frame.write.format("noop").mode("overwrite").save()
 
     journal = read_journal(spark, str(data))
-    print(f"read + filter {FILTER!r} (rows scanned per second, noop sink)")
+    print(f"read + filter {text!r} (rows scanned per second, noop sink)")
     floor = measure("telemq source, no filter", count, args.repeat, noop(journal))
     native = measure(
         "filter option (native Spark Column)",
         count,
         args.repeat,
-        noop(read_journal(spark, str(data), filter=FILTER)),
+        noop(read_journal(spark, str(data), filter=text)),
     )
     in_reader = measure(
         "filter option inside the reader (Python)",
         count,
         args.repeat,
-        noop(spark.read.format("telemq").options(path=str(data), filter=FILTER).load()),
+        noop(spark.read.format("telemq").options(path=str(data), filter=text).load()),
     )
     python_udf = F.udf(evaluate, BooleanType())
     udf = measure("Python UDF", count, args.repeat, noop(journal.filter(python_udf("payload"))))
@@ -214,7 +216,7 @@ def main() -> int:
         )
     else:
         print("  (pandas is not installed: no Arrow-optimized UDF)")
-    matched = read_journal(spark, str(data), filter=FILTER).count()
+    matched = read_journal(spark, str(data), filter=text).count()
     print(f"  ({matched:,} of {count:,} rows match)")
 
     def cost(rate: float) -> float:

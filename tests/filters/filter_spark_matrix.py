@@ -20,8 +20,18 @@ def journal_frame(spark: Any, messages: Sequence[Message]) -> Any:
     rows = []
     for i, (payload, props) in enumerate(messages):
         p = props or {}
-        rows.append((i, bytearray(payload), p.get("Topic"), p.get("QoS"), p.get("Retain"),
-                     p.get("ClientId"), p.get("UserId"), p.get("SubPoint")))
+        rows.append(
+            (
+                i,
+                bytearray(payload),
+                p.get("Topic"),
+                p.get("QoS"),
+                p.get("Retain"),
+                p.get("ClientId"),
+                p.get("UserId"),
+                p.get("SubPoint"),
+            )
+        )
     return spark.createDataFrame(rows, JOURNAL_SCHEMA)
 
 

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from telemq.filters import FilterError, compile_filter, parse
+from telemq.filters import spark as spark_backend
 from telemq.filters.spark import document_column, to_column, to_columns
 
 pytestmark = pytest.mark.spark
@@ -28,7 +29,24 @@ def _key(props: PropertyMap | None) -> tuple[tuple[str, object], ...]:
     return tuple(sorted((props or {}).items()))
 
 
-def test_semantic_table_in_spark(spark: Any) -> None:
+@pytest.fixture(params=["flat", "bound", "flat-non-ansi"])
+def compile_mode(
+    request: pytest.FixtureRequest, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> str:
+    """Each way a filter compiles: one flat expression (few field references, the fast
+    path), fields bound with ``transform`` (many references; forced here by a limit of 0),
+    and the flat expression with ANSI mode off (Spark 4 runs with it on by default)."""
+    mode: str = request.param
+    if mode == "bound":
+        monkeypatch.setattr(spark_backend, "_DIRECT_FIELD_REFERENCES", 0)
+    if mode == "flat-non-ansi":
+        before = spark.conf.get("spark.sql.ansi.enabled")
+        spark.conf.set("spark.sql.ansi.enabled", "false")
+        request.addfinalizer(lambda: spark.conf.set("spark.sql.ansi.enabled", before))
+    return mode
+
+
+def test_semantic_table_in_spark(spark: Any, compile_mode: str) -> None:
     """Every row of the table that the Python tests check, Spark answers the same."""
     filters = list(dict.fromkeys(c.filter for c in CASES))
     keys = list(dict.fromkeys((c.payload, _key(c.properties)) for c in CASES))
@@ -38,8 +56,7 @@ def test_semantic_table_in_spark(spark: Any) -> None:
     wrong = [
         (c.id(), c.expected, got)
         for c in CASES
-        if (got := result[row[(c.payload, _key(c.properties))]][column[c.filter]])
-        is not c.expected
+        if (got := result[row[(c.payload, _key(c.properties))]][column[c.filter]]) is not c.expected
     ]
     assert not wrong, wrong[:20]
 
@@ -48,15 +65,19 @@ def test_semantic_table_in_spark(spark: Any) -> None:
     max_examples=6,
     deadline=None,
     phases=[Phase.explicit, Phase.reuse, Phase.generate],  # shrinking would rerun Spark
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                           HealthCheck.large_base_example],
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.large_base_example,
+    ],
 )
 @given(
     filters=st.lists(filter_texts(3), min_size=30, max_size=30, unique=True),
     batch=st.lists(messages, min_size=40, max_size=40),
 )
-def test_python_and_spark_agree(spark: Any, filters: list[str],
-                                batch: list[tuple[bytes, PropertyMap]]) -> None:
+def test_python_and_spark_agree(
+    spark: Any, filters: list[str], batch: list[tuple[bytes, PropertyMap]]
+) -> None:
     """Random filters x random publications: TRUE/FALSE/UNKNOWN identical in both."""
     expected = [[compile_filter(f).evaluate(p, props) for f in filters] for p, props in batch]
     got = spark_matrix(spark, filters, batch)
@@ -67,6 +88,89 @@ def test_python_and_spark_agree(spark: Any, filters: list[str],
         if got[i][j] is not expected[i][j]
     ]
     assert not wrong, f"{len(wrong)} disagreements, e.g. {wrong[:5]}"
+
+
+EDGE_FILTERS = [
+    "s = 'Infinity'",
+    "s = '-Infinity'",
+    "s > 1e308",
+    "s < -1e308",
+    "s IS NULL",
+    "s LIKE 'Inf%'",
+    "s = '-5'",
+    "s = -5",
+    "s = '5'",
+    "s = 5",
+    "s = TRUE",
+    "s = 'true'",
+    "s = 'null'",
+    "s IS NOT NULL",
+    "s = 12345678901234567.8",
+    "s = 100",
+    "s + 1 > 0",
+    "Body[0] = 1",
+    "Body[0].a = 1",
+    "Body IS NULL",
+    "s = 'a]b'",
+    "r[0] = 1",
+]
+EDGE_PAYLOADS = [
+    b'{"s": "Infinity"}',
+    b'{"s": "-Infinity"}',
+    b'{"s": 1e400}',
+    b'{"s": -1e400}',
+    b'{"s": "-5"}',
+    b'{"s": -5}',
+    b'{"s": "5"}',
+    b'{"s": 5}',
+    b'{"s": true}',
+    b'{"s": "true"}',
+    b'{"s": "null"}',
+    b'{"s": null}',
+    b'{"s": 12345678901234567.8}',
+    b'{"s": 1E+2}',
+    b'{"s": 1e2}',
+    b'{"s": -0.0}',
+    b'{"s": [1]}',
+    b'{"s": {"x": 1}}',
+    b'{"s": "a]b"}',
+    # a ']' that closes the wrapping array early, trailing text, several values
+    b"[1]]",
+    b"[1] ]",
+    b'{"a": 1}]',
+    b'{"r": [1]}]',
+    b'{"r": [1]} x',
+    b'{"r": [1]}, 2',
+    b"1, 2",
+    b'"x", "y"',
+    b'[{"a": 1}, 2]',
+    b"[1]",
+    b'{"r": [1]}',
+    b'{"r": [1, 2]}',
+    b"[]",
+    b"[[1]]",
+    b'{"a": 1}]]',
+    b"]",
+    b"[",
+    b"1]",
+    b'"]"',
+    b'{"s": "]"}]',
+]
+
+
+def test_spark_technique_edges(spark: Any, compile_mode: str) -> None:
+    """The Spark backend's own techniques at their edges (a number too large for a double
+    against the string "Infinity", JSON text typing, the one-parse validity check on
+    payloads holding ']'), each compared with the Python evaluator."""
+    batch: list[tuple[bytes, PropertyMap | None]] = [(p, None) for p in EDGE_PAYLOADS]
+    got = spark_matrix(spark, EDGE_FILTERS, batch)
+    wrong = [
+        (f, p, expected, got[i][j])
+        for i, p in enumerate(EDGE_PAYLOADS)
+        for j, f in enumerate(EDGE_FILTERS)
+        if got[i][j] is not (expected := compile_filter(f).evaluate(p))
+    ]
+    assert not wrong, wrong[:20]
 
 
 def test_column_api(spark: Any) -> None:
@@ -81,16 +185,21 @@ def test_column_api(spark: Any) -> None:
     column = to_column("temp > 30 AND site.name LIKE 'Lab%'")
     assert df.select(column.alias("m")).schema["m"].dataType == BooleanType()
     assert [r.id for r in df.filter(column).collect()] == [0]
-    assert [r.id for r in df.filter(to_column(compile_filter("Properties.QoS >= 1"))).collect()
-            ] == [0, 2]
-    assert [r.id for r in df.filter(to_column(parse("Properties.Topic = 't/1'"))).orderBy("id")
-            .collect()] == [0, 2]
+    assert [
+        r.id for r in df.filter(to_column(compile_filter("Properties.QoS >= 1"))).collect()
+    ] == [0, 2]
+    assert [
+        r.id
+        for r in df.filter(to_column(parse("Properties.Topic = 't/1'"))).orderBy("id").collect()
+    ] == [0, 2]
     # the same with the payload parsed once into a column
     parsed = df.withColumn("doc", document_column())
     assert [r.id for r in parsed.filter(to_column("temp <= 20", document="doc")).collect()] == [1]
     # native expressions only: no Python UDF anywhere in the plan
     plan = df.filter(column)._jdf.queryExecution().executedPlan().toString()
     assert "PythonUDF" not in plan and "BatchEvalPython" not in plan and "ArrowEval" not in plan
+    # a small filter is one flat expression (compiled to Java), not an interpreted lambda
+    assert "lambdafunction" not in plan and plan.startswith("*(")  # "*": whole-stage codegen
     with pytest.raises(FilterError) as info:
         to_column("temp >")
     assert info.value.reason == 3150

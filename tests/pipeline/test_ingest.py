@@ -14,9 +14,9 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 
 from telemq.cli.main import main
-from telemq.pipeline import consumers
 from telemq.pipeline.ingest import BatchCommitter, consumer_name, journal_table, lake_stats
 from telemq.pipeline.source import read_journal
+from telemq.store import consumers
 
 from .helpers import append_journal, journal_rows, telemetry
 

@@ -11,9 +11,8 @@ from typing import Any
 import pytest
 
 from telemq.filters import compile_filter
-from telemq.pipeline import consumers
 from telemq.pipeline.source import SeqRange, SourceOptions, read_journal, register, stream_journal
-from telemq.store import SqliteStore
+from telemq.store import SqliteStore, consumers
 
 from .helpers import Pub, append_journal, frame_rows, journal_rows, telemetry
 

@@ -3,29 +3,37 @@
 The only module of telemq.filters that uses pyspark, and it imports pyspark on first use,
 so the rest of the package (and the broker) never needs it.
 
-How the semantics of design section 7 are kept without a Python UDF:
+How the semantics of design section 7 are kept without a Python UDF, fast:
 
-- **The payload** (binary) is read as UTF-8 (``try_validate_utf8``) and parsed with
-  ``try_parse_json`` wrapped in ``[ ]``. Spark's parser ignores text after the first JSON
-  value; a second parse wrapped as ``{"k": ...}`` and a check that the array holds exactly
-  one element together reject any such trailing text, so "not JSON" means the same as in
-  Python. Paths are then read below ``$[0]``.
-- **Once per row.** The parsed document, and then every distinct field the filter reads
-  (its VARIANT and its ``schema_of_variant``), are bound once per row with `_let`: a
-  ``transform`` over a one-element array, Spark's nearest thing to ``LET``. A reference
-  to a field is then a struct access, so a field used a hundred times is still parsed and
-  extracted once, and the plan stays linear in the filter's size.
+- **The payload** (binary) is read as UTF-8 (``try_validate_utf8``) and parsed once, with
+  ``try_parse_json`` wrapped in ``[ ]``: Spark's parser ignores text after the first JSON
+  value, and inside the brackets such text is a parse error, a second element (rejected by
+  a size check) or, only if the payload holds a ``]``, an early close of the array. Only
+  payloads that hold a ``]`` are parsed a second time, wrapped as ``{"k": ...}``, to rule
+  that out, so "not JSON" means the same as in Python. Paths are read below ``$[0]``.
+- **One flat expression.** A filter with few field references (`_DIRECT_FIELD_REFERENCES`)
+  is a plain expression that whole-stage codegen compiles to Java; the document, each
+  field's VARIANT and its JSON text appear in it many times, and Spark's
+  common-subexpression elimination computes each once per row. Larger filters bind the
+  fields once per row with `_let` (``transform`` over a one-element array, interpreted),
+  which keeps the plan linear in the filter's size.
 - **Typed values.** Every expression compiles to up to three *channels*: a DOUBLE for a
   number, a STRING for a string and a BOOLEAN for a boolean, at most one non-NULL per row.
-  A payload field's channel is chosen from its ``schema_of_variant`` (so the string ``'5'``
-  is never cast to a number nor a number to a string), and a comparison only pairs channels
-  of the same type: different types give NULL, which is UNKNOWN. Channels that cannot exist
-  are never built, so ``temp > 30`` only uses the DOUBLE channel of ``temp``.
+  A payload field's channel is chosen from its JSON text (``to_json`` of its VARIANT: a
+  number starts with ``-`` or a digit, a string with ``"``), so the string ``'5'`` is never
+  cast to a number nor a number to a string; a comparison only pairs channels of the same
+  type: different types give NULL, which is UNKNOWN. Channels that cannot exist are never
+  built, so ``temp > 30`` only uses the DOUBLE channel of ``temp``.
 - **Three-valued logic** is Spark's own ``AND``/``OR``/``NOT`` on nullable booleans;
   long chains are built as balanced trees.
 - **Arithmetic** is on doubles: ``try_divide``/``try_mod`` give NULL on a zero divisor
   (ANSI mode would raise), and a non-finite result is NULL where it is used, as in Python.
 - **LIKE** is ``rlike`` with the same anchored, atomic-group regex as the Python backend.
+
+Measured, and avoided on purpose: reading ``$[1]`` for the one-element check (missing in
+every valid row) dominated a profile, where a cast of the array to ``array<binary>`` is
+cheap; ``schema_of_variant`` and the VARIANT cast to DOUBLE cost more per row than
+``to_json`` and a string cast; ``instr`` is slower than ``contains``.
 
 Properties map to columns: ``Topic`` -> ``topic``, ``QoS`` -> ``qos``, ``Retain`` ->
 ``retain``, ``ClientId`` -> ``client_id``, ``UserId`` -> ``user_id``, ``SubPoint`` ->
@@ -80,8 +88,13 @@ PROPERTY_COLUMNS: dict[str, str] = {
 }
 """``Properties.<name>`` -> journal column."""
 
-_NUMERIC_SCHEMAS = ("TINYINT", "SMALLINT", "INT", "BIGINT", "FLOAT", "DOUBLE")
 _CHANNELS = ("number", "text", "boolean")
+
+_DIRECT_FIELD_REFERENCES = 12
+"""Up to this many field references, a filter is one flat expression that Spark compiles to
+Java, sharing repeated parts by common-subexpression elimination (fast to run). Beyond, each
+reference would copy the document's expression and planning grows fast, so fields are bound
+once with `_let` (interpreted, slower per row, but linear in the filter's size)."""
 
 
 class _Value:
@@ -113,21 +126,32 @@ class _Value:
         return _balanced(present, lambda a, b: a & b) if present else F.lit(True)
 
 
-def _field_channels(sub: Column, schema: Column) -> list[Column]:
-    """A payload field's channels from its VARIANT and schema: number, text, boolean, null.
+_INFINITIES = ('"Infinity"', '"-Infinity"')
+"""How ``to_json`` writes a JSON number that overflowed a double (as strings!)."""
 
-    The type comes from ``schema_of_variant``, never from a cast, so ``"5"`` stays a string.
+
+def _field_channels(sub: Column, json: Column) -> list[Column]:
+    """A payload field's channels from its VARIANT: number, text, boolean, null.
+
+    The type comes from the field's JSON text (``to_json``), never from a cast, so ``"5"``
+    stays a string: a number starts with ``-`` or a digit, a string with ``"``, and
+    ``true``/``false``/``null`` are themselves. The one ambiguity, a number too large for a
+    double (written ``"Infinity"``) against the string ``"Infinity"``, is settled by
+    ``schema_of_variant`` on those rare rows only: it is in a CASE branch, which Spark does
+    not evaluate ahead (its common-subexpression elimination only hoists expressions that
+    every row evaluates). `json` is ``to_json(sub)``.
     """
-    numeric = schema.isin(*_NUMERIC_SCHEMAS) | schema.startswith("DECIMAL")
-    # A number's JSON text read as a double is cheaper than the VARIANT cast; it is not a
-    # number only for a DOUBLE that overflowed to +-Infinity (written as a string).
-    number = F.coalesce(F.to_json(sub).try_cast("double"), F.try_variant_get(sub, "$", "double"))
-    return [
-        F.when(numeric, number),
-        F.when(schema == "STRING", F.try_variant_get(sub, "$", "string")),
-        F.when(schema == "BOOLEAN", F.try_variant_get(sub, "$", "boolean")),
-        sub.isNull() | F.is_variant_null(sub),  # missing or JSON null (not object/array)
-    ]
+    overflowed = F.schema_of_variant(sub) == "DOUBLE"
+    number = F.when((json >= F.lit("-")) & (json < F.lit(":")), json.try_cast("double")).when(
+        json.isin(*_INFINITIES), F.when(overflowed, F.try_variant_get(sub, "$", "double"))
+    )
+    text = (
+        F.when(~json.startswith('"'), F.lit(None).cast("string"))
+        .when(json.isin(*_INFINITIES) & overflowed, F.lit(None).cast("string"))
+        .otherwise(F.try_variant_get(sub, "$", "string"))
+    )
+    boolean = F.when(json == "true", F.lit(True)).when(json == "false", F.lit(False))
+    return [number, text, boolean, sub.isNull() | (json == "null")]
 
 
 def document_column(payload: str | Column = PAYLOAD_COLUMN) -> Column:
@@ -138,12 +162,14 @@ def document_column(payload: str | Column = PAYLOAD_COLUMN) -> Column:
     column = F.col(payload) if isinstance(payload, str) else payload
     text = F.try_validate_utf8(column.cast("string"))
     wrapped = F.try_parse_json(F.concat(F.lit("["), text, F.lit("]")))
-    single = F.try_variant_get(wrapped, "$[1]", "variant").isNull()
+    # exactly one element; a cast, since reading a missing element ($[1]) is slow in Spark
+    single = F.size(F.try_variant_get(wrapped, "$", "array<binary>")) == 1
     # Only a ']' of the payload can close the wrapping array early (and then what follows
     # is ignored); without one, the wrapped parse alone is exact.
-    closed_at_end = (F.instr(text, "]") == 0) | F.try_parse_json(
-        F.concat(F.lit('{"k":'), text, F.lit("}"))
-    ).isNotNull()
+    closed_at_end = (
+        ~text.contains("]")
+        | F.try_parse_json(F.concat(F.lit('{"k":'), text, F.lit("}"))).isNotNull()
+    )
     return F.when(wrapped.isNotNull() & single & closed_at_end, wrapped)
 
 
@@ -152,6 +178,15 @@ def _json_path(path: tuple[str | int, ...]) -> str:
     for step in path:
         parts.append(f"[{step}]" if isinstance(step, int) else f"['{step}']")
     return "".join(parts)
+
+
+def _let(value: Column, body: Callable[[Column], Column]) -> Column:
+    """``body(v)`` with `value` computed once per row however often `body` uses ``v``.
+
+    A ``transform`` over a one-element array, Spark's nearest thing to ``LET``: a lambda
+    variable is a reference, where reusing a Column copies its whole expression.
+    """
+    return F.transform(F.array(value), body)[0]
 
 
 def _balanced(columns: list[Column], combine: Callable[[Column, Column], Column]) -> Column:
@@ -183,13 +218,45 @@ class _Compiler:
 
     def compile(self, tree: ast.Node) -> Column:
         """The filter as one expression; every field reads the one parsed document."""
-        paths = list(dict.fromkeys(n.path for n in ast.walk(tree) if isinstance(n, ast.Field)))
-        if paths:
-            doc = self._document if self._document is not None else document_column(self._payload)
-            for path in paths:
-                sub = F.try_variant_get(doc, _json_path(path), "variant")
-                self._fields[path] = _Value(*_field_channels(sub, F.schema_of_variant(sub)))
+        fields = [n.path for n in ast.walk(tree) if isinstance(n, ast.Field)]
+        paths = list(dict.fromkeys(fields))
+        if not paths:
+            return run(self.condition(tree))
+        doc = self._document if self._document is not None else document_column(self._payload)
+        if len(fields) > _DIRECT_FIELD_REFERENCES:
+            return _let(doc, lambda bound: self._compile_bound(tree, paths, bound))
+        for path in paths:
+            sub = F.try_variant_get(doc, _json_path(path), "variant")
+            self._fields[path] = _Value(*_field_channels(sub, F.to_json(sub)))
         return run(self.condition(tree))
+
+    def _compile_bound(
+        self, tree: ast.Node, paths: list[tuple[str | int, ...]], doc: Column
+    ) -> Column:
+        """`compile` for large filters: each field's VARIANT and JSON text, then its
+        channels, bound once per row with `_let`, so that references stay small."""
+
+        def with_channels(bound: Column) -> Column:
+            for i, path in enumerate(paths):
+                self._fields[path] = _Value(*(bound[f"{c}{i}"] for c in "ntbz"))
+            return run(self.condition(tree))
+
+        def with_fields(fields: Column) -> Column:
+            channels = [
+                column.alias(f"{c}{i}")
+                for i in range(len(paths))
+                for c, column in zip(
+                    "ntbz", _field_channels(fields[f"v{i}"], fields[f"j{i}"]), strict=True
+                )
+            ]
+            return _let(F.struct(*channels), with_channels)
+
+        subs = [F.try_variant_get(doc, _json_path(p), "variant") for p in paths]
+        fields = F.struct(
+            *[sub.alias(f"v{i}") for i, sub in enumerate(subs)],
+            *[F.to_json(sub).alias(f"j{i}") for i, sub in enumerate(subs)],
+        )
+        return _let(fields, with_fields)
 
     # -- values (generator steps, driven by trampoline.run: no recursion) ---------------
 
