@@ -12,9 +12,12 @@ receive order [MQTT-4.6.0-2].
 
 Writes that nothing waits for (the journal rows of QoS 0 publications, $SYS and
 command replies) are scheduled with `schedule_lazy`: they are committed within
-`LINGER_S`, with whatever else comes meanwhile, so a trickle of QoS 0 traffic
-costs one fsync per `LINGER_S` instead of one per message. Any `after` (an
-acknowledgement waiting) commits them at once.
+`linger` seconds (`store.linger`), with whatever else comes meanwhile, so a
+trickle of QoS 0 traffic costs one fsync per `linger` instead of one per
+message. That matters beyond the fsync: every commit on the writer thread
+disturbs the event loop a little (the GIL, the CPU), which shows in the tail
+latency of everything else. Any `after` (an acknowledgement waiting) commits
+them at once.
 
 The memory store commits inline (there is nothing to wait for).
 """
@@ -30,8 +33,7 @@ from ..store import Store, WriteBatch
 
 log = logging.getLogger("telemq.broker")
 
-LINGER_S = 0.01  # longest wait before writes nobody waits for are committed
-LINGER_MAX_OPS = 4096  # ... or this many of them pending
+LINGER_MAX_OPS = 4096  # writes nobody waits for are committed at this many, or after linger
 
 
 class Committer:
@@ -40,6 +42,7 @@ class Committer:
         "_busy",
         "_executor",
         "_lazy",
+        "_linger",
         "_loop",
         "_on_failure",
         "_scheduled",
@@ -54,6 +57,7 @@ class Committer:
         loop: asyncio.AbstractEventLoop,
         executor: Executor | None,
         on_failure: Callable[[BaseException], None],
+        linger: float = 0.5,
     ) -> None:
         self._store = store
         self._loop = loop
@@ -64,6 +68,7 @@ class Committer:
         self._busy = False
         self._scheduled = False
         self._lazy: asyncio.TimerHandle | None = None
+        self._linger = linger
         self.commits = 0
 
     @property
@@ -85,13 +90,13 @@ class Committer:
             self._loop.call_soon(self._flush)
 
     def schedule_lazy(self) -> None:
-        """Commit what is pending within `LINGER_S` (see the module docstring)."""
+        """Commit what is pending within `linger` seconds (see the module docstring)."""
         if self._scheduled or self._lazy is not None:
             return
         if len(self.pending) >= LINGER_MAX_OPS:
             self.schedule()
         else:
-            self._lazy = self._loop.call_later(LINGER_S, self._flush)
+            self._lazy = self._loop.call_later(self._linger, self._flush)
 
     def _flush(self) -> None:
         self._scheduled = False

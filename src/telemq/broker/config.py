@@ -43,6 +43,7 @@ class StoreConfig:
     kind: str = "sqlite"  # "sqlite" | "memory"
     data_dir: str = DEFAULT_DATA_DIR
     sync: str = "full"  # "full" | "normal" | "off"
+    linger: float = 0.5  # seconds writes nobody waits for (QoS 0 journal rows) may wait
 
 
 @dataclass(slots=True)
@@ -99,6 +100,8 @@ class BrokerConfig:
             _check_tls(listener, f"listeners[{index}]")
         if self.store.kind not in ("sqlite", "memory"):
             raise ConfigError(f"store.kind: {self.store.kind!r} is not 'sqlite' or 'memory'")
+        if not 0 <= self.store.linger <= 60:
+            raise ConfigError("store.linger: must be between 0 and 60 seconds")
         if self.store.sync not in ("full", "normal", "off"):
             raise ConfigError(f"store.sync: {self.store.sync!r} is not full, normal or off")
         limits = self.limits

@@ -190,7 +190,9 @@ class Broker:
         state = await self.loop.run_in_executor(None, self.store.load)
         if config.store.kind != "memory":
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="telemq-store")
-        self.committer = Committer(self.store, self.loop, self._executor, self._store_failed)
+        self.committer = Committer(
+            self.store, self.loop, self._executor, self._store_failed, config.store.linger
+        )
         self._restore(state)
         if self.authorizer is not None:
             for warning in self.authorizer.warnings:
