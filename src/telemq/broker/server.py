@@ -990,12 +990,12 @@ class Broker:
         targets: dict[str, tuple[int, int]] = route.plain
         if route.filtered:
             targets = dict(targets)
-            view = FilterMessage(
+            view = FilterMessage.prepared(
                 message.payload,
-                {
+                {  # already what filters see: str, bool and float values
                     "Topic": message.topic,
-                    "QoS": msg_qos,
-                    "Retain": message.retain,
+                    "QoS": float(msg_qos),
+                    "Retain": bool(message.retain),
                     "ClientId": message.client_id,
                     "UserId": message.user_id,
                     "SubPoint": message.sub_point,

@@ -151,6 +151,18 @@ class Message:
         self.payload = payload
         self.properties = normalize_properties(properties)
 
+    @classmethod
+    def prepared(
+        cls, payload: bytes | bytearray | memoryview, properties: dict[str, object]
+    ) -> Message:
+        """A Message over `properties` as given: the caller guarantees what normalising
+        would make of them (known names; str, bool or float values). The broker builds
+        one per routed publication, so the copy is worth skipping."""
+        message = cls.__new__(cls)
+        message.payload = payload
+        message.properties = properties
+        return message
+
     @cached_property
     def document(self) -> object:
         """The parsed payload (see `parse_payload`); ``None`` when it is not JSON."""
