@@ -45,6 +45,7 @@ import pytest
 
 from telemq.store.sqlite import open_journal_reader
 
+from .conftest import BrokerFactory
 from .helpers import (
     PUBACK,
     PUBCOMP,
@@ -70,8 +71,6 @@ from .helpers import (
 
 pytestmark = [pytest.mark.interop]
 
-BrokerFactory = Callable[..., BrokerProcess]
-
 SEED = 20261122
 KILLS = 3
 KILL_AFTER = (0.3, 1.0)  # seconds after the broker is ready
@@ -80,6 +79,12 @@ CONTROL_QUEUE = "SYSTEM.BROKER.CONTROL.QUEUE"
 RESPONSE_PREFIX = "SYSTEM.BROKER.RESPONSE/"
 # Offline queues in these scenarios are larger than the default limit of 1,000.
 UNLIMITED_QUEUES = "[limits]\nmax_queued_messages = 0\n"
+
+
+def unlimited_queue_broker(broker_factory: BrokerFactory, tmp_path: Path) -> BrokerProcess:
+    """A durable broker whose offline queues keep everything (no drop policy in the way)."""
+    config = write_config(tmp_path / "crash.toml", UNLIMITED_QUEUES)
+    return broker_factory("--sync", "full", "--store", "sqlite", config=config)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -375,8 +380,7 @@ def test_publish_in_acknowledged_set_survives_kills(
     broker_factory: BrokerFactory, tmp_path: Path, qos: int
 ) -> None:
     rng = random.Random(f"{SEED}-in-{qos}")
-    config = write_config(tmp_path / "crash.toml", UNLIMITED_QUEUES)
-    broker = broker_factory("--sync", "full", "--store", "sqlite", config=config)
+    broker = unlimited_queue_broker(broker_factory, tmp_path)
     topic = unique("cm/in/")
     session = unique("cmin")
     with raw_connected(broker.port, session, clean=False) as sub:
@@ -473,8 +477,7 @@ def test_queued_deliveries_survive_kills_while_draining(
     broker_factory: BrokerFactory, tmp_path: Path, qos: int
 ) -> None:
     rng = random.Random(f"{SEED}-out-{qos}")
-    config = write_config(tmp_path / "crash.toml", UNLIMITED_QUEUES)
-    broker = broker_factory("--sync", "full", "--store", "sqlite", config=config)
+    broker = unlimited_queue_broker(broker_factory, tmp_path)
     topic = unique("cm/out/")
     session = unique("cmout")
     total = 1200

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 
+from .conftest import BrokerFactory
 from .helpers import (
     BrokerProcess,
     RawClient,
@@ -39,8 +40,6 @@ from .helpers import (
 )
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(90)]
-
-BrokerFactory = Callable[..., BrokerProcess]
 
 SEED = 20261122
 SYS_QUARANTINED = "$SYS/broker/store/quarantined"

@@ -9,32 +9,16 @@ connection. The random seed is printed (and named in the failure) for reproducti
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import pytest
+
+from fuzz_loader import load_fuzz_module
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(120)]
 
 FIXED_SEED = 20240607
 FUZZ_SECONDS = 6.0
-
-
-def load_fuzz_module() -> ModuleType:
-    """fuzz/fuzz_broker.py (not a package), loaded once by path."""
-    name = "telemq_fuzz_broker"
-    if name in sys.modules:
-        return sys.modules[name]
-    path = Path(__file__).resolve().parents[2] / "fuzz" / "fuzz_broker.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 fuzz_broker = load_fuzz_module()

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from .conftest import BrokerFactory
 from .helpers import (
     HOST,
     PINGREQ_BYTES,
@@ -44,8 +45,6 @@ from .helpers import (
 )
 
 pytestmark = [pytest.mark.interop]
-
-BrokerFactory = Callable[..., BrokerProcess]
 
 IDLE_CONNECTIONS = 10_000
 FD_HEADROOM = 1_000  # descriptors beyond the connections: files, pipes, listeners, probes

@@ -33,6 +33,8 @@ from xml.sax.saxutils import escape
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
+from telemq.broker.auth import hash_password
+
 HOST = "127.0.0.1"
 CONTROL_QUEUE = "SYSTEM.BROKER.CONTROL.QUEUE"
 DEFAULT_STREAM = "SYSTEM.BROKER.DEFAULT.STREAM"
@@ -662,3 +664,22 @@ def connected(port: int, client_id: str | None = None, **kwargs: Any) -> MQClien
     client = MQClient(port, client_id, **kwargs)
     client.connect()
     return client
+
+
+def users_and_acl(passwords: Mapping[str, str], acl: Sequence[tuple[str, str, str, bool]]) -> str:
+    """`[[users]]` (cheaply hashed passwords) and `[[acl]]` tables for a test configuration;
+    `acl` holds (user, action, topic, allow) rules."""
+    lines: list[str] = []
+    for user, password in passwords.items():
+        digest = hash_password(password, iterations=1000)
+        lines += ["[[users]]", f'name = "{user}"', f'password_hash = "{digest}"', ""]
+    for user, action, topic, allow in acl:
+        lines += [
+            "[[acl]]",
+            f'user = "{user}"',
+            f'action = "{action}"',
+            f'topic = "{topic}"',
+            f"allow = {'true' if allow else 'false'}",
+            "",
+        ]
+    return "\n".join(lines)

@@ -8,8 +8,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from telemq.broker.auth import hash_password
-
 from .conftest import ClientFactory, start_broker
 from .helpers import (
     CONTROL_QUEUE,
@@ -20,6 +18,7 @@ from .helpers import (
     assert_warning,
     build_command,
     unique,
+    users_and_acl,
 )
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(120)]
@@ -41,23 +40,7 @@ ACL = [
 
 def _config() -> str:
     lines = ['name = "QM.AUTH"', "allow_anonymous = false", "", "[sys]", "interval = 0", ""]
-    for user, password in PASSWORDS.items():
-        lines += [
-            "[[users]]",
-            f'name = "{user}"',
-            f'password_hash = "{hash_password(password, iterations=1000)}"',
-            "",
-        ]
-    for user, action, topic, allow in ACL:
-        lines += [
-            "[[acl]]",
-            f'user = "{user}"',
-            f'action = "{action}"',
-            f'topic = "{topic}"',
-            f"allow = {'true' if allow else 'false'}",
-            "",
-        ]
-    return "\n".join(lines)
+    return "\n".join(lines) + users_and_acl(PASSWORDS, ACL)
 
 
 @pytest.fixture(scope="module")

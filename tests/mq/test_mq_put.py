@@ -12,7 +12,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from telemq.broker.auth import hash_password
 from telemq.cli.main import main
 from telemq.client import MqttClient, QueuePutter
 
@@ -26,6 +25,7 @@ from .helpers import (
     assert_ok,
     build_command,
     unique,
+    users_and_acl,
 )
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(120)]
@@ -192,18 +192,8 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]
         "[limits]",
         f"max_queued_messages = {QUEUE_LIMIT}",
     ]
-    for user, password in PASSWORDS.items():
-        digest = hash_password(password, iterations=1000)
-        lines += ["[[users]]", f'name = "{user}"', f'password_hash = "{digest}"']
-    for user, action, topic, allow in ACL:
-        lines += [
-            "[[acl]]",
-            f'user = "{user}"',
-            f'action = "{action}"',
-            f'topic = "{topic}"',
-            f"allow = {'true' if allow else 'false'}",
-        ]
-    process = start_broker(tmp_path_factory, "\n".join(lines) + "\n")
+    config = "\n".join(lines) + "\n" + users_and_acl(PASSWORDS, ACL)
+    process = start_broker(tmp_path_factory, config)
     yield process
     process.finalize()
 

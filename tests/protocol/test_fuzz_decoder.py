@@ -21,12 +21,8 @@ them against a live broker.
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import random
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 from connection_helpers import connect_packet, decode_sent
@@ -35,6 +31,7 @@ from hypothesis import strategies as st
 from packet_cases import LEVELS
 from packet_strategies import client_packets, packet_strategies
 
+from fuzz_loader import load_fuzz_module
 from telemq.protocol import (
     MAX_REMAINING_LENGTH,
     Connection,
@@ -53,20 +50,6 @@ from telemq.protocol import (
 )
 
 MAX_PACKET_SIZE = 512
-
-
-def load_fuzz_module() -> ModuleType:
-    """fuzz/fuzz_broker.py (not a package), loaded once by path."""
-    name = "telemq_fuzz_broker"
-    if name in sys.modules:
-        return sys.modules[name]
-    path = Path(__file__).resolve().parents[2] / "fuzz" / "fuzz_broker.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 fuzz_broker = load_fuzz_module()

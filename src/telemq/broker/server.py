@@ -684,9 +684,7 @@ class Broker:
         from ..protocol.packets import Will
 
         assert isinstance(will, Will)
-        if self.authorizer is not None and not self.may(
-            "publish", will.topic, client.user_id, client.client_id
-        ):
+        if not self.may("publish", will.topic, client.user_id, client.client_id):
             self.stats.publish_denied += 1
             log.info("client %r: will to %r denied", client.client_id, will.topic)
             return
@@ -831,16 +829,7 @@ class Broker:
 
         `expiry` (seconds, from <mqmd><Expiry>) bounds the life of its retained copy.
         """
-        message = Message(
-            topic,
-            body,
-            requester.qos,
-            retain,
-            requester.sub_point,
-            requester.client_id,
-            requester.user_id,
-            _now_us(),
-        )
+        message = _message_of(requester, topic, body, requester.qos, retain)
         if expiry is not None:
             message.expiry_at = time.time() + expiry
         self.stats.messages_received += 1
@@ -859,16 +848,7 @@ class Broker:
         session = self.sessions.get(queue)
         if session is None:
             return False
-        message = Message(
-            topic,
-            body,
-            qos,
-            False,
-            requester.sub_point,
-            requester.client_id,
-            requester.user_id,
-            _now_us(),
-        )
+        message = _message_of(requester, topic, body, qos, False)
         if qos == 0:
             client = session.client
             if client is None:
@@ -1487,6 +1467,20 @@ class Broker:
             "journal/trimmed": str(stats.journal_trimmed),
         }
         return {prefix + key: value for key, value in values.items()}
+
+
+def _message_of(requester: Requester, topic: str, body: bytes, qos: int, retain: bool) -> Message:
+    """A publication made by an MQ command on behalf of its requester."""
+    return Message(
+        topic,
+        body,
+        qos,
+        retain,
+        requester.sub_point,
+        requester.client_id,
+        requester.user_id,
+        _now_us(),
+    )
 
 
 def _merge_target(
