@@ -91,11 +91,11 @@ class Committer:
 
     def schedule_lazy(self) -> None:
         """Commit what is pending within `linger` seconds (see the module docstring)."""
-        if self._scheduled or self._lazy is not None:
-            return
+        if self._scheduled or self._busy:
+            return  # a commit is coming anyway, or `_done` schedules one
         if len(self.pending) >= LINGER_MAX_OPS:
-            self.schedule()
-        else:
+            self.schedule()  # bounded batches: the count is checked on every call
+        elif self._lazy is None:
             self._lazy = self._loop.call_later(self._linger, self._flush)
 
     def _flush(self) -> None:

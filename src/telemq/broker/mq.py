@@ -85,19 +85,7 @@ class CommandHost:
     def put_to_queue(
         self, requester: Requester, queue: str, topic: str, body: bytes, qos: int
     ) -> PutResult:
-        """`Broker.put_to_queue`, with the reason when it fails.
-
-        The broker answers only True or False; the session table tells the reasons apart
-        (the event loop runs one thing at a time, so nothing changes in between).
-        """
-        session = self.broker.sessions.get(queue)
-        if session is None:
-            return PutResult.NO_QUEUE
-        if qos == 0 and session.client is None:
-            return PutResult.NOT_CONNECTED
-        if self.broker.put_to_queue(requester, queue, topic, body, qos):
-            return PutResult.PUT
-        return PutResult.FULL
+        return self.broker.put_to_queue(requester, queue, topic, body, qos)
 
 
 def run_command(

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 from .. import __version__
-from ..commands import COMMAND_TOPICS, RESPONSE_PREFIX, Requester
+from ..commands import COMMAND_TOPICS, RESPONSE_PREFIX, PutResult, Requester
 from ..filters import FilterError
 from ..filters import Message as FilterMessage
 from ..protocol import (
@@ -838,27 +838,27 @@ class Broker:
 
     def put_to_queue(
         self, requester: Requester, queue: str, topic: str, body: bytes, qos: int
-    ) -> bool:
+    ) -> PutResult:
         """Put one message on one queue only (a backfill): not retained, journaled or routed.
 
-        False when the queue does not exist or is full. QoS 0 goes out only while the
-        queue's client is connected; QoS 1/2 wait in the queue (in the store when the
-        session is persistent) like any routed delivery.
+        QoS 0 goes out only while the queue's client is connected and reading (else
+        NOT_CONNECTED, or FULL for a client that does not read); QoS 1/2 wait in the queue
+        (in the store when the session is persistent) like any routed delivery.
         """
         session = self.sessions.get(queue)
         if session is None:
-            return False
+            return PutResult.NO_QUEUE
         message = _message_of(requester, topic, body, qos, False)
         if qos == 0:
             client = session.client
             if client is None:
-                return False
-            return self._send_qos0(client, message, False)
+                return PutResult.NOT_CONNECTED
+            return PutResult.PUT if self._send_qos0(client, message, False) else PutResult.FULL
         if self._enqueue(session, message, qos, False, session.persistent) is None:
-            return False
+            return PutResult.FULL
         self._pump(session)
         self.committer.schedule()
-        return True
+        return PutResult.PUT
 
     def _send_ack(self, client: Client, packet: PubAck | PubRec | PubRel | PubComp) -> None:
         connection = client.connection
