@@ -779,7 +779,9 @@ def put(command: Command, requester: Requester, registry: Registry, host: Host) 
     if result is PutResult.FULL:
         raise CommandFailed(
             ReasonCode.BROKER_COMMAND_FAILED,
-            f"queue {queue!r} is full (limits.max_queued_messages)",
+            f"queue {queue!r} is full (limits.max_queued_messages)"
+            if requester.qos
+            else f"the client of queue {queue!r} is not reading (QoS 0 messages are dropped)",
             QName=queue,
         )
     return Reply("ok")
