@@ -127,13 +127,17 @@ class Committer:
         error = future.exception()
         if error is not None:
             self._failed(error)
+            actions = []  # withheld: what they acknowledge is not durable
         else:
             self.commits += 1
-            self._run(actions)
+        # The next batch goes to the writer before this one's actions run: the writer
+        # works meanwhile, and what the actions write waits for the batch after it.
+        # Actions still run in registration order: the next batch's run after its commit.
         if self._actions:
             self._flush()
         elif self.pending:
             self.schedule_lazy()
+        self._run(actions)
 
     def _run(self, actions: list[Callable[[], None]]) -> None:
         for action in actions:

@@ -152,6 +152,7 @@ class Broker:
         )
         self.retained: dict[str, dict[str, Message]] = {}  # sub point -> topic -> message
         self.stats = BrokerStats()
+        self._received_us = 0  # UTC microseconds of the read being handled
         self.dirty_clients: list[Client] = []
         self._flush_scheduled = False
         self._servers: list[asyncio.Server] = []
@@ -399,6 +400,8 @@ class Broker:
     # -- events -------------------------------------------------------------
 
     def handle_events(self, client: Client, events: Iterable[Event]) -> None:
+        # One clock reading per read: the packets of one read arrived together.
+        self._received_us = time.time_ns() // 1000
         for event in events:
             kind = type(event)
             if kind is ConnectRequested and self._authenticate_later(client, event):
@@ -867,6 +870,7 @@ class Broker:
             client.mark_dirty()
 
     def _message_from(self, client: Client, publish: Publish) -> Message:
+        """The accepted publication of a PUBLISH being handled (by `handle_events`)."""
         self.stats.messages_received += 1
         return Message(
             publish.topic,
@@ -876,7 +880,8 @@ class Broker:
             client.listener.sub_point,
             client.client_id,
             client.user_id,
-            _now_us(),
+            self._received_us,
+            frame_qos0=publish.frame,
         )
 
     def publish(

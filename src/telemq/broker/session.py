@@ -50,7 +50,9 @@ class Message:
         user_id: str,
         ts_us: int,
         topic_bytes: bytes | None = None,
+        frame_qos0: bytes | None = None,
     ) -> None:
+        """`frame_qos0`: the message's QoS 0 PUBLISH without RETAIN, when already encoded."""
         self.topic = topic
         self.topic_bytes = topic_bytes if topic_bytes is not None else topic.encode("utf-8")
         self.payload = payload
@@ -63,7 +65,7 @@ class Message:
         self.store_id = 0  # id in the store's messages table; 0 = not stored there
         self.refs = 0  # durable deliveries that reference store_id
         self.expiry_at = 0.0  # UTC seconds after which a retained copy is gone; 0 = never
-        self._frames: list[bytes | None] = [None, None]
+        self._frames: list[bytes | None] = [frame_qos0, None]
 
     def frame_qos0(self, retain: bool) -> bytes:
         """The QoS 0 PUBLISH of this message, encoded once per RETAIN flag."""

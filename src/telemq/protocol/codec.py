@@ -333,19 +333,28 @@ def _decode_id_only(
     cls: type[PubAck | PubRec | PubComp | UnsubAck], name: str
 ) -> Callable[[int, bytes, int], Packet]:
     def decode(first: int, body: bytes, level: int) -> Packet:
-        _check_flags(first, 0, level, name)
+        # Two of these per QoS 1/2 message: the common case reads no more than it must.
+        if first & 0x0F:
+            _check_flags(first, 0, level, name)
         if len(body) != 2:
             raise MalformedPacket(f"{name}: remaining length must be 2, got {len(body)}")
-        return cls(_packet_id(_Reader(body, name)))
+        packet_id = (body[0] << 8) | body[1]
+        if packet_id == 0:
+            raise MalformedPacket(f"{name}: packet identifier 0 is invalid")
+        return cls(packet_id)
 
     return decode
 
 
 def _decode_pubrel(first: int, body: bytes, level: int) -> PubRel:
-    _check_flags(first, 0b0010, level, "PUBREL")
+    if first != 0x62:  # anything but the usual flags 0010 is checked for the level
+        _check_flags(first, 0b0010, level, "PUBREL")
     if len(body) != 2:
         raise MalformedPacket(f"PUBREL: remaining length must be 2, got {len(body)}")
-    return PubRel(_packet_id(_Reader(body, "PUBREL")), dup=bool(first & 0x08))
+    packet_id = (body[0] << 8) | body[1]
+    if packet_id == 0:
+        raise MalformedPacket("PUBREL: packet identifier 0 is invalid")
+    return PubRel(packet_id, dup=bool(first & 0x08))
 
 
 def _decode_subscribe(first: int, body: bytes, level: int) -> Subscribe:
@@ -531,7 +540,14 @@ class Decoder:
                 decoder = decoders.get(first >> 4)
                 if decoder is None:
                     raise MalformedPacket(f"reserved packet type {first >> 4}")
-                packet = decoder(first, bytes(view[start:end]), level)
+                packet: Packet
+                if first == 0x30:  # plain QoS 0 PUBLISH: keep its bytes to forward as they are
+                    frame = bytes(view[pos:end])
+                    publish = _decode_publish(first, frame[start - pos :], level)
+                    publish.frame = frame
+                    packet = publish
+                else:
+                    packet = decoder(first, bytes(view[start:end]), level)
                 packets.append(packet)
                 pos = end
                 if type(packet) is Connect:

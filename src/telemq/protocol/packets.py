@@ -91,6 +91,9 @@ class Publish:
     retain: bool = False
     dup: bool = False
     packet_id: int = 0  # 0 = none (QoS 0); QoS 1/2 need 1..65535
+    # The received bytes of a plain QoS 0 PUBLISH (no DUP, no RETAIN): exactly what a QoS 0
+    # subscriber is sent, so a broker can forward it without encoding. None otherwise.
+    frame: bytes | None = field(default=None, compare=False, repr=False)
     packet_type = PacketType.PUBLISH
 
 

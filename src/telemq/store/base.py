@@ -31,7 +31,7 @@ from __future__ import annotations
 import enum
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 
 class SyncMode(enum.StrEnum):
@@ -75,6 +75,7 @@ class JournalRecord:
 JournalRow = tuple[int, int, str, str, int, bool, bytes, str, str]
 """A journal record's fields in column order: seq, ts_us, topic, sub_point, qos, retain,
 payload, client_id, user_id."""
+JOURNAL_FIELDS = 9  # values per row in `WriteBatch.journal`
 
 
 @dataclass(slots=True)
@@ -170,22 +171,37 @@ class Op(enum.IntEnum):
     DELETE_DELIVERY = 10  # (delivery_id,)
     PUT_INCOMING = 11  # (IncomingRecord,) insert or replace
     DELETE_INCOMING = 12  # (client_id, packet_id)
-    APPEND_JOURNAL = 13  # a JournalRow (not wrapped in a tuple: the row is the arguments)
 
 
 class WriteBatch:
-    """An ordered list of store operations, committed atomically by `Store.commit`."""
+    """An ordered list of store operations, committed atomically by `Store.commit`.
 
-    __slots__ = ("ops",)
+    Journal rows are kept apart from `ops`, flattened into one list of values
+    (`JOURNAL_FIELDS` per row, in `JournalRow` order): one row per publication makes them
+    most of what the broker writes, and a flat list of plain values costs no object per
+    row, nothing for the garbage collector to scan while a batch waits, and no reshaping
+    on the writer thread. They commute with every op (another table), so where they go
+    in the batch does not matter.
+    """
+
+    __slots__ = ("journal", "ops")
 
     def __init__(self) -> None:
         self.ops: list[tuple[Op, tuple[Any, ...]]] = []
+        self.journal: list[Any] = []
 
     def __len__(self) -> int:
-        return len(self.ops)
+        return len(self.ops) + len(self.journal) // JOURNAL_FIELDS
 
     def __bool__(self) -> bool:
-        return bool(self.ops)
+        return bool(self.ops) or bool(self.journal)
+
+    def journal_rows(self) -> list[JournalRow]:
+        values = self.journal
+        return [
+            cast(JournalRow, tuple(values[i : i + JOURNAL_FIELDS]))
+            for i in range(0, len(values), JOURNAL_FIELDS)
+        ]
 
     def put_session(self, record: SessionRecord) -> None:
         self.ops.append((Op.PUT_SESSION, (record,)))
@@ -224,27 +240,21 @@ class WriteBatch:
         self.ops.append((Op.DELETE_INCOMING, (client_id, packet_id)))
 
     def append_journal(self, record: JournalRecord) -> None:
-        self.ops.append(
-            (
-                Op.APPEND_JOURNAL,
-                (
-                    record.seq,
-                    record.ts_us,
-                    record.topic,
-                    record.sub_point,
-                    record.qos,
-                    record.retain,
-                    record.payload,
-                    record.client_id,
-                    record.user_id,
-                ),
-            )
+        self.journal += (
+            record.seq,
+            record.ts_us,
+            record.topic,
+            record.sub_point,
+            record.qos,
+            record.retain,
+            record.payload,
+            record.client_id,
+            record.user_id,
         )
 
     def append_journal_row(self, row: JournalRow) -> None:
-        """`append_journal` without a record object: one publication per message makes this
-        the broker's hottest write, and the row is what the store writes anyway."""
-        self.ops.append((Op.APPEND_JOURNAL, row))
+        """`append_journal` without a record object (the broker's hottest write)."""
+        self.journal += row
 
 
 @dataclass(slots=True)

@@ -145,7 +145,7 @@ class MemoryStore(Store):
 
     def commit(self, batch: WriteBatch) -> None:
         self._check_open()
-        if not batch.ops:
+        if not batch:
             return
         c = self._c
         counters = (c.next_seq, c.next_message_id, c.next_delivery_id)
@@ -153,6 +153,8 @@ class MemoryStore(Store):
         try:
             for op, args in batch.ops:
                 self._APPLY[op](self, args, undo)
+            for row in batch.journal_rows():
+                self._append_journal(row, undo)
         except Exception as exc:
             for step in reversed(undo):
                 step()
@@ -323,5 +325,4 @@ class MemoryStore(Store):
         Op.DELETE_DELIVERY: _delete_delivery_op,
         Op.PUT_INCOMING: _put_incoming,
         Op.DELETE_INCOMING: _delete_incoming,
-        Op.APPEND_JOURNAL: _append_journal,
     }

@@ -37,6 +37,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -49,6 +50,7 @@ from typing import Any, NamedTuple
 from . import _codec
 from ._codec import COLUMNS, BadRecord, Row
 from .base import (
+    JOURNAL_FIELDS,
     JournalRecord,
     Op,
     Store,
@@ -175,7 +177,7 @@ def _insert(table: str, verb: str) -> str:
 # table. Ops on different tables commute (no foreign keys; the only shared row, a high-water
 # mark in `meta`, is only ever raised), so the result is the batch's, and the broker's
 # interleaved "journal, message, delivery" per publication becomes three `executemany`s.
-_SESSIONS, _SUBSCRIPTIONS, _RETAINED, _MESSAGES, _DELIVERIES, _INCOMING, _JOURNAL = range(7)
+_SESSIONS, _SUBSCRIPTIONS, _RETAINED, _MESSAGES, _DELIVERIES, _INCOMING = range(6)
 
 _RAISE_MARK = "UPDATE meta SET value = MAX(value, ?) WHERE key = ?"
 
@@ -272,7 +274,6 @@ _PLAN: dict[Op, _Plan] = {
         0,
         None,
     ),
-    Op.APPEND_JOURNAL: _Plan({_JOURNAL: (_insert("journal", "INSERT"),)}, None, 0, None),
 }
 
 
@@ -287,24 +288,49 @@ def _lanes_by_op() -> list[tuple[int, ...]]:
 _LANES_OF = _lanes_by_op()
 _op_of = itemgetter(0)
 
-# Rows per INSERT statement, largest first. `executemany` releases the GIL around every
-# row's step; while the event loop thread is busy, taking it back costs up to the switch
-# interval each time, so a writer inserting row by row crawls exactly when the broker is
-# loaded. Multi-row INSERTs take it back once per 64 rows (and bind in C).
-_ROWS_PER_INSERT = (512, 64, 8)
+# Rows per statement, largest first. `executemany` releases the GIL around every row's
+# step; while the event loop thread is busy, taking it back costs up to the switch
+# interval each time, so a writer writing row by row crawls exactly when the broker is
+# loaded. Multi-row statements take it back once per statement (and bind in C). Deletes
+# (a QoS 2 release, an acknowledged delivery) come in smaller runs than journal rows: powers
+# of two keep any run to a few statements.
+_ROWS_PER_STATEMENT = (512, 256, 128, 64, 32, 16, 8, 4, 2)
+_CACHED_STATEMENTS = 512  # every multi-row form of every statement stays prepared
+
+
+# `FROM table WHERE a = ? [AND b = ?]` as DELETEs and high-water-mark UPDATEs write it.
+_KEYED = re.compile(r"FROM (\w+) WHERE (\w+ = \?(?: AND \w+ = \?)*)(?=\)|$)")
 
 
 def _multi_row(sql: str, rows: int) -> str | None:
-    """`sql` (an INSERT ... VALUES (...) [suffix]) inserting `rows` rows at once."""
+    """`sql` applied to `rows` parameter rows at once, or None when it has no such form.
+
+    An INSERT ... VALUES (...) [suffix] gets `rows` value lists. A statement keyed by
+    `FROM t WHERE a = ? [AND b = ?]` gets `a IN (?, ...)`, or for a composite key a join
+    with a VALUES list (SQLite scans the table for a row-value IN over VALUES; the join
+    searches its index). Within a run of one kind of op the two forms mean the same: a
+    delete or a raise of a maximum does not depend on the order of its rows.
+    """
     head, found, tail = sql.partition(" VALUES (")
-    if not found or not head.startswith("INSERT"):
+    if found and head.startswith("INSERT"):
+        marks, _, suffix = tail.partition(")")
+        return f"{head} VALUES " + ", ".join([f"({marks})"] * rows) + suffix
+    keyed = _KEYED.search(sql)
+    if keyed is None or sql.count("?") != keyed.group(2).count("?"):
         return None
-    marks, _, suffix = tail.partition(")")
-    return f"{head} VALUES " + ", ".join([f"({marks})"] * rows) + suffix
+    table = keyed.group(1)
+    columns = [term.partition(" = ")[0] for term in keyed.group(2).split(" AND ")]
+    if len(columns) == 1:
+        where = f"{columns[0]} IN ({', '.join('?' * rows)})"
+    else:
+        values = ", ".join([f"({', '.join('?' * len(columns))})"] * rows)
+        join = " AND ".join(f"t.{c} = k.column{i}" for i, c in enumerate(columns, 1))
+        where = f"rowid IN (SELECT t.rowid FROM (VALUES {values}) AS k JOIN {table} AS t ON {join})"
+    return f"{sql[: keyed.start()]}FROM {table} WHERE {where}{sql[keyed.end() :]}"
 
 
 _MULTI_ROW: dict[str, tuple[tuple[int, str], ...]] = {
-    sql: tuple((rows, multi) for rows in _ROWS_PER_INSERT if (multi := _multi_row(sql, rows)))
+    sql: tuple((rows, multi) for rows in _ROWS_PER_STATEMENT if (multi := _multi_row(sql, rows)))
     for plan in _PLAN.values()
     for statements in plan.statements.values()
     for sql in statements
@@ -328,6 +354,27 @@ def _write_rows(conn: sqlite3.Connection, sql: str, params: list[Any]) -> int:
     if start < end:
         changed += conn.executemany(sql, params[start:]).rowcount
     return changed
+
+
+_INSERT_JOURNAL = _insert("journal", "INSERT")
+# Journal rows come by the thousand under load, so up to 2,048 a statement (18,432
+# parameters; SQLite allows 32,766): while the event loop keeps the GIL busy, the writer
+# gets it back about once per switch interval, and must insert enough rows each time to
+# keep up with the publications.
+_JOURNAL_INSERTS = tuple(
+    (rows, rows * JOURNAL_FIELDS, _multi_row(_INSERT_JOURNAL, rows) or _INSERT_JOURNAL)
+    for rows in (2048, 512, 128, 32, 8, 2, 1)
+)
+
+
+def _write_journal(conn: sqlite3.Connection, values: list[Any]) -> None:
+    """Insert journal rows given flat (`WriteBatch.journal`), a few statements per batch."""
+    start = 0
+    end = len(values)
+    for _, width, sql in _JOURNAL_INSERTS:
+        while end - start >= width:
+            conn.execute(sql, values[start : start + width])
+            start += width
 
 
 _READ_JOURNAL = (
@@ -554,9 +601,10 @@ class SqliteStore(Store):
     def commit(self, batch: WriteBatch) -> None:
         conn = self._live()
         ops = batch.ops
-        if not ops:
+        journal = batch.journal
+        if not ops and not journal:
             return
-        lanes: list[list[tuple[Op, tuple[Any, ...]]]] = [[], [], [], [], [], [], []]
+        lanes: list[list[tuple[Op, tuple[Any, ...]]]] = [[], [], [], [], [], []]
         for entry in ops:
             for lane in _LANES_OF[entry[0]]:
                 lanes[lane].append(entry)
@@ -581,6 +629,8 @@ class SqliteStore(Store):
                         top = max(params)[0] + 1
                         if top > self._marks[mark] and top > raised.get(mark, 0):
                             raised[mark] = top
+            if journal:
+                _write_journal(conn, journal)
             if raised:
                 conn.executemany(_RAISE_MARK, [(top, key) for key, top in raised.items()])
             conn.execute("COMMIT")
@@ -672,7 +722,11 @@ class SqliteStore(Store):
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(
-            self.path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+            self.path,
+            timeout=_BUSY_TIMEOUT_S,
+            isolation_level=None,
+            check_same_thread=False,
+            cached_statements=_CACHED_STATEMENTS,
         )
         try:
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
