@@ -326,3 +326,29 @@ def test_connect_with_an_unsupported_level_is_decoded_for_the_connack() -> None:
         assert isinstance(packet, Connect)
         assert packet.protocol_level == level
         assert packet.protocol_name == name.decode()
+
+
+@pytest.mark.parametrize("level", [3, 4])
+def test_a_plain_qos0_publish_keeps_its_bytes_to_forward(level: int) -> None:
+    plain = encode(Publish("a/b", b"payload", 0))
+    decoder = Decoder(protocol_level=level)
+    (packet,) = decoder.feed(plain)
+    assert isinstance(packet, Publish)
+    assert packet.frame == plain
+    assert packet == Publish("a/b", b"payload", 0)  # frame is not part of equality
+    # What a subscriber would be sent is exactly those bytes.
+    assert encode_publish(b"a/b", packet.payload, 0, False, False, 0) == plain
+
+
+@pytest.mark.parametrize(
+    "packet",
+    [
+        Publish("a/b", b"x", 0, retain=True),
+        Publish("a/b", b"x", 1, packet_id=7),
+        Publish("a/b", b"x", 2, packet_id=7),
+    ],
+)
+def test_other_publishes_carry_no_frame(packet: Publish) -> None:
+    (decoded,) = Decoder(protocol_level=4).feed(encode(packet))
+    assert isinstance(decoded, Publish)
+    assert decoded.frame is None

@@ -27,6 +27,7 @@ from telemq.store import (
     WriteBatch,
     open_store,
 )
+from telemq.store.base import JOURNAL_CHUNK_ROWS
 
 Step = tuple[Any, ...]  # (WriteBatch method name, *arguments)
 
@@ -557,3 +558,78 @@ def test_open_store_rejects_bad_settings(
 ) -> None:
     with pytest.raises(ValueError):
         open_store(kind, None if data_dir is None else tmp_path / data_dir, sync)
+
+
+# -- large batches: multi-row statements and sealed journal chunks ------------------------
+
+
+def test_large_batches_of_deletes_remove_exactly_their_rows(harness: Harness) -> None:
+    """Runs of deletes are written many rows a statement: composite keys included."""
+    store = harness.store
+    steps: list[Step] = [("put_session", SessionRecord(f"c{i}")) for i in range(3)]
+    for i in range(1, 301):
+        client = f"c{i % 3}"
+        steps.append(("put_incoming", incoming(client, i, 0)))
+        steps.append(("put_retained", RetainedRecord("", f"r/{i}", b"r", 0)))
+        steps.append(("put_message", message(i)))
+        steps.append(("put_delivery", delivery(i, client, i)))
+    commit(store, *steps)
+    deleted = range(1, 301, 2)  # every other one, 150 rows a kind: 128 + 16 + 4 + 2
+    commit(
+        store,
+        *[("delete_incoming", f"c{i % 3}", i) for i in deleted],
+        ("delete_incoming", "nobody", 2),  # a key that matches nothing changes nothing
+        *[("delete_retained", "", f"r/{i}") for i in deleted],
+        *[("delete_delivery", i) for i in deleted],
+        *[("delete_message", i) for i in deleted],
+    )
+    state = harness.reopen().load()
+    kept = set(range(2, 301, 2))
+    assert {(r.client_id, r.packet_id) for r in state.incoming} == {(f"c{i % 3}", i) for i in kept}
+    assert {r.topic for r in state.retained} == {f"r/{i}" for i in kept}
+    assert {d.delivery_id for d in state.deliveries} == kept
+    assert set(state.messages) == kept
+    assert harness.store.stats().messages == len(kept)
+
+
+def test_deleting_the_largest_incoming_ids_in_one_run_keeps_the_mark(harness: Harness) -> None:
+    commit(
+        harness.store, *[("put_incoming", incoming("c", pid, 100 + pid)) for pid in range(1, 41)]
+    )
+    commit(harness.store, *[("delete_incoming", "c", pid) for pid in range(1, 41)])
+    assert harness.reopen().load().next_message_id == 141
+
+
+def test_journal_rows_in_sealed_chunks_and_loose_rows_all_land(harness: Harness) -> None:
+    batch = WriteBatch()
+    total = JOURNAL_CHUNK_ROWS * 2 + 37
+    for seq in range(1, JOURNAL_CHUNK_ROWS + 11):
+        batch.append_journal(journal(seq))
+    batch.seal_journal()
+    assert len(batch.journal_chunks) == 1
+    assert len(batch) == JOURNAL_CHUNK_ROWS + 10
+    for seq in range(JOURNAL_CHUNK_ROWS + 11, total + 1):
+        batch.append_journal(journal(seq))
+    batch.seal_journal()
+    assert len(batch.journal_chunks) == 2
+    assert len(batch) == total
+    harness.store.commit(batch)
+    records = harness.reopen().read_journal(0, total + 10)
+    assert [r.seq for r in records] == list(range(1, total + 1))
+    assert records[-1] == journal(total)
+    assert harness.store.stats().journal_rows == total
+
+
+def test_a_bad_journal_row_in_a_sealed_chunk_rolls_back_the_whole_batch(harness: Harness) -> None:
+    commit(harness.store, ("append_journal", journal(5)))
+    batch = WriteBatch()
+    batch.put_session(SessionRecord("x"))
+    for seq in range(6, JOURNAL_CHUNK_ROWS + 6):
+        batch.append_journal(journal(seq))
+    batch.append_journal(journal(5))  # duplicate seq, in the loose rows
+    batch.seal_journal()
+    with pytest.raises(StoreError):
+        harness.store.commit(batch)
+    state = harness.reopen().load()
+    assert state.sessions == []
+    assert [r.seq for r in harness.store.read_journal(0, 10**6)] == [5]

@@ -93,6 +93,8 @@ class Client(asyncio.Protocol):
                 events = connection.receive_data(b"", now)
                 if events:
                     self.broker.handle_events(self, events)
+            if self.broker.committer.backlogged and connection.state is ConnectionState.CONNECTED:
+                self.broker.pause_for_store(self)
         self.flush()
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -34,6 +34,8 @@ from ..store import Store, WriteBatch
 log = logging.getLogger("telemq.broker")
 
 LINGER_MAX_OPS = 4096  # writes nobody waits for are committed at this many, or after linger
+SEAL_INTERVAL = 0.01  # seconds between seals of the pending journal rows during a commit
+MAX_BACKLOG = 400_000  # writes waiting behind a running commit before readers are paused
 
 
 class Committer:
@@ -48,6 +50,7 @@ class Committer:
         "_scheduled",
         "_store",
         "commits",
+        "on_commit",
         "pending",
     )
 
@@ -70,6 +73,18 @@ class Committer:
         self._lazy: asyncio.TimerHandle | None = None
         self._linger = linger
         self.commits = 0
+        # Called after each commit while set: the broker resumes readers it paused.
+        self.on_commit: Callable[[], None] | None = None
+
+    @property
+    def backlogged(self) -> bool:
+        """So much waits behind the running commit that reading should pause.
+
+        Under a flood of QoS 0 publications the event loop keeps the GIL so busy that the
+        writer thread falls behind, and the next batch would grow without bound. Pausing
+        the readers until the commit ends bounds it, and lets the writer run.
+        """
+        return self._busy and len(self.pending) >= MAX_BACKLOG
 
     @property
     def idle(self) -> bool:
@@ -121,6 +136,14 @@ class Committer:
         self._busy = True
         future = self._loop.run_in_executor(self._executor, self._store.commit, batch)
         future.add_done_callback(lambda done: self._done(done, actions))
+        self._loop.call_later(SEAL_INTERVAL, self._seal)
+
+    def _seal(self) -> None:
+        """While the writer works, the next batch's journal rows go into sealed chunks
+        (`WriteBatch.seal_journal`) so that the garbage collector does not scan them."""
+        if self._busy:
+            self.pending.seal_journal()
+            self._loop.call_later(SEAL_INTERVAL, self._seal)
 
     def _done(self, future: asyncio.Future[None], actions: list[Callable[[], None]]) -> None:
         self._busy = False
@@ -137,6 +160,8 @@ class Committer:
             self._flush()
         elif self.pending:
             self.schedule_lazy()
+        if self.on_commit is not None:
+            self.on_commit()
         self._run(actions)
 
     def _run(self, actions: list[Callable[[], None]]) -> None:

@@ -153,6 +153,7 @@ class Broker:
         self.retained: dict[str, dict[str, Message]] = {}  # sub point -> topic -> message
         self.stats = BrokerStats()
         self._received_us = 0  # UTC microseconds of the read being handled
+        self._paused_for_store: list[Client] = []  # see pause_for_store
         self.dirty_clients: list[Client] = []
         self._flush_scheduled = False
         self._servers: list[asyncio.Server] = []
@@ -378,6 +379,23 @@ class Broker:
         if client.connection is not None:
             self.stats.bytes_received_closed += client.connection.bytes_received
             self.stats.bytes_sent_closed += client.connection.bytes_sent
+
+    def pause_for_store(self, client: Client) -> None:
+        """Stop reading from `client` until the running commit ends (`Committer.backlogged`)."""
+        transport = client.transport
+        if transport is None or transport.is_closing():
+            return
+        transport.pause_reading()
+        self._paused_for_store.append(client)
+        self.committer.on_commit = self._resume_readers
+
+    def _resume_readers(self) -> None:
+        self.committer.on_commit = None
+        paused = self._paused_for_store
+        self._paused_for_store = []
+        for client in paused:
+            if client.transport is not None and not client.transport.is_closing():
+                client.transport.resume_reading()
 
     def client_writable(self, client: Client) -> None:
         session = client.session

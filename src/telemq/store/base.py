@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -76,6 +77,7 @@ JournalRow = tuple[int, int, str, str, int, bool, bytes, str, str]
 """A journal record's fields in column order: seq, ts_us, topic, sub_point, qos, retain,
 payload, client_id, user_id."""
 JOURNAL_FIELDS = 9  # values per row in `WriteBatch.journal`
+JOURNAL_CHUNK_ROWS = 2048  # rows per sealed chunk of `WriteBatch.journal_chunks`
 
 
 @dataclass(slots=True)
@@ -176,30 +178,51 @@ class Op(enum.IntEnum):
 class WriteBatch:
     """An ordered list of store operations, committed atomically by `Store.commit`.
 
-    Journal rows are kept apart from `ops`, flattened into one list of values
+    Journal rows are kept apart from `ops`, flattened into lists of values
     (`JOURNAL_FIELDS` per row, in `JournalRow` order): one row per publication makes them
-    most of what the broker writes, and a flat list of plain values costs no object per
-    row, nothing for the garbage collector to scan while a batch waits, and no reshaping
-    on the writer thread. They commute with every op (another table), so where they go
-    in the batch does not matter.
+    most of what the broker writes, and plain values cost no object per row and no
+    reshaping on the writer thread. `seal_journal` moves whole chunks of
+    `JOURNAL_CHUNK_ROWS` rows into tuples, which the garbage collector stops scanning
+    (a tuple of plain values is untracked), so a large batch waiting for the writer costs
+    no collection time. Journal rows commute with every op (another table), so where they
+    go in the batch does not matter.
     """
 
-    __slots__ = ("journal", "ops")
+    __slots__ = ("journal", "journal_chunks", "ops")
 
     def __init__(self) -> None:
         self.ops: list[tuple[Op, tuple[Any, ...]]] = []
         self.journal: list[Any] = []
+        self.journal_chunks: list[tuple[Any, ...]] = []
 
     def __len__(self) -> int:
-        return len(self.ops) + len(self.journal) // JOURNAL_FIELDS
+        return (
+            len(self.ops)
+            + len(self.journal) // JOURNAL_FIELDS
+            + len(self.journal_chunks) * JOURNAL_CHUNK_ROWS
+        )
 
     def __bool__(self) -> bool:
-        return bool(self.ops) or bool(self.journal)
+        return bool(self.ops) or bool(self.journal) or bool(self.journal_chunks)
+
+    def seal_journal(self) -> None:
+        """Move whole chunks of journal rows into tuples (see the class docstring)."""
+        values = self.journal
+        width = JOURNAL_CHUNK_ROWS * JOURNAL_FIELDS
+        if len(values) < width:
+            return
+        whole = len(values) - len(values) % width
+        self.journal_chunks.extend(tuple(values[i : i + width]) for i in range(0, whole, width))
+        del values[:whole]
+
+    def journal_values(self) -> list[Sequence[Any]]:
+        """The journal rows' values: the sealed chunks, then the rest."""
+        return [*self.journal_chunks, self.journal] if self.journal else list(self.journal_chunks)
 
     def journal_rows(self) -> list[JournalRow]:
-        values = self.journal
         return [
             cast(JournalRow, tuple(values[i : i + JOURNAL_FIELDS]))
+            for values in self.journal_values()
             for i in range(0, len(values), JOURNAL_FIELDS)
         ]
 

@@ -50,6 +50,7 @@ from typing import Any, NamedTuple
 from . import _codec
 from ._codec import COLUMNS, BadRecord, Row
 from .base import (
+    JOURNAL_CHUNK_ROWS,
     JOURNAL_FIELDS,
     JournalRecord,
     Op,
@@ -357,24 +358,34 @@ def _write_rows(conn: sqlite3.Connection, sql: str, params: list[Any]) -> int:
 
 
 _INSERT_JOURNAL = _insert("journal", "INSERT")
-# Journal rows come by the thousand under load, so up to 2,048 a statement (18,432
-# parameters; SQLite allows 32,766): while the event loop keeps the GIL busy, the writer
-# gets it back about once per switch interval, and must insert enough rows each time to
-# keep up with the publications.
-_JOURNAL_INSERTS = tuple(
-    (rows, rows * JOURNAL_FIELDS, _multi_row(_INSERT_JOURNAL, rows) or _INSERT_JOURNAL)
-    for rows in (2048, 512, 128, 32, 8, 2, 1)
-)
+# Journal rows come by the thousand under load, so a sealed chunk is one statement when
+# SQLite allows that many parameters (Debian's build: 250,000; the default: 32,766): while
+# the event loop keeps the GIL busy, the writer gets it back about once per switch interval,
+# that is about once per statement, and must insert enough rows each time to keep up.
+_JOURNAL_ROWS_PER_STATEMENT = (JOURNAL_CHUNK_ROWS, 3640, 512, 128, 32, 8, 2, 1)
 
 
-def _write_journal(conn: sqlite3.Connection, values: list[Any]) -> None:
-    """Insert journal rows given flat (`WriteBatch.journal`), a few statements per batch."""
-    start = 0
-    end = len(values)
-    for _, width, sql in _JOURNAL_INSERTS:
-        while end - start >= width:
-            conn.execute(sql, values[start : start + width])
-            start += width
+def _journal_inserts(conn: sqlite3.Connection) -> tuple[tuple[int, str], ...]:
+    """(values, statement) per number of rows an INSERT into the journal takes at once."""
+    limit = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+    return tuple(
+        (rows * JOURNAL_FIELDS, _multi_row(_INSERT_JOURNAL, rows) or _INSERT_JOURNAL)
+        for rows in _JOURNAL_ROWS_PER_STATEMENT
+        if rows * JOURNAL_FIELDS <= limit
+    )
+
+
+def _write_journal(
+    conn: sqlite3.Connection, batch: WriteBatch, inserts: tuple[tuple[int, str], ...]
+) -> None:
+    """Insert a batch's journal rows (given flat), a few statements per batch."""
+    for values in batch.journal_values():
+        start = 0
+        end = len(values)
+        for width, sql in inserts:
+            while end - start >= width:
+                conn.execute(sql, values if width == end else values[start : start + width])
+                start += width
 
 
 _READ_JOURNAL = (
@@ -572,6 +583,7 @@ class SqliteStore(Store):
         # The `meta` high-water marks as last written by this store (lower is safe: it only
         # costs a redundant update).
         self._marks = dict(_NO_MARKS)
+        self._journal_inserts: tuple[tuple[int, str], ...] = ()  # set with the connection
         try:
             self._conn = self._connect()
         except sqlite3.Error as exc:
@@ -601,8 +613,7 @@ class SqliteStore(Store):
     def commit(self, batch: WriteBatch) -> None:
         conn = self._live()
         ops = batch.ops
-        journal = batch.journal
-        if not ops and not journal:
+        if not batch:
             return
         lanes: list[list[tuple[Op, tuple[Any, ...]]]] = [[], [], [], [], [], []]
         for entry in ops:
@@ -629,8 +640,7 @@ class SqliteStore(Store):
                         top = max(params)[0] + 1
                         if top > self._marks[mark] and top > raised.get(mark, 0):
                             raised[mark] = top
-            if journal:
-                _write_journal(conn, journal)
+            _write_journal(conn, batch, self._journal_inserts)
             if raised:
                 conn.executemany(_RAISE_MARK, [(top, key) for key, top in raised.items()])
             conn.execute("COMMIT")
@@ -744,6 +754,7 @@ class SqliteStore(Store):
             conn.executescript(_SCHEMA)
             self._quarantined = conn.execute("SELECT COUNT(*) FROM quarantine").fetchone()[0]
             self._marks = self._read_marks(conn)
+            self._journal_inserts = _journal_inserts(conn)
         except BaseException:
             self._rollback(conn)
             conn.close()
