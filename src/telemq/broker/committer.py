@@ -25,9 +25,10 @@ The memory store commits inline (there is nothing to wait for).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future
 
 from ..store import Store, WriteBatch
 
@@ -48,6 +49,7 @@ class Committer:
         "_loop",
         "_on_failure",
         "_scheduled",
+        "_sealing",
         "_store",
         "commits",
         "on_commit",
@@ -70,6 +72,7 @@ class Committer:
         self._actions: list[Callable[[], None]] = []
         self._busy = False
         self._scheduled = False
+        self._sealing = False
         self._lazy: asyncio.TimerHandle | None = None
         self._linger = linger
         self.commits = 0
@@ -134,9 +137,18 @@ class Committer:
             self._run(actions)
             return
         self._busy = True
-        future = self._loop.run_in_executor(self._executor, self._store.commit, batch)
-        future.add_done_callback(lambda done: self._done(done, actions))
-        self._loop.call_later(SEAL_INTERVAL, self._seal)
+        # A plain executor future whose callback wakes the loop once: an asyncio future
+        # (run_in_executor) would take two loop iterations to run `_done`.
+        future = self._executor.submit(self._store.commit, batch)
+        future.add_done_callback(lambda done: self._call_done(done, actions))
+        if not self._sealing:
+            self._sealing = True
+            self._loop.call_later(SEAL_INTERVAL, self._seal)
+
+    def _call_done(self, future: Future[None], actions: list[Callable[[], None]]) -> None:
+        """On the writer thread: hand the outcome to the event loop."""
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody left to acknowledge
+            self._loop.call_soon_threadsafe(self._done, future, actions)
 
     def _seal(self) -> None:
         """While the writer works, the next batch's journal rows go into sealed chunks
@@ -144,8 +156,10 @@ class Committer:
         if self._busy:
             self.pending.seal_journal()
             self._loop.call_later(SEAL_INTERVAL, self._seal)
+        else:
+            self._sealing = False
 
-    def _done(self, future: asyncio.Future[None], actions: list[Callable[[], None]]) -> None:
+    def _done(self, future: Future[None], actions: list[Callable[[], None]]) -> None:
         self._busy = False
         error = future.exception()
         if error is not None:
