@@ -36,7 +36,7 @@ log = logging.getLogger("telemq.broker")
 
 LINGER_MAX_OPS = 4096  # writes nobody waits for are committed at this many, or after linger
 SEAL_INTERVAL = 0.01  # seconds between seals of the pending journal rows during a commit
-MAX_BACKLOG = 400_000  # writes waiting behind a running commit before readers are paused
+MAX_BACKLOG = 100_000  # writes waiting behind a running commit before readers are paused
 
 
 class Committer:

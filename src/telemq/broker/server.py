@@ -938,8 +938,8 @@ class Broker:
                     message.topic,
                     message.sub_point,
                     message.qos,
-                    message.retain,
-                    message.payload,
+                    1 if message.retain else 0,
+                    bytearray(message.payload),  # see JournalRow
                     message.client_id,
                     message.user_id,
                 )

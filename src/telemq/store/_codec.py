@@ -51,6 +51,9 @@ class BadRecord(ValueError):
 
 
 # -- records -> rows (commit hot path: tuple building only) -----------------------------------
+# Flags and enums go in as plain ints: the sqlite3 module binds exact int, float, str and
+# bytearray directly, but looks up an adapter (a tuple, a dict probe, two attribute
+# lookups) for anything else, a bool or an IntEnum included, while holding the GIL.
 
 
 def session_row(r: SessionRecord) -> Row:
@@ -67,7 +70,8 @@ def retained_row(r: RetainedRecord) -> Row:
 
 
 def message_row(m: StoredMessage) -> Row:
-    return (m.id, m.topic, m.payload, m.qos, m.retain, m.sub_point, m.client_id, m.user_id, m.ts_us)
+    retain = 1 if m.retain else 0
+    return (m.id, m.topic, m.payload, m.qos, retain, m.sub_point, m.client_id, m.user_id, m.ts_us)
 
 
 def delivery_row(r: DeliveryRecord) -> Row:
@@ -76,9 +80,9 @@ def delivery_row(r: DeliveryRecord) -> Row:
         r.client_id,
         r.message_id,
         r.qos,
-        r.state,
+        int(r.state),
         r.packet_id,
-        r.retain,
+        1 if r.retain else 0,
         _encode_json(r.data) if r.data else None,
     )
 
@@ -92,7 +96,7 @@ def incoming_row(r: IncomingRecord) -> Row:
         m.topic,
         m.payload,
         m.qos,
-        m.retain,
+        1 if m.retain else 0,
         m.sub_point,
         m.client_id,
         m.user_id,
@@ -107,7 +111,7 @@ def journal_row(r: JournalRecord) -> Row:
         r.topic,
         r.sub_point,
         r.qos,
-        r.retain,
+        1 if r.retain else 0,
         r.payload,
         r.client_id,
         r.user_id,

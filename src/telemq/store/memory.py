@@ -297,6 +297,8 @@ class MemoryStore(Store):
                 _pop(self._c.incoming, client_id, undo)
 
     def _append_journal(self, row: JournalRow, undo: Undo) -> None:
+        if type(row[6]) is bytearray:  # stored as bytes, as SQLite returns it
+            row = (*row[:6], bytes(row[6]), *row[7:])
         _codec.check_journal(row)
         seq: int = row[0]
         c = self._c

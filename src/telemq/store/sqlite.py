@@ -50,7 +50,6 @@ from typing import Any, NamedTuple
 from . import _codec
 from ._codec import COLUMNS, BadRecord, Row
 from .base import (
-    JOURNAL_CHUNK_ROWS,
     JOURNAL_FIELDS,
     JournalRecord,
     Op,
@@ -358,11 +357,12 @@ def _write_rows(conn: sqlite3.Connection, sql: str, params: list[Any]) -> int:
 
 
 _INSERT_JOURNAL = _insert("journal", "INSERT")
-# Journal rows come by the thousand under load, so a sealed chunk is one statement when
-# SQLite allows that many parameters (Debian's build: 250,000; the default: 32,766): while
-# the event loop keeps the GIL busy, the writer gets it back about once per switch interval,
-# that is about once per statement, and must insert enough rows each time to keep up.
-_JOURNAL_ROWS_PER_STATEMENT = (JOURNAL_CHUNK_ROWS, 3640, 512, 128, 32, 8, 2, 1)
+# Journal rows come by the thousand under load. While the event loop keeps the GIL busy,
+# the writer gets it back about once per switch interval (5 ms), that is once per
+# statement: to keep up it must insert many rows a statement. Up to 16,384 (147,456
+# parameters) where SQLite allows that many (Debian's build: 250,000), else 3,640 (the
+# default limit, 32,766).
+_JOURNAL_ROWS_PER_STATEMENT = (16384, 3640, 512, 128, 32, 8, 2, 1)
 
 
 def _journal_inserts(conn: sqlite3.Connection) -> tuple[tuple[int, str], ...]:
@@ -379,13 +379,14 @@ def _write_journal(
     conn: sqlite3.Connection, batch: WriteBatch, inserts: tuple[tuple[int, str], ...]
 ) -> None:
     """Insert a batch's journal rows (given flat), a few statements per batch."""
-    for values in batch.journal_values():
-        start = 0
-        end = len(values)
-        for width, sql in inserts:
-            while end - start >= width:
-                conn.execute(sql, values if width == end else values[start : start + width])
-                start += width
+    parts = batch.journal_values()
+    values = parts[0] if len(parts) == 1 else list(chain.from_iterable(parts))
+    start = 0
+    end = len(values)
+    for width, sql in inserts:
+        while end - start >= width:
+            conn.execute(sql, values if width == end else values[start : start + width])
+            start += width
 
 
 _READ_JOURNAL = (
