@@ -928,11 +928,15 @@ class Broker:
         committer = self.committer
         if message.retain:
             self._update_retained(message)
-        if journal and self._journal_on and self._journaled(message.topic):
-            seq = self._next_seq
-            self._next_seq = seq + 1
-            committer.pending.append_journal_row(
-                (
+        if journal and self._journal_on:
+            journaled = self._journal_cache.get(message.topic)
+            if journaled is None:
+                journaled = self._journaled(message.topic)
+            if journaled:
+                seq = self._next_seq
+                self._next_seq = seq + 1
+                # WriteBatch.append_journal_row, inlined: once per publication.
+                committer.pending.journal += (
                     seq,
                     message.ts_us,
                     message.topic,
@@ -943,7 +947,6 @@ class Broker:
                     message.client_id,
                     message.user_id,
                 )
-            )
         return self._route(message, hand_off_now, exclude_queue)
 
     def _journaled(self, topic: str) -> bool:

@@ -329,6 +329,24 @@ def _decode_publish(first: int, body: bytes, level: int) -> Publish:
     return Publish(topic, body[end:], qos, bool(first & 0x01), dup, packet_id)
 
 
+def _decode_plain_publish(frame: bytes, start: int) -> Publish:
+    """`_decode_publish` for the most common PUBLISH, first byte 0x30 (QoS 0, no DUP, no
+    RETAIN), read in place from its whole `frame` (body from `start`), which it keeps."""
+    size = len(frame)
+    if size - start < 2:
+        raise MalformedPacket("PUBLISH: packet ends early")
+    end = start + 2 + ((frame[start] << 8) | frame[start + 1])
+    if end > size:
+        raise MalformedPacket("PUBLISH: topic runs past the end of the packet")
+    try:
+        topic = frame[start + 2 : end].decode("utf-8")
+    except UnicodeDecodeError:
+        raise MalformedPacket("PUBLISH: topic name is not valid UTF-8") from None
+    if not topic or "+" in topic or "#" in topic or "\x00" in topic:
+        raise MalformedPacket(f"PUBLISH: {topic_name_error(topic)}")
+    return Publish(topic, frame[end:], 0, False, False, 0, frame)
+
+
 def _decode_id_only(
     cls: type[PubAck | PubRec | PubComp | UnsubAck], name: str
 ) -> Callable[[int, bytes, int], Packet]:
@@ -542,10 +560,7 @@ class Decoder:
                     raise MalformedPacket(f"reserved packet type {first >> 4}")
                 packet: Packet
                 if first == 0x30:  # plain QoS 0 PUBLISH: keep its bytes to forward as they are
-                    frame = bytes(view[pos:end])
-                    publish = _decode_publish(first, frame[start - pos :], level)
-                    publish.frame = frame
-                    packet = publish
+                    packet = _decode_plain_publish(bytes(view[pos:end]), start - pos)
                 else:
                     packet = decoder(first, bytes(view[start:end]), level)
                 packets.append(packet)
