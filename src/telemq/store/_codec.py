@@ -104,20 +104,6 @@ def incoming_row(r: IncomingRecord) -> Row:
     )
 
 
-def journal_row(r: JournalRecord) -> Row:
-    return (
-        r.seq,
-        r.ts_us,
-        r.topic,
-        r.sub_point,
-        r.qos,
-        1 if r.retain else 0,
-        r.payload,
-        r.client_id,
-        r.user_id,
-    )
-
-
 # -- the CHECK constraints of the SQLite schema, for the memory store's commits ---------------
 
 

@@ -186,7 +186,7 @@ class MemoryStore(Store):
         self._check_open()
         c = self._c
         for seq in c.journal_seqs:
-            if c.journal[seq][1] >= ts_us:  # rows are in journal_row order: seq, ts_us, ...
+            if c.journal[seq][1] >= ts_us:  # rows are in JournalRow order: seq, ts_us, ...
                 return seq
         return None
 
