@@ -3,7 +3,8 @@
 Theory of operation: see `server.py`. `client.py` is the asyncio edge (one
 protocol object per TCP connection around a sans-IO `protocol.Connection`),
 `session.py` holds messages, deliveries and sessions, `topic_tree.py` the
-subscription trie, `committer.py` the group commit, `config.py` the settings.
+subscription trie, `committer.py` the group commit, `config.py` the settings, `tuning.py` the
+interpreter settings of a broker process.
 """
 
 from .config import (
@@ -17,6 +18,7 @@ from .config import (
     load_config,
 )
 from .server import Broker, run_broker
+from .tuning import tune_interpreter
 
 __all__ = [
     "Broker",
@@ -29,4 +31,5 @@ __all__ = [
     "SysConfig",
     "load_config",
     "run_broker",
+    "tune_interpreter",
 ]

@@ -5,12 +5,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import gc
 import logging
 import signal
 import sys
 
-from ..broker import BrokerConfig, ConfigError, ListenerConfig, load_config, run_broker
+from ..broker import (
+    BrokerConfig,
+    ConfigError,
+    ListenerConfig,
+    load_config,
+    run_broker,
+    tune_interpreter,
+)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -59,30 +65,6 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
         config.sys.interval = args.sys_interval
     config.validate()
     return config
-
-
-# Generation thresholds for a broker process. Each message makes a few short-lived objects
-# that outlive a young collection while they wait for a commit (1-3 ms), so with CPython's
-# defaults (700, 10, 10) they reach the oldest generation by the thousand and a full
-# collection, which scans every object of the process, ran several times a second: the
-# largest part of the QoS 2 tail latency (p99 about 11 ms -> 5 ms) and a few percent of the
-# throughput. Almost everything is freed by reference counting anyway; cycles are rare.
-GC_THRESHOLDS = (2000, 20, 100)
-
-# The store's writer thread needs the GIL between its SQLite statements. A thread waiting
-# for the GIL only asks for it after a whole switch interval without a hand-over, and
-# uvloop releases and re-takes the GIL around every poll and callback, so under load the
-# writer waited hundreds of milliseconds per statement with the default 5 ms: the journal
-# fell behind the event loop. With 0.5 ms it keeps up (QoS 0 fan-in +15%, tail latency of
-# the journal's commits from ~100 ms to ~20 ms, nothing else measurably changed).
-SWITCH_INTERVAL = 0.0005
-
-
-def tune_interpreter() -> None:
-    """Process-wide settings for a broker (see GC_THRESHOLDS and SWITCH_INTERVAL)."""
-    gc.set_threshold(*GC_THRESHOLDS)
-    gc.freeze()  # what start-up loaded is never scanned again
-    sys.setswitchinterval(SWITCH_INTERVAL)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -359,7 +359,7 @@ def _write_rows(conn: sqlite3.Connection, sql: str, params: list[Any]) -> int:
 _INSERT_JOURNAL = _insert("journal", "INSERT")
 # Journal rows come by the thousand under load. While the event loop keeps the GIL busy,
 # the writer gets it back once per statement, after up to a switch interval (see
-# `telemq.cli.serve.SWITCH_INTERVAL`): to keep up it must insert many rows a statement.
+# `telemq.broker.tuning.SWITCH_INTERVAL`): to keep up it must insert many rows a statement.
 # Up to 16,384 (147,456 parameters) where SQLite allows that many (Debian's build:
 # 250,000), else 3,640 (the default limit, 32,766).
 _JOURNAL_ROWS_PER_STATEMENT = (16384, 3640, 512, 128, 32, 8, 2, 1)
