@@ -2,10 +2,11 @@
 
 Commit path. `commit` opens a `BEGIN IMMEDIATE` transaction, sorts the batch's ops into
 one lane per table (keeping their order within each table: ops on different tables commute),
-runs each run of same-kind ops in a lane as one `executemany` of a cached statement, and
-ends with `COMMIT`; with `synchronous=FULL` that is one fsync of the WAL per batch. So the
-broker's "journal, message, delivery" per publication costs three statements per batch, not
-three per message. Per op, Python only builds a parameter tuple (`_codec`); `data` is
+writes each run of same-kind ops in a lane with a few multi-row statements (cached), then
+the journal rows (kept flat by the batch, one statement per sealed chunk), and ends with
+`COMMIT`; with `synchronous=FULL` that is one fsync of the WAL per batch. So the broker's
+"journal, message, delivery" per publication costs a few statements per batch, not three per
+message. Per op, Python only builds a parameter tuple (`_codec`); `data` is
 JSON-encoded only when not empty. Any error rolls back and raises `StoreError`.
 
 Identifiers are never reused. `load` returns counters one past the largest id a committed
@@ -50,6 +51,7 @@ from typing import Any, NamedTuple
 from . import _codec
 from ._codec import COLUMNS, BadRecord, Row
 from .base import (
+    JOURNAL_CHUNK_ROWS,
     JOURNAL_FIELDS,
     JournalRecord,
     Op,
@@ -360,33 +362,23 @@ _INSERT_JOURNAL = _insert("journal", "INSERT")
 # Journal rows come by the thousand under load. While the event loop keeps the GIL busy,
 # the writer gets it back once per statement, after up to a switch interval (see
 # `telemq.broker.tuning.SWITCH_INTERVAL`): to keep up it must insert many rows a statement.
-# Up to 16,384 (147,456 parameters) where SQLite allows that many (Debian's build:
-# 250,000), else 3,640 (the default limit, 32,766).
-_JOURNAL_ROWS_PER_STATEMENT = (16384, 3640, 512, 128, 32, 8, 2, 1)
+# A sealed chunk (`WriteBatch.seal_journal`, 18,432 parameters: within SQLite's default
+# limit of 32,766) is one statement as it is; the loose rows after it take a few more.
+_JOURNAL_INSERTS = tuple(
+    (rows * JOURNAL_FIELDS, _multi_row(_INSERT_JOURNAL, rows) or _INSERT_JOURNAL)
+    for rows in (JOURNAL_CHUNK_ROWS, 512, 128, 32, 8, 2, 1)
+)
 
 
-def _journal_inserts(conn: sqlite3.Connection) -> tuple[tuple[int, str], ...]:
-    """(values, statement) per number of rows an INSERT into the journal takes at once."""
-    limit = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
-    return tuple(
-        (rows * JOURNAL_FIELDS, _multi_row(_INSERT_JOURNAL, rows) or _INSERT_JOURNAL)
-        for rows in _JOURNAL_ROWS_PER_STATEMENT
-        if rows * JOURNAL_FIELDS <= limit
-    )
-
-
-def _write_journal(
-    conn: sqlite3.Connection, batch: WriteBatch, inserts: tuple[tuple[int, str], ...]
-) -> None:
+def _write_journal(conn: sqlite3.Connection, batch: WriteBatch) -> None:
     """Insert a batch's journal rows (given flat), a few statements per batch."""
-    parts = batch.journal_values()
-    values = parts[0] if len(parts) == 1 else list(chain.from_iterable(parts))
-    start = 0
-    end = len(values)
-    for width, sql in inserts:
-        while end - start >= width:
-            conn.execute(sql, values if width == end else values[start : start + width])
-            start += width
+    for values in batch.journal_values():
+        start = 0
+        end = len(values)
+        for width, sql in _JOURNAL_INSERTS:
+            while end - start >= width:
+                conn.execute(sql, values if width == end else values[start : start + width])
+                start += width
 
 
 _READ_JOURNAL = (
@@ -584,7 +576,6 @@ class SqliteStore(Store):
         # The `meta` high-water marks as last written by this store (lower is safe: it only
         # costs a redundant update).
         self._marks = dict(_NO_MARKS)
-        self._journal_inserts: tuple[tuple[int, str], ...] = ()  # set with the connection
         try:
             self._conn = self._connect()
         except sqlite3.Error as exc:
@@ -641,7 +632,7 @@ class SqliteStore(Store):
                         top = max(params)[0] + 1
                         if top > self._marks[mark] and top > raised.get(mark, 0):
                             raised[mark] = top
-            _write_journal(conn, batch, self._journal_inserts)
+            _write_journal(conn, batch)
             if raised:
                 conn.executemany(_RAISE_MARK, [(top, key) for key, top in raised.items()])
             conn.execute("COMMIT")
@@ -755,7 +746,6 @@ class SqliteStore(Store):
             conn.executescript(_SCHEMA)
             self._quarantined = conn.execute("SELECT COUNT(*) FROM quarantine").fetchone()[0]
             self._marks = self._read_marks(conn)
-            self._journal_inserts = _journal_inserts(conn)
         except BaseException:
             self._rollback(conn)
             conn.close()
