@@ -8,7 +8,10 @@ backlog bound that pauses readers, the sealing of journal rows.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -21,18 +24,23 @@ from telemq.store.base import JOURNAL_CHUNK_ROWS
 
 
 class HeldStore(SqliteStore):
-    """Commits wait for `release` (set: they go straight through)."""
+    """Commits wait for `release` (set: they go straight through), then `delay` seconds."""
 
     def __init__(self, path: Path) -> None:
         super().__init__(path, SyncMode.NORMAL)
         self.release = threading.Event()
         self.started = threading.Event()
         self.batches: list[int] = []
+        self.on_loop: list[bool] = []  # per commit: did it run on the event loop's thread?
+        self.delay = 0.0
 
     def commit(self, batch: WriteBatch) -> None:
         self.started.set()
         assert self.release.wait(10), "commit held too long"
         self.batches.append(len(batch))
+        self.on_loop.append(threading.current_thread() is threading.main_thread())
+        if self.delay:
+            time.sleep(self.delay)
         super().commit(batch)
 
 
@@ -48,14 +56,16 @@ async def until(predicate: object, timeout: float = 10.0) -> None:
         await asyncio.sleep(0.002)
 
 
-def run(tmp_path: Path, body: object) -> None:
+def run(tmp_path: Path, body: object, send: Callable[[], None] | None = None) -> None:
     store = HeldStore(tmp_path / "telemq.db")
     store.load()
     executor = ThreadPoolExecutor(1)
 
     async def main() -> None:
         failures: list[BaseException] = []
-        committer = Committer(store, asyncio.get_running_loop(), executor, failures.append)
+        committer = Committer(
+            store, asyncio.get_running_loop(), executor, failures.append, send=send
+        )
         assert callable(body)
         await body(store, committer)
         store.release.set()
@@ -130,5 +140,62 @@ def test_journal_rows_waiting_for_the_writer_are_sealed(tmp_path: Path) -> None:
         store.release.set()
         await committer.drain()
         assert store.stats().journal_rows == JOURNAL_CHUNK_ROWS + 5
+
+    run(tmp_path, body)
+
+
+def test_a_small_batch_that_several_acknowledgements_wait_for_commits_on_the_loop(
+    tmp_path: Path,
+) -> None:
+    seen: list[str] = []
+
+    async def body(store: HeldStore, committer: Committer) -> None:
+        store.release.set()
+        for name in "abcd":  # INLINE_MIN_ACTIONS acknowledgements, four writes
+            committer.pending.put_session(SessionRecord(name))
+            committer.after(functools.partial(seen.append, name))
+        await until(lambda: len(seen) == 5)
+        assert store.on_loop == [True]
+        assert seen == ["a", "b", "c", "d", "sent"]  # acknowledgements written at once
+
+    run(tmp_path, body, send=lambda: seen.append("sent"))
+
+
+def test_a_lone_acknowledgement_and_a_large_batch_go_to_the_writer_thread(
+    tmp_path: Path,
+) -> None:
+    async def body(store: HeldStore, committer: Committer) -> None:
+        store.release.set()
+        done: list[int] = []
+        committer.pending.put_session(SessionRecord("alone"))
+        committer.after(lambda: done.append(1))
+        await until(lambda: done == [1])
+        # Four acknowledgements, but more writes than a commit on the loop may take.
+        for seq in range(1, committer_module.INLINE_MAX_OPS + 2):
+            committer.pending.put_session(SessionRecord(f"s{seq}"))
+        for _ in range(committer_module.INLINE_MIN_ACTIONS):
+            committer.after(lambda: done.append(2))
+        await until(lambda: len(done) == 1 + committer_module.INLINE_MIN_ACTIONS)
+        assert store.on_loop == [False, False]
+
+    run(tmp_path, body)
+
+
+def test_commits_go_back_to_the_writer_thread_once_they_are_slow(tmp_path: Path) -> None:
+    async def body(store: HeldStore, committer: Committer) -> None:
+        store.release.set()
+        store.delay = 4 * committer_module.INLINE_BUDGET  # a slow disk
+        done: list[int] = []
+        for round_ in range(1, 7):
+            for client in range(committer_module.INLINE_MIN_ACTIONS):
+                committer.pending.put_session(SessionRecord(f"{round_}-{client}"))
+                committer.after(lambda: done.append(1))
+            expected = round_ * committer_module.INLINE_MIN_ACTIONS
+            await until(lambda expected=expected: len(done) == expected)
+        # The average of small commits passes the budget after a few: the loop stops
+        # waiting for the disk itself.
+        assert store.on_loop[0] is True
+        assert store.on_loop[-1] is False
+        assert store.on_loop.count(True) <= 3
 
     run(tmp_path, body)

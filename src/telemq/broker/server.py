@@ -193,7 +193,12 @@ class Broker:
         if config.store.kind != "memory":
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="telemq-store")
         self.committer = Committer(
-            self.store, self.loop, self._executor, self._store_failed, config.store.linger
+            self.store,
+            self.loop,
+            self._executor,
+            self._store_failed,
+            config.store.linger,
+            send=self.flush_dirty,
         )
         self._restore(state)
         if self.authorizer is not None:
@@ -406,9 +411,9 @@ class Broker:
     def schedule_flush(self) -> None:
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            self.loop.call_soon(self._flush_dirty)
+            self.loop.call_soon(self.flush_dirty)
 
-    def _flush_dirty(self) -> None:
+    def flush_dirty(self) -> None:
         self._flush_scheduled = False
         dirty = self.dirty_clients
         self.dirty_clients = []
