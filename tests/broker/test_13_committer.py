@@ -56,7 +56,9 @@ async def until(predicate: object, timeout: float = 10.0) -> None:
         await asyncio.sleep(0.002)
 
 
-def run(tmp_path: Path, body: object, send: Callable[[], None] | None = None) -> None:
+def run(
+    tmp_path: Path, body: object, send: Callable[[], None] | None = None, linger: float = 0.5
+) -> None:
     store = HeldStore(tmp_path / "telemq.db")
     store.load()
     executor = ThreadPoolExecutor(1)
@@ -64,7 +66,7 @@ def run(tmp_path: Path, body: object, send: Callable[[], None] | None = None) ->
     async def main() -> None:
         failures: list[BaseException] = []
         committer = Committer(
-            store, asyncio.get_running_loop(), executor, failures.append, send=send
+            store, asyncio.get_running_loop(), executor, failures.append, linger, send=send
         )
         assert callable(body)
         await body(store, committer)
@@ -199,3 +201,55 @@ def test_commits_go_back_to_the_writer_thread_once_they_are_slow(tmp_path: Path)
         assert store.on_loop.count(True) <= 3
 
     run(tmp_path, body)
+
+
+def test_acknowledgements_keep_their_order_when_a_small_batch_waits_behind_a_commit(
+    tmp_path: Path,
+) -> None:
+    async def body(store: HeldStore, committer: Committer) -> None:
+        seen: list[str] = []
+        committer.pending.put_session(SessionRecord("first"))
+        committer.after(functools.partial(seen.append, "first"))
+        await until(store.started.is_set)  # on the writer thread, held
+        # A batch small enough, and waited for enough, to be committed on the loop: it must
+        # still be acknowledged after the batch before it.
+        for name in "abcd":
+            committer.pending.put_session(SessionRecord(name))
+            committer.after(functools.partial(seen.append, name))
+        store.release.set()
+        await until(lambda: len(seen) == 5)
+        assert seen == ["first", "a", "b", "c", "d"]
+        assert store.on_loop == [False, False]
+
+    run(tmp_path, body)
+
+
+def test_a_write_due_soon_is_committed_soon_even_behind_a_running_commit(
+    tmp_path: Path,
+) -> None:
+    async def body(store: HeldStore, committer: Committer) -> None:
+        loop = asyncio.get_running_loop()
+        store.release.set()
+        started = loop.time()
+        committer.pending.put_session(SessionRecord("lazy"))
+        committer.schedule_lazy()  # linger: 30 s
+        committer.pending.put_session(SessionRecord("soon"))
+        committer.schedule_lazy(0.01)
+        await until(lambda: store.batches == [2])
+        assert loop.time() - started < 5
+        # Behind a running commit: the deadline carries over to the next batch.
+        store.release.clear()
+        store.started.clear()
+        committer.pending.put_session(SessionRecord("held"))
+        committer.schedule()
+        await until(store.started.is_set)
+        committer.pending.put_session(SessionRecord("late"))
+        committer.schedule_lazy()
+        committer.pending.put_session(SessionRecord("soon too"))
+        committer.schedule_lazy(0.01)
+        started = loop.time()
+        store.release.set()
+        await until(lambda: store.batches == [2, 1, 2])
+        assert loop.time() - started < 5
+
+    run(tmp_path, body, linger=30.0)

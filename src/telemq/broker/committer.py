@@ -12,19 +12,20 @@ receive order [MQTT-4.6.0-2].
 
 Writes that nothing waits for (the journal rows of QoS 0 publications, $SYS and
 command replies) are scheduled with `schedule_lazy`: they are committed within
-`linger` seconds (`store.linger`), with whatever else comes meanwhile, so a
-trickle of QoS 0 traffic costs one fsync per `linger` instead of one per
-message. That matters beyond the fsync: every commit on the writer thread
-disturbs the event loop a little (the GIL, the CPU), which shows in the tail
-latency of everything else. Any `after` (an acknowledgement waiting) commits
-them at once.
+`linger` seconds (`store.linger`; sooner when the caller says `within`), with
+whatever else comes meanwhile, so a trickle of QoS 0 traffic costs one fsync per
+`linger` instead of one per message. That matters beyond the fsync: every commit
+on the writer thread disturbs the event loop a little (the GIL, the CPU), which
+shows in the tail latency of everything else. Any `after` (an acknowledgement
+waiting) commits them at once.
 
-A small batch that somebody waits for is committed on the event loop itself when
-commits are quick (under `INLINE_BUDGET` seconds, measured): handing it to the writer
-thread and its outcome back costs two thread wake-ups (about 0.1 ms here), as much as
-the commit's own fsync, and a light load is exactly when nothing else would use the
-loop meanwhile. Large batches, lazy ones and slow disks keep going to the writer thread,
-so the loop keeps reading while it works.
+A small batch that several acknowledgements wait for is committed on the event loop
+itself while such commits are quick (under `INLINE_BUDGET` seconds on average,
+measured): handing it to the writer thread and its outcome back costs two thread
+wake-ups (about 0.1 ms here), as much as the commit's own fsync, and those clients
+can send nothing more until it ends. A lone acknowledgement (a trickle, where another
+client's message may arrive during the fsync), a large batch, a lazy one and a slow
+disk keep going to the writer thread, so the loop keeps reading while it works.
 
 The memory store commits inline (there is nothing to wait for).
 """
@@ -54,9 +55,11 @@ class Committer:
     __slots__ = (
         "_actions",
         "_busy",
+        "_due",
         "_executor",
         "_inline_seconds",
         "_lazy",
+        "_lazy_at",
         "_linger",
         "_loop",
         "_on_failure",
@@ -91,6 +94,8 @@ class Committer:
         self._scheduled = False
         self._sealing = False
         self._lazy: asyncio.TimerHandle | None = None
+        self._lazy_at = 0.0  # loop time `_lazy` fires at
+        self._due: float | None = None  # loop time by which pending writes must be committed
         self._linger = linger
         self._inline_seconds = 0.0  # moving average of small commits' durations
         self.commits = 0
@@ -125,27 +130,43 @@ class Committer:
             self._scheduled = True
             self._loop.call_soon(self._flush)
 
-    def schedule_lazy(self) -> None:
-        """Commit what is pending within `linger` seconds (see the module docstring)."""
+    def schedule_lazy(self, within: float | None = None) -> None:
+        """Commit what is pending within `within` seconds (at most, and by default,
+        `linger`), or sooner with whatever else is committed (see the module docstring)."""
+        if within is not None or self._due is None:
+            delay = self._linger if within is None else min(within, self._linger)
+            due = self._loop.time() + delay
+            if self._due is None or due < self._due:
+                self._due = due
         if self._scheduled or self._busy:
             return  # a commit is coming anyway, or `_done` schedules one
         if len(self.pending) >= LINGER_MAX_OPS:
             self.schedule()  # bounded batches: the count is checked on every call
-        elif self._lazy is None:
-            self._lazy = self._loop.call_later(self._linger, self._flush)
+        elif self._lazy is None or self._lazy_at > self._due:
+            if self._lazy is not None:
+                self._lazy.cancel()
+            self._lazy_at = self._due
+            self._lazy = self._loop.call_at(self._due, self._flush)
 
-    def _flush(self) -> None:
+    def _flush(self, on_loop: bool = True) -> None:
+        """Commit what is pending; `on_loop=False` keeps it off the event loop's thread."""
         self._scheduled = False
         if self._lazy is not None:
             self._lazy.cancel()
             self._lazy = None
-        if self._busy or (not self.pending and not self._actions):
+        if self._busy:
+            if self.pending:
+                self._due = 0.0  # overdue: `_done` has it committed next
+            return
+        if not self.pending and not self._actions:
             return
         batch, actions = self.pending, self._actions
         self.pending = WriteBatch()
         self._actions = []
+        self._due = None
         if self._executor is None or (
-            len(actions) >= INLINE_MIN_ACTIONS
+            on_loop
+            and len(actions) >= INLINE_MIN_ACTIONS
             and len(batch) <= INLINE_MAX_OPS
             and self._inline_seconds < INLINE_BUDGET
         ):
@@ -199,9 +220,10 @@ class Committer:
             self.commits += 1
         # The next batch goes to the writer before this one's actions run: the writer
         # works meanwhile, and what the actions write waits for the batch after it.
-        # Actions still run in registration order: the next batch's run after its commit.
+        # Actions still run in registration order: the next batch's run after its commit,
+        # which is why that one is not committed on the loop right here.
         if self._actions:
-            self._flush()
+            self._flush(on_loop=False)
         elif self.pending:
             self.schedule_lazy()
         if self.on_commit is not None:

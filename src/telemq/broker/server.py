@@ -18,9 +18,13 @@ PUBLISH from a client:
    deliveries is committed.
 4. QoS 2 follows the seed's receiver rule: the message is stored (PUBREC after
    commit) but made available only on PUBREL, when it is journaled and routed in
-   one transaction; the subscribers get it, and the publisher its PUBCOMP, after
-   that commit. A PUBLISH retried with the same packet id while held is
-   acknowledged again and never accepted twice.
+   one transaction. Persistent subscribers get it, and a persistent publisher its
+   PUBCOMP, after that commit. Clean sessions do not wait for it: a crash before it
+   leaves the stored message unreleased, and it is released at restart (the clean
+   publisher's session is gone, and so are the clean subscribers' that had it), so
+   nobody gets it twice and the journal has it once. That commit comes within
+   `RELEASE_COMMIT_WITHIN` seconds, or with the next one. A PUBLISH retried with
+   the same packet id while held is acknowledged again and never accepted twice.
 
 Subscribers acknowledge with PUBACK/PUBREC/PUBCOMP; completed durable
 deliveries are deleted, and a stored message with no remaining delivery too.
@@ -92,6 +96,10 @@ from .session import Delivery, Message, Session
 from .tls import server_context
 
 log = logging.getLogger("telemq.broker")
+
+# Seconds within which a clean session's QoS 2 release (its journal row) is committed when
+# nothing waits for it: soon, and usually sooner with the next publication's commit.
+RELEASE_COMMIT_WITHIN = 0.002
 
 
 class BrokerStats:
@@ -788,13 +796,32 @@ class Broker:
         elif isinstance(message, Message):
             committer.pending.delete_incoming(session.client_id, packet_id)
             hand_offs = self._accept(message, hand_off_now=False)
-
-            def after_commit() -> None:
-                for target, delivery in hand_offs:
+            # The release is durable once this commit ends. Until then a crash leaves the
+            # stored message unreleased, and it is released again (at restart for a clean
+            # publisher, on the PUBREL it re-sends for a persistent one): a persistent
+            # subscriber must not have had it yet, or it would get it twice. A clean one
+            # may: its session ends with the crash. Likewise only a persistent publisher
+            # must wait for PUBCOMP: a clean one's held message is released at restart.
+            waiting: list[tuple[Session, Delivery]] = []
+            for target, delivery in hand_offs:
+                if target.persistent:
+                    waiting.append((target, delivery))
+                else:
                     self._hand_off(target, delivery)
-                self._send_ack(client, PubComp(packet_id))
+            if session.persistent:
 
-            committer.after(after_commit)
+                def after_commit() -> None:
+                    for target, delivery in waiting:
+                        self._hand_off(target, delivery)
+                    self._send_ack(client, PubComp(packet_id))
+
+                committer.after(after_commit)
+            else:
+                self._send_ack(client, PubComp(packet_id))
+                if waiting:
+                    committer.after(lambda: self._hand_off_all(waiting))
+                else:
+                    committer.schedule_lazy(RELEASE_COMMIT_WITHIN)
         else:
             committer.after(lambda: self._send_ack(client, PubComp(packet_id)))
 
@@ -1100,6 +1127,10 @@ class Broker:
         session.queue.append(delivery)
         return delivery
 
+    def _hand_off_all(self, hand_offs: list[tuple[Session, Delivery]]) -> None:
+        for session, delivery in hand_offs:
+            self._hand_off(session, delivery)
+
     def _hand_off(self, session: Session, delivery: Delivery) -> None:
         """Post-commit hand-off of a deferred delivery."""
         if delivery.qos == 0:
@@ -1121,6 +1152,7 @@ class Broker:
         now = self.loop.time()
         committer = self.committer
         sent = 0
+        wrote = False
         while queue and flows.has_window():
             delivery = queue.popleft()
             message = delivery.message
@@ -1143,6 +1175,7 @@ class Broker:
                 break
             sent += 1
             if delivery.delivery_id:
+                wrote = True
                 committer.pending.put_delivery(
                     DeliveryRecord(
                         delivery.delivery_id,
@@ -1159,7 +1192,7 @@ class Broker:
         if sent:
             self.stats.messages_sent += sent
             client.mark_dirty()
-            if committer.pending:
+            if wrote:
                 committer.schedule()
 
     def _send_publish_later(
