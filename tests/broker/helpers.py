@@ -29,6 +29,8 @@ from typing import Any
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
+from telemq.store import SqliteStore, SyncMode, WriteBatch
+
 HOST = "127.0.0.1"
 
 # MQTT control packet types.
@@ -906,3 +908,20 @@ def parse_mosq_lines(output: str) -> list[MosqMessage]:
             _, qos, retain, topic, payload = line.split("|", 4)
             out.append(MosqMessage(topic, payload, int(qos), retain == "1"))
     return out
+
+
+class HeldStore(SqliteStore):
+    """A SQLite store for in-process brokers whose commits wait while `release` is clear:
+    a disk that is slow exactly when a test says so."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, SyncMode.NORMAL)
+        self.release = threading.Event()
+        self.release.set()
+        self.holding = threading.Event()
+
+    def commit(self, batch: WriteBatch) -> None:
+        if not self.release.is_set():
+            self.holding.set()
+            assert self.release.wait(20), "commit held too long"
+        super().commit(batch)

@@ -7,7 +7,6 @@ and a plain socket client, so the test can hold the writer while a publisher flo
 from __future__ import annotations
 
 import asyncio
-import threading
 from pathlib import Path
 
 import pytest
@@ -16,27 +15,12 @@ from telemq.broker import BrokerConfig, ListenerConfig
 from telemq.broker import committer as committer_module
 from telemq.broker.server import Broker
 from telemq.protocol import Connect, Publish, encode
-from telemq.store import SqliteStore, SyncMode, WriteBatch
+
+from .helpers import HeldStore
 
 BACKLOG = 200
 FLOOD = 1000
 PAYLOAD = b"x" * 1000  # a flood of about 1 MB: it takes the broker several reads
-
-
-class HeldStore(SqliteStore):
-    """Commits wait while `release` is clear."""
-
-    def __init__(self, path: Path) -> None:
-        super().__init__(path, SyncMode.NORMAL)
-        self.release = threading.Event()
-        self.release.set()
-        self.holding = threading.Event()
-
-    def commit(self, batch: WriteBatch) -> None:
-        if not self.release.is_set():
-            self.holding.set()
-            assert self.release.wait(20), "commit held too long"
-        super().commit(batch)
 
 
 async def until(predicate: object, timeout: float = 10.0) -> None:

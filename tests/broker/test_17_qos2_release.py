@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import threading
 from pathlib import Path
 
 from telemq.broker import BrokerConfig, ListenerConfig
@@ -25,23 +24,9 @@ from telemq.broker.server import Broker
 from telemq.protocol import Connect, Publish, Subscribe, encode
 from telemq.protocol.codec import Decoder
 from telemq.protocol.packets import ConnAck, Packet, PubComp, PubRec, PubRel, SubAck
-from telemq.store import SqliteStore, SyncMode, WriteBatch
+from telemq.store import SqliteStore, SyncMode
 
-
-class HeldStore(SqliteStore):
-    """Commits wait while `release` is clear."""
-
-    def __init__(self, path: Path) -> None:
-        super().__init__(path, SyncMode.NORMAL)
-        self.release = threading.Event()
-        self.release.set()
-        self.holding = threading.Event()
-
-    def commit(self, batch: WriteBatch) -> None:
-        if not self.release.is_set():
-            self.holding.set()
-            assert self.release.wait(20), "commit held too long"
-        super().commit(batch)
+from .helpers import HeldStore
 
 
 class Peer:
