@@ -16,7 +16,9 @@ get it exactly once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from telemq.broker import BrokerConfig, ListenerConfig
@@ -80,10 +82,23 @@ class Peer:
         self.writer.close()
 
 
-def config() -> BrokerConfig:
-    result = BrokerConfig(listeners=[ListenerConfig(host="127.0.0.1", port=0)])
-    result.sys.interval = 0
-    return result
+@contextlib.asynccontextmanager
+async def serving(store: SqliteStore) -> AsyncIterator[tuple[Broker, list[Peer]]]:
+    """A broker on `store`, and a list whose peers are closed at the end."""
+    config = BrokerConfig(listeners=[ListenerConfig(host="127.0.0.1", port=0)])
+    config.sys.interval = 0
+    broker = Broker(config, store=store)
+    await broker.start()
+    peers: list[Peer] = []
+    try:
+        yield broker, peers
+        await broker.committer.drain()
+    finally:
+        for peer in peers:
+            peer.close()
+        if isinstance(store, HeldStore):
+            store.release.set()
+        await broker.stop()
 
 
 def journal_payloads(store: SqliteStore) -> list[bytes]:
@@ -99,10 +114,7 @@ def test_a_clean_release_is_not_held_up_by_its_commit_and_survives_a_crash(
     store = HeldStore(live / "telemq.db")
 
     async def before_the_crash() -> None:
-        broker = Broker(config(), store=store)
-        await broker.start()
-        peers: list[Peer] = []
-        try:
+        async with serving(store) as (broker, peers):
             port = broker.bound_ports[0]
             durable = await Peer.connect(port, "durable-sub", clean=False)
             clean = await Peer.connect(port, "clean-sub")
@@ -123,29 +135,20 @@ def test_a_clean_release_is_not_held_up_by_its_commit_and_survives_a_crash(
             store.release.set()
             assert (await durable.receive_qos2()).payload == b"once"
             assert journal_payloads(store) == [b"once"]
-        finally:
-            for peer in peers:
-                peer.close()
-            store.release.set()
-            await broker.stop()
 
     async def after_the_crash() -> None:
         restarted = SqliteStore(crashed / "telemq.db", SyncMode.NORMAL)
-        broker = Broker(config(), store=restarted)
-        await broker.start()
-        durable: Peer | None = None
-        try:
+        async with serving(restarted) as (broker, peers):
             # Released again at start-up: journaled once, queued for the durable session.
             await broker.committer.drain()
             assert journal_payloads(restarted) == [b"once"]
             durable = await Peer.connect(broker.bound_ports[0], "durable-sub", clean=False)
+            peers.append(durable)
             assert (await durable.receive_qos2()).payload == b"once"
             assert await durable.nothing_for(0.3)
-        finally:
-            if durable is not None:
-                durable.close()
-            await broker.stop()
-        assert journal_payloads(SqliteStore(crashed / "telemq.db", SyncMode.NORMAL)) == [b"once"]
+        reopened = SqliteStore(crashed / "telemq.db", SyncMode.NORMAL)
+        assert journal_payloads(reopened) == [b"once"]
+        reopened.close()
 
     asyncio.run(asyncio.wait_for(before_the_crash(), 60))
     asyncio.run(asyncio.wait_for(after_the_crash(), 60))
@@ -157,10 +160,7 @@ def test_a_persistent_publisher_gets_pubcomp_only_once_the_release_is_durable(
     store = HeldStore(tmp_path / "telemq.db")
 
     async def main() -> None:
-        broker = Broker(config(), store=store)
-        await broker.start()
-        peers: list[Peer] = []
-        try:
+        async with serving(store) as (broker, peers):
             port = broker.bound_ports[0]
             subscriber = await Peer.connect(port, "clean-sub")
             publisher = await Peer.connect(port, "durable-pub", clean=False)
@@ -177,10 +177,5 @@ def test_a_persistent_publisher_gets_pubcomp_only_once_the_release_is_durable(
             store.release.set()
             assert await publisher.next() == PubComp(9)
             assert (await subscriber.receive_qos2()).payload == b"held"
-        finally:
-            for peer in peers:
-                peer.close()
-            store.release.set()
-            await broker.stop()
 
     asyncio.run(asyncio.wait_for(main(), 60))

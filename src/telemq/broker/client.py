@@ -84,16 +84,16 @@ class Client(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         connection = self.connection
         assert connection is not None
-        now = self.broker.loop.time()
+        broker = self.broker
+        now = broker.loop.time()
         events = connection.receive_data(data, now)
         if events:
-            self.broker.handle_events(self, events)
+            broker.handle_events(self, events)
             if connection.has_buffered_input and connection.state is ConnectionState.CONNECTED:
                 # What followed CONNECT in the same read, now that CONNECT is answered.
                 events = connection.receive_data(b"", now)
                 if events:
-                    self.broker.handle_events(self, events)
-            broker = self.broker
+                    broker.handle_events(self, events)
             if broker.committer.backlogged and connection.state is ConnectionState.CONNECTED:
                 broker.pause_for_store(self)
             if broker.dirty_clients:

@@ -811,8 +811,7 @@ class Broker:
             if session.persistent:
 
                 def after_commit() -> None:
-                    for target, delivery in waiting:
-                        self._hand_off(target, delivery)
+                    self._hand_off_all(waiting)
                     self._send_ack(client, PubComp(packet_id))
 
                 committer.after(after_commit)

@@ -347,6 +347,16 @@ def _decode_plain_publish(frame: bytes, start: int) -> Publish:
     return Publish(topic, frame[end:], 0, False, False, 0, frame)
 
 
+def _id_body(body: bytes, name: str) -> int:
+    """The packet id that is the whole body of an acknowledgement (without a reader)."""
+    if len(body) != 2:
+        raise MalformedPacket(f"{name}: remaining length must be 2, got {len(body)}")
+    packet_id = (body[0] << 8) | body[1]
+    if packet_id == 0:
+        raise MalformedPacket(f"{name}: packet identifier 0 is invalid")
+    return packet_id
+
+
 def _decode_id_only(
     cls: type[PubAck | PubRec | PubComp | UnsubAck], name: str
 ) -> Callable[[int, bytes, int], Packet]:
@@ -354,12 +364,7 @@ def _decode_id_only(
         # Two of these per QoS 1/2 message: the common case reads no more than it must.
         if first & 0x0F:
             _check_flags(first, 0, level, name)
-        if len(body) != 2:
-            raise MalformedPacket(f"{name}: remaining length must be 2, got {len(body)}")
-        packet_id = (body[0] << 8) | body[1]
-        if packet_id == 0:
-            raise MalformedPacket(f"{name}: packet identifier 0 is invalid")
-        return cls(packet_id)
+        return cls(_id_body(body, name))
 
     return decode
 
@@ -367,12 +372,7 @@ def _decode_id_only(
 def _decode_pubrel(first: int, body: bytes, level: int) -> PubRel:
     if first != 0x62:  # anything but the usual flags 0010 is checked for the level
         _check_flags(first, 0b0010, level, "PUBREL")
-    if len(body) != 2:
-        raise MalformedPacket(f"PUBREL: remaining length must be 2, got {len(body)}")
-    packet_id = (body[0] << 8) | body[1]
-    if packet_id == 0:
-        raise MalformedPacket("PUBREL: packet identifier 0 is invalid")
-    return PubRel(packet_id, dup=bool(first & 0x08))
+    return PubRel(_id_body(body, "PUBREL"), dup=bool(first & 0x08))
 
 
 def _decode_subscribe(first: int, body: bytes, level: int) -> Subscribe:

@@ -178,7 +178,8 @@ def _insert(table: str, verb: str) -> str:
 # A commit writes table by table (lane by lane), keeping the batch's order within each
 # table. Ops on different tables commute (no foreign keys; the only shared row, a high-water
 # mark in `meta`, is only ever raised), so the result is the batch's, and the broker's
-# interleaved "journal, message, delivery" per publication becomes three `executemany`s.
+# interleaved "message, delivery" per publication becomes a few multi-row statements (the
+# journal rows travel apart, flat: `_write_journal`).
 _SESSIONS, _SUBSCRIPTIONS, _RETAINED, _MESSAGES, _DELIVERIES, _INCOMING = range(6)
 
 _RAISE_MARK = "UPDATE meta SET value = MAX(value, ?) WHERE key = ?"
