@@ -592,6 +592,34 @@ def test_large_batches_of_deletes_remove_exactly_their_rows(harness: Harness) ->
     assert harness.store.stats().messages == len(kept)
 
 
+@pytest.mark.parametrize("rows", [1, 2, 3, 10, 31, 32, 33, 70])
+def test_runs_of_any_size_write_exactly_their_rows(harness: Harness, rows: int) -> None:
+    """Small runs are one statement of their exact size, larger ones a few: same result."""
+    ids = range(1, rows + 1)
+    commit(
+        harness.store,
+        *[("put_incoming", incoming("c", i, 0, payload=b"p%d" % i)) for i in ids],
+        *[("put_message", message(i)) for i in ids],
+        *[("put_delivery", delivery(i, "c", i)) for i in ids],
+        *[("append_journal", journal(i)) for i in ids],
+    )
+    gone = ids[::2]
+    commit(
+        harness.store,
+        *[("delete_incoming", "c", i) for i in gone],
+        *[("delete_delivery", i) for i in gone],
+        *[("delete_message", i) for i in gone],
+    )
+    state = harness.reopen().load()
+    kept = set(ids) - set(gone)
+    assert {(r.packet_id, r.message.payload) for r in state.incoming} == {
+        (i, b"p%d" % i) for i in kept
+    }
+    assert set(state.messages) == {d.message_id for d in state.deliveries} == kept
+    assert [r.seq for r in harness.store.read_journal(1, rows + 1)] == list(ids)
+    assert state.next_message_id == state.next_delivery_id == state.next_seq == rows + 1
+
+
 def test_deleting_the_largest_incoming_ids_in_one_run_keeps_the_mark(harness: Harness) -> None:
     commit(
         harness.store, *[("put_incoming", incoming("c", pid, 100 + pid)) for pid in range(1, 41)]

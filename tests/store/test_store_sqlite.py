@@ -17,6 +17,7 @@ import pytest
 import telemq
 from telemq.store import (
     DeliveryRecord,
+    IncomingRecord,
     JournalRecord,
     SessionRecord,
     SqliteStore,
@@ -77,6 +78,44 @@ def test_a_newer_schema_is_refused_not_quarantined(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="newer"):
         SqliteStore(path)
     assert path.exists() and not list(tmp_path.glob("*.corrupt-*"))
+
+
+def test_a_file_with_the_old_incoming_trigger_loses_it_and_keeps_its_ids(tmp_path: Path) -> None:
+    """Files written before held QoS 2 messages raised the id mark when put had a trigger
+    raising it when one was replaced; opening such a file drops the trigger."""
+    path = tmp_path / "telemq.db"
+    SqliteStore(path).close()
+    with raw(path) as conn:
+        conn.execute(
+            "CREATE TRIGGER incoming_replaced BEFORE INSERT ON incoming"
+            " BEGIN UPDATE meta SET value = value WHERE key = 'next_message_id'; END"
+        )
+    conn.close()
+    store = SqliteStore(path)
+    try:
+        store.load()
+        triggers = connection(store).execute(
+            "SELECT name FROM sqlite_master WHERE type = 'trigger'"
+        )
+        assert triggers.fetchall() == []
+        held = StoredMessage(9, "in/t", b"q2", 2, False, "", "c")
+        batch = WriteBatch()
+        batch.put_incoming(IncomingRecord("c", 1, held))
+        store.commit(batch)
+        batch = WriteBatch()
+        batch.put_incoming(
+            IncomingRecord("c", 1, StoredMessage(0, "in/t", b"again", 2, False, "", "c"))
+        )
+        store.commit(batch)
+    finally:
+        store.close()
+    again = SqliteStore(path)
+    try:
+        state = again.load()
+        assert [r.message.payload for r in state.incoming] == [b"again"]
+        assert state.next_message_id == 10  # 9 is not reused although its row was replaced
+    finally:
+        again.close()
 
 
 def test_a_failed_commit_leaves_no_transaction_open(tmp_path: Path) -> None:

@@ -56,6 +56,7 @@ from .packets import (
     ConnectReturnCode,
     Disconnect,
     Packet,
+    PacketType,
     PingReq,
     ProtocolLevel,
     PubAck,
@@ -88,6 +89,7 @@ class Connection:
         "_out",
         "bytes_received",
         "bytes_sent",
+        "closed",
         "flows",
         "keepalive",
         "last_received",
@@ -105,6 +107,8 @@ class Connection:
         retry_interval: float = 20.0,
     ) -> None:
         self.state = ConnectionState.AWAIT_CONNECT
+        # `state is CLOSED`, kept as a plain attribute: read several times per packet.
+        self.closed = False
         self._decoder = Decoder(max_packet_size=max_packet_size)
         self._out: list[bytes] = []
         self._connect_deadline: float | None = now + connect_timeout
@@ -201,8 +205,7 @@ class Connection:
             events.append(UnsubscribeRequested(packet))
         elif kind is Disconnect:
             events.append(DisconnectRequested())
-            self.state = ConnectionState.CLOSED
-            self._closed_reason = "client sent DISCONNECT"
+            self._close("client sent DISCONNECT")
             events.append(ConnectionClosed(self._closed_reason, graceful=True))
         elif kind is Connect:
             events.append(self._fail("a second CONNECT on the same connection"))
@@ -275,12 +278,19 @@ class Connection:
             )
 
     def send(self, packet: Packet) -> None:
-        if self.state is not ConnectionState.CLOSED:
+        if not self.closed:
             self._out.append(encode(packet))
+
+    def acknowledge(self, packet_type: PacketType, packet_id: int) -> None:
+        """Queue PUBACK, PUBREC, PUBREL or PUBCOMP for an id taken from a received packet or
+        the flows (so 1..65535). Built in place: two or three go out per QoS 1/2 message."""
+        if not self.closed:
+            first = packet_type << 4 | (0x02 if packet_type is PacketType.PUBREL else 0)
+            self._out.append(bytes((first, 2, packet_id >> 8, packet_id & 0xFF)))
 
     def send_bytes(self, data: bytes) -> None:
         """Queue already encoded bytes (e.g. a QoS 0 PUBLISH shared by many subscribers)."""
-        if self.state is not ConnectionState.CLOSED:
+        if not self.closed:
             self._out.append(data)
 
     def deliver(
@@ -302,7 +312,7 @@ class Connection:
         if self.flows is None:
             raise LocalProtocolError("deliver() before accept()")
         inflight = self.flows.track(qos, topic, payload, retain, ref, now)
-        if send and self.state is not ConnectionState.CLOSED:
+        if send and not self.closed:
             self._out.append(encode_publish(topic, payload, qos, retain, False, inflight.packet_id))
         return inflight.packet_id
 
@@ -327,9 +337,13 @@ class Connection:
         return [self._fail(reason)]
 
     def _fail(self, reason: str) -> ConnectionClosed:
-        self.state = ConnectionState.CLOSED
-        self._closed_reason = reason
+        self._close(reason)
         return ConnectionClosed(reason, graceful=False)
+
+    def _close(self, reason: str) -> None:
+        self.state = ConnectionState.CLOSED
+        self.closed = True
+        self._closed_reason = reason
 
     # -- output and time -----------------------------------------------
 
@@ -341,10 +355,6 @@ class Connection:
         out.clear()
         self.bytes_sent += len(data)
         return data
-
-    @property
-    def closed(self) -> bool:
-        return self.state is ConnectionState.CLOSED
 
     @property
     def closed_reason(self) -> str:

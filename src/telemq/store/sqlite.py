@@ -13,7 +13,9 @@ Identifiers are never reused. `load` returns counters one past the largest id a 
 batch named: the current maxima, or the high-water marks kept in the `meta` table when the
 largest rows are gone. A commit that deletes messages or deliveries at or above the mark it
 knows raises the mark in the same transaction (one statement per batch, not a trigger per
-row); cascades, QoS 2 releases and `trim_journal` raise it from the rows they remove.
+row); a session's cascade and `trim_journal` raise it from the rows they remove. Held QoS 2
+messages raise it when put, not when released: the broker holds them before they have an
+id, so their releases (one per QoS 2 message) write nothing but the delete.
 
 Damage. `load` first runs `PRAGMA quick_check` (a read of the whole file: about a second
 per GB, paid once per start), because damage in a page that loading does not read (the
@@ -155,15 +157,8 @@ CREATE TABLE IF NOT EXISTS quarantine (
     reason TEXT NOT NULL,
     ts_us INTEGER NOT NULL
 );
--- The one replace that can make an id vanish: a QoS 2 packet id reused for another message.
-CREATE TRIGGER IF NOT EXISTS incoming_replaced BEFORE INSERT ON incoming
-    WHEN EXISTS (SELECT 1 FROM incoming WHERE client_id = NEW.client_id
-                 AND packet_id = NEW.packet_id AND message_id > NEW.message_id)
-    BEGIN
-        UPDATE meta SET value = MAX(value, (SELECT message_id + 1 FROM incoming
-            WHERE client_id = NEW.client_id AND packet_id = NEW.packet_id))
-        WHERE key = 'next_message_id';
-    END;
+-- Gone since incoming ids raise the mark when put (`_Plan.mark`); kept out of old files.
+DROP TRIGGER IF EXISTS incoming_replaced;
 PRAGMA user_version = {SCHEMA_VERSION};
 COMMIT;
 """
@@ -199,11 +194,10 @@ class _Plan(NamedTuple):
     statements: dict[int, tuple[str, ...]]  # per lane, run in order with the same parameters
     build: Callable[[Any], Row] | None  # row builder; None: the op's args are the parameters
     counted: int  # change of the message count per row the (last) statement affects
-    mark: str | None  # meta key that deleting these ids (the first parameter) may have to raise
+    mark: tuple[str, int] | None  # meta key these ids may have to raise, and the id's column
 
 
 _BY_CLIENT = "client_id = ?"
-_BY_PACKET = "client_id = ? AND packet_id = ?"
 _PLAN: dict[Op, _Plan] = {
     Op.PUT_SESSION: _Plan(
         {_SESSIONS: (_insert("sessions", "INSERT OR REPLACE"),)}, _codec.session_row, 0, None
@@ -216,10 +210,7 @@ _PLAN: dict[Op, _Plan] = {
                 _raise_mark_from("next_delivery_id", "deliveries", "delivery_id", _BY_CLIENT),
                 "DELETE FROM deliveries WHERE client_id = ?",
             ),
-            _INCOMING: (
-                _raise_mark_from("next_message_id", "incoming", "message_id", _BY_CLIENT),
-                "DELETE FROM incoming WHERE client_id = ?",
-            ),
+            _INCOMING: ("DELETE FROM incoming WHERE client_id = ?",),
         },
         None,
         0,
@@ -252,7 +243,7 @@ _PLAN: dict[Op, _Plan] = {
         None,
     ),
     Op.DELETE_MESSAGE: _Plan(
-        {_MESSAGES: ("DELETE FROM messages WHERE id = ?",)}, None, -1, "next_message_id"
+        {_MESSAGES: ("DELETE FROM messages WHERE id = ?",)}, None, -1, ("next_message_id", 0)
     ),
     Op.PUT_DELIVERY: _Plan(
         {_DELIVERIES: (_insert("deliveries", "INSERT OR REPLACE"),)}, _codec.delivery_row, 0, None
@@ -261,18 +252,18 @@ _PLAN: dict[Op, _Plan] = {
         {_DELIVERIES: ("DELETE FROM deliveries WHERE delivery_id = ?",)},
         None,
         0,
-        "next_delivery_id",
+        ("next_delivery_id", 0),
     ),
+    # A held QoS 2 message's id raises the mark when it is put (the broker's are 0: not yet
+    # stored as a message), so neither replacing nor deleting a held message has to.
     Op.PUT_INCOMING: _Plan(
-        {_INCOMING: (_insert("incoming", "INSERT OR REPLACE"),)}, _codec.incoming_row, 0, None
+        {_INCOMING: (_insert("incoming", "INSERT OR REPLACE"),)},
+        _codec.incoming_row,
+        0,
+        ("next_message_id", 2),
     ),
     Op.DELETE_INCOMING: _Plan(
-        {
-            _INCOMING: (
-                _raise_mark_from("next_message_id", "incoming", "message_id", _BY_PACKET),
-                "DELETE FROM incoming WHERE client_id = ? AND packet_id = ?",
-            )
-        },
+        {_INCOMING: ("DELETE FROM incoming WHERE client_id = ? AND packet_id = ?",)},
         None,
         0,
         None,
@@ -296,9 +287,11 @@ _op_of = itemgetter(0)
 # interval each time, so a writer writing row by row crawls exactly when the broker is
 # loaded. Multi-row statements take it back once per statement (and bind in C). Deletes
 # (a QoS 2 release, an acknowledged delivery) come in smaller runs than journal rows: powers
-# of two keep any run to a few statements.
+# of two keep any run to a few statements. A run of up to `_EXACT_ROWS` rows (the batches of
+# a light load) is one statement of its exact size, made on first use.
 _ROWS_PER_STATEMENT = (512, 256, 128, 64, 32, 16, 8, 4, 2)
-_CACHED_STATEMENTS = 512  # every multi-row form of every statement stays prepared
+_EXACT_ROWS = 32
+_CACHED_STATEMENTS = 1024  # every multi-row form of every statement stays prepared
 
 
 # `FROM table WHERE a = ? [AND b = ?]` as DELETEs and high-water-mark UPDATEs write it.
@@ -341,14 +334,28 @@ _MULTI_ROW: dict[str, tuple[tuple[int, str], ...]] = {
 }
 
 
+_EXACT: dict[tuple[str, int], str] = {}  # (statement, rows) -> its form for exactly that many
+
+
+def _exact(sql: str, rows: int) -> str:
+    multi = _EXACT.get((sql, rows))
+    if multi is None:
+        multi = _multi_row(sql, rows)
+        assert multi is not None  # only asked for statements with multi-row forms
+        _EXACT[sql, rows] = multi
+    return multi
+
+
 def _write_rows(conn: sqlite3.Connection, sql: str, params: list[Any]) -> int:
     """Run `sql` once per parameter row, in order; returns the number of rows changed."""
     variants = _MULTI_ROW.get(sql)
-    if variants is None or len(params) < variants[-1][0]:
+    end = len(params)
+    if variants is None or end < 2:
         return conn.executemany(sql, params).rowcount
+    if end <= _EXACT_ROWS:
+        return conn.execute(_exact(sql, end), list(chain.from_iterable(params))).rowcount
     changed = 0
     start = 0
-    end = len(params)
     for rows, multi in variants:
         while end - start >= rows:
             flat = list(chain.from_iterable(params[start : start + rows]))
@@ -374,8 +381,12 @@ _JOURNAL_INSERTS = tuple(
 def _write_journal(conn: sqlite3.Connection, batch: WriteBatch) -> None:
     """Insert a batch's journal rows (given flat), a few statements per batch."""
     for values in batch.journal_values():
-        start = 0
         end = len(values)
+        if end <= _EXACT_ROWS * JOURNAL_FIELDS:
+            rows = end // JOURNAL_FIELDS
+            conn.execute(_INSERT_JOURNAL if rows == 1 else _exact(_INSERT_JOURNAL, rows), values)
+            continue
+        start = 0
         for width, sql in _JOURNAL_INSERTS:
             while end - start >= width:
                 conn.execute(sql, values if width == end else values[start : start + width])
@@ -605,11 +616,10 @@ class SqliteStore(Store):
 
     def commit(self, batch: WriteBatch) -> None:
         conn = self._live()
-        ops = batch.ops
         if not batch:
             return
         lanes: list[list[tuple[Op, tuple[Any, ...]]]] = [[], [], [], [], [], []]
-        for entry in ops:
+        for entry in batch.ops:
             for lane in _LANES_OF[entry[0]]:
                 lanes[lane].append(entry)
         message_delta = 0
@@ -630,9 +640,10 @@ class SqliteStore(Store):
                     if counted:
                         message_delta += counted * changed
                     if mark is not None:
-                        top = max(params)[0] + 1
-                        if top > self._marks[mark] and top > raised.get(mark, 0):
-                            raised[mark] = top
+                        key, column = mark
+                        top = max(map(itemgetter(column), params)) + 1
+                        if top > self._marks[key] and top > raised.get(key, 0):
+                            raised[key] = top
             _write_journal(conn, batch)
             if raised:
                 conn.executemany(_RAISE_MARK, [(top, key) for key, top in raised.items()])
