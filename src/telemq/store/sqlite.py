@@ -335,6 +335,12 @@ _MULTI_ROW: dict[str, tuple[tuple[int, str], ...]] = {
 
 
 _EXACT: dict[tuple[str, int], str] = {}  # (statement, rows) -> its form for exactly that many
+# Deletes by a composite key (a held QoS 2 message's client and packet id) join a VALUES
+# list: building the join costs more than stepping the one-row statement per row, so runs of
+# up to `_EXACT_ROWS` rows are stepped (measured: 8 us against 12 us for 10 rows). Larger
+# runs, which a busy loop leaves to the writer thread, join: there the statement count is
+# what matters.
+_JOINED = frozenset(sql for sql, variants in _MULTI_ROW.items() if " JOIN " in variants[0][1])
 
 
 def _exact(sql: str, rows: int) -> str:
@@ -353,6 +359,8 @@ def _write_rows(conn: sqlite3.Connection, sql: str, params: list[Any]) -> int:
     if variants is None or end < 2:
         return conn.executemany(sql, params).rowcount
     if end <= _EXACT_ROWS:
+        if sql in _JOINED:
+            return conn.executemany(sql, params).rowcount
         return conn.execute(_exact(sql, end), list(chain.from_iterable(params))).rowcount
     changed = 0
     start = 0
