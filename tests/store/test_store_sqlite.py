@@ -80,32 +80,68 @@ def test_a_newer_schema_is_refused_not_quarantined(tmp_path: Path) -> None:
     assert path.exists() and not list(tmp_path.glob("*.corrupt-*"))
 
 
-def test_a_file_with_the_old_incoming_trigger_loses_it_and_keeps_its_ids(tmp_path: Path) -> None:
-    """Files written before held QoS 2 messages raised the id mark when put had a trigger
-    raising it when one was replaced; opening such a file drops the trigger."""
-    path = tmp_path / "telemq.db"
+_SCHEMA_1_INCOMING = """CREATE TABLE incoming (
+    client_id TEXT NOT NULL,
+    packet_id INTEGER NOT NULL CHECK (packet_id BETWEEN 1 AND 65535),
+    message_id INTEGER NOT NULL,
+    topic TEXT NOT NULL,
+    payload BLOB NOT NULL CHECK (typeof(payload) = 'blob'),
+    qos INTEGER NOT NULL CHECK (qos BETWEEN 0 AND 2),
+    retain INTEGER NOT NULL CHECK (retain IN (0, 1)),
+    sub_point TEXT NOT NULL,
+    msg_client_id TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    ts_us INTEGER NOT NULL,
+    PRIMARY KEY (client_id, packet_id)
+)"""
+_SCHEMA_1_TRIGGER = """CREATE TRIGGER incoming_replaced BEFORE INSERT ON incoming
+    WHEN EXISTS (SELECT 1 FROM incoming WHERE client_id = NEW.client_id
+                 AND packet_id = NEW.packet_id AND message_id > NEW.message_id)
+    BEGIN
+        UPDATE meta SET value = MAX(value, (SELECT message_id + 1 FROM incoming
+            WHERE client_id = NEW.client_id AND packet_id = NEW.packet_id))
+        WHERE key = 'next_message_id';
+    END"""
+
+
+def _held_row(packet_id: int, message_id: int, qos: int = 2) -> tuple[object, ...]:
+    return ("c", packet_id, message_id, "in/t", b"q%d" % packet_id, qos, 0, "", "c", "", 5)
+
+
+def _schema_1_file(path: Path, rows: list[tuple[object, ...]]) -> None:
+    """A file as telemq wrote it with schema 1: `incoming` a rowid table with a trigger."""
     SqliteStore(path).close()
     with raw(path) as conn:
-        conn.execute(
-            "CREATE TRIGGER incoming_replaced BEFORE INSERT ON incoming"
-            " BEGIN UPDATE meta SET value = value WHERE key = 'next_message_id'; END"
-        )
+        conn.execute("DROP TABLE incoming")
+        conn.execute(_SCHEMA_1_INCOMING)
+        conn.execute(_SCHEMA_1_TRIGGER)
+        conn.execute("PRAGMA ignore_check_constraints = ON")  # rows a hand could have put
+        conn.executemany(f"INSERT INTO incoming VALUES ({', '.join('?' * 11)})", rows)
+        conn.execute("PRAGMA user_version = 1")
     conn.close()
+
+
+def _incoming_layout(conn: sqlite3.Connection) -> tuple[bool, list[str]]:
+    """(is `incoming` keyed by itself, the names of the triggers)."""
+    sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'incoming'").fetchone()[0]
+    triggers = conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall()
+    return "WITHOUT ROWID" in sql, [name for (name,) in triggers]
+
+
+def test_a_schema_1_file_moves_its_held_messages_to_the_keyed_table(tmp_path: Path) -> None:
+    path = tmp_path / "telemq.db"
+    _schema_1_file(path, [_held_row(1, 9), _held_row(2, 0)])
     store = SqliteStore(path)
     try:
-        store.load()
-        triggers = connection(store).execute(
-            "SELECT name FROM sqlite_master WHERE type = 'trigger'"
-        )
-        assert triggers.fetchall() == []
-        held = StoredMessage(9, "in/t", b"q2", 2, False, "", "c")
-        batch = WriteBatch()
-        batch.put_incoming(IncomingRecord("c", 1, held))
-        store.commit(batch)
-        batch = WriteBatch()
-        batch.put_incoming(
-            IncomingRecord("c", 1, StoredMessage(0, "in/t", b"again", 2, False, "", "c"))
-        )
+        conn = connection(store)
+        assert _incoming_layout(conn) == (True, [])
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+        state = store.load()
+        assert [(r.packet_id, r.message.id) for r in state.incoming] == [(1, 9), (2, 0)]
+        assert state.next_message_id == 10
+        batch = WriteBatch()  # packet id 1 reused: message 9's row goes, its id stays used
+        batch.put_incoming(IncomingRecord("c", 1, StoredMessage(0, "in/t", b"again", 2)))
+        batch.delete_incoming("c", 2)
         store.commit(batch)
     finally:
         store.close()
@@ -113,9 +149,54 @@ def test_a_file_with_the_old_incoming_trigger_loses_it_and_keeps_its_ids(tmp_pat
     try:
         state = again.load()
         assert [r.message.payload for r in state.incoming] == [b"again"]
-        assert state.next_message_id == 10  # 9 is not reused although its row was replaced
+        assert state.next_message_id == 10
     finally:
         again.close()
+
+
+def test_a_schema_1_row_that_does_not_fit_is_quarantined_then_the_table_moves(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "telemq.db"
+    _schema_1_file(path, [_held_row(1, 0), _held_row(2, 0, qos=7)])
+    with caplog.at_level(logging.WARNING, logger="telemq.store"):
+        store = SqliteStore(path)
+    try:
+        assert "stay in their schema 1 table" in caplog.text
+        assert _incoming_layout(connection(store))[0] is False
+        state = store.load()  # works on the old table: the bad row alone is set aside
+        assert [r.packet_id for r in state.incoming] == [1]
+        assert state.quarantined == 1
+    finally:
+        store.close()
+    again = SqliteStore(path)
+    try:
+        assert _incoming_layout(connection(again)) == (True, [])
+        assert [r.packet_id for r in again.load().incoming] == [1]
+    finally:
+        again.close()
+
+
+def test_a_bad_held_message_is_quarantined_by_its_key(tmp_path: Path) -> None:
+    path = tmp_path / "telemq.db"
+    SqliteStore(path).close()
+    with raw(path) as conn:
+        conn.execute("PRAGMA ignore_check_constraints = ON")
+        conn.executemany(
+            f"INSERT INTO incoming VALUES ({', '.join('?' * 11)})",
+            [_held_row(1, 0), _held_row(2, 0, qos=7), _held_row(3, 0)],
+        )
+    conn.close()
+    store = SqliteStore(path)
+    try:
+        state = store.load()
+        assert [r.packet_id for r in state.incoming] == [1, 3]
+        assert state.quarantined == 1
+        assert store.load().quarantined == 0  # deleted, by (client_id, packet_id)
+        rows = connection(store).execute("SELECT row_json FROM quarantine").fetchall()
+        assert len(rows) == 1 and '"packet_id": 2' in rows[0][0]
+    finally:
+        store.close()
 
 
 def test_a_failed_commit_leaves_no_transaction_open(tmp_path: Path) -> None:
@@ -240,6 +321,8 @@ def _fill(path: Path) -> None:
         batch.put_delivery(DeliveryRecord(i, f"c{i % 7}", i, 1))
         batch.put_session(SessionRecord(f"c{i % 7}", {"n": i}))
         batch.put_subscription(SubscriptionRecord(f"c{i % 7}", f"t/{i}", {"qos": 1}))
+        if i <= 5:
+            batch.put_incoming(IncomingRecord(f"c{i}", i, StoredMessage(0, "in/t", b"held", 2)))
         store.commit(batch)
     store.close()  # the last connection's close checkpoints and removes the WAL
     assert not Path(f"{path}-wal").exists()
@@ -280,6 +363,9 @@ def test_a_damaged_file_keeps_its_counters_when_they_are_readable(tmp_path: Path
         state = store.load()
         assert state.quarantined >= 1
         assert state.deliveries == []
+        assert [(r.client_id, r.packet_id) for r in state.incoming] == [
+            (f"c{i}", i) for i in range(1, 6)
+        ]  # salvaged: a table without rowids is read whole
         assert (state.next_seq, state.next_message_id) == (101, 101)
     finally:
         store.close()

@@ -68,11 +68,29 @@ from .base import (
 log = logging.getLogger("telemq.store")
 
 DB_FILENAME = "telemq.db"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: `incoming` keyed by (client_id, packet_id) itself (WITHOUT ROWID)
 _BUSY_TIMEOUT_S = 5.0  # only another writer (an operator's sqlite3 shell) can make us wait
 _CORRUPTION = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
 _WAL_SIZE_LIMIT = 64 << 20
 _ROW_LOG_LIMIT = 20  # per load: beyond this, quarantined rows are only counted
+
+# Held QoS 2 messages, one row per (client, packet id): written and deleted once per QoS 2
+# message, so the table is its key's b-tree (WITHOUT ROWID: one b-tree to change per row, not
+# a table and its key's index). Schema 1 files had a rowid table; `_rebuild_incoming`.
+_CREATE_INCOMING = """CREATE TABLE IF NOT EXISTS incoming (
+    client_id TEXT NOT NULL,
+    packet_id INTEGER NOT NULL CHECK (packet_id BETWEEN 1 AND 65535),
+    message_id INTEGER NOT NULL,
+    topic TEXT NOT NULL,
+    payload BLOB NOT NULL CHECK (typeof(payload) = 'blob'),
+    qos INTEGER NOT NULL CHECK (qos BETWEEN 0 AND 2),
+    retain INTEGER NOT NULL CHECK (retain IN (0, 1)),
+    sub_point TEXT NOT NULL,
+    msg_client_id TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    ts_us INTEGER NOT NULL,
+    PRIMARY KEY (client_id, packet_id)
+) WITHOUT ROWID;"""
 
 # The CHECK constraints have twins in `_codec.check_*`, which the memory store applies.
 _SCHEMA = f"""
@@ -125,20 +143,7 @@ CREATE TABLE IF NOT EXISTS deliveries (
     data TEXT
 );
 CREATE INDEX IF NOT EXISTS deliveries_by_client ON deliveries (client_id);
-CREATE TABLE IF NOT EXISTS incoming (
-    client_id TEXT NOT NULL,
-    packet_id INTEGER NOT NULL CHECK (packet_id BETWEEN 1 AND 65535),
-    message_id INTEGER NOT NULL,
-    topic TEXT NOT NULL,
-    payload BLOB NOT NULL CHECK (typeof(payload) = 'blob'),
-    qos INTEGER NOT NULL CHECK (qos BETWEEN 0 AND 2),
-    retain INTEGER NOT NULL CHECK (retain IN (0, 1)),
-    sub_point TEXT NOT NULL,
-    msg_client_id TEXT NOT NULL,
-    user_id TEXT NOT NULL,
-    ts_us INTEGER NOT NULL,
-    PRIMARY KEY (client_id, packet_id)
-);
+{_CREATE_INCOMING}
 CREATE TABLE IF NOT EXISTS journal (
     seq INTEGER PRIMARY KEY,
     ts_us INTEGER NOT NULL,
@@ -294,6 +299,9 @@ _EXACT_ROWS = 32
 _CACHED_STATEMENTS = 1024  # every multi-row form of every statement stays prepared
 
 
+# Tables without a rowid, and the key that names one of their rows instead.
+_ROW_KEYS = {"incoming": ("client_id", "packet_id")}
+
 # `FROM table WHERE a = ? [AND b = ?]` as DELETEs and high-water-mark UPDATEs write it.
 _KEYED = re.compile(r"FROM (\w+) WHERE (\w+ = \?(?: AND \w+ = \?)*)(?=\)|$)")
 
@@ -316,6 +324,8 @@ def _multi_row(sql: str, rows: int) -> str | None:
         return None
     table = keyed.group(1)
     columns = [term.partition(" = ")[0] for term in keyed.group(2).split(" AND ")]
+    if len(columns) > 1 and table in _ROW_KEYS:
+        return None  # no rowid to join on; a row-value IN scans the table: one row a step
     if len(columns) == 1:
         where = f"{columns[0]} IN ({', '.join('?' * rows)})"
     else:
@@ -459,6 +469,30 @@ _SALVAGE_TABLES = tuple(COLUMNS)  # the counters in `meta` are salvaged on their
 _SALVAGE_GIVE_UP = 64  # an unreadable rowid range this small is skipped, not split further
 
 
+def _copy_rows(
+    conn: sqlite3.Connection,
+    table: str,
+    insert: str,
+    rows: list[Any],
+    where: dict[str, Any],
+    skipped: list[tuple[str, str, str]],
+) -> int:
+    """Insert salvaged rows; those that break the schema's constraints are counted in
+    `skipped` (under `where` they were read). Returns how many were copied."""
+    before = conn.total_changes
+    conn.executemany(insert, rows)
+    kept = conn.total_changes - before
+    if kept < len(rows):
+        skipped.append(
+            (
+                table,
+                json.dumps({**where, "rows": len(rows) - kept}),
+                "rows that break the schema's constraints",
+            )
+        )
+    return kept
+
+
 def _salvage_rows(source: Path, conn: sqlite3.Connection) -> tuple[int, list[tuple[str, str, str]]]:
     """Copy every readable row of the damaged file `source` into `conn` (in a transaction
     the caller commits). Returns (rows copied, quarantine entries for what was skipped);
@@ -481,6 +515,15 @@ def _salvage_rows(source: Path, conn: sqlite3.Connection) -> tuple[int, list[tup
             names = ", ".join(columns)
             marks = ", ".join("?" * len(columns))
             insert = f"INSERT OR IGNORE INTO {table} ({names}) VALUES ({marks})"
+            if table in _ROW_KEYS:
+                # No rowid to read ranges by (schema 2's `incoming`: a few held messages).
+                try:
+                    rows = reader.execute(f"SELECT {names} FROM {table}").fetchall()
+                except sqlite3.Error as exc:
+                    skipped.append((table, json.dumps({"rows": "all"}), f"unreadable: {exc}"))
+                    continue
+                copied += _copy_rows(conn, table, insert, rows, {"rows": "all"}, skipped)
+                continue
             select = f"SELECT {names} FROM {table} WHERE rowid BETWEEN ? AND ?"
             try:
                 low, high = reader.execute(f"SELECT MIN(rowid), MAX(rowid) FROM {table}").fetchone()
@@ -503,18 +546,7 @@ def _salvage_rows(source: Path, conn: sqlite3.Connection) -> tuple[int, list[tup
                         middle = (first + last) // 2
                         ranges += [(middle + 1, last), (first, middle)]
                     continue
-                before = conn.total_changes
-                conn.executemany(insert, rows)
-                kept = conn.total_changes - before
-                copied += kept
-                if kept < len(rows):
-                    skipped.append(
-                        (
-                            table,
-                            json.dumps({"rowids": [first, last], "rows": len(rows) - kept}),
-                            "rows that break the schema's constraints",
-                        )
-                    )
+                copied += _copy_rows(conn, table, insert, rows, {"rowids": [first, last]}, skipped)
     finally:
         reader.close()
     return copied, skipped
@@ -531,6 +563,31 @@ def _file_size(path: str) -> int:
         return os.stat(path).st_size
     except FileNotFoundError:
         return 0
+
+
+def _rebuild_incoming(conn: sqlite3.Connection, path: Path) -> None:
+    """Schema 1 -> 2: the held QoS 2 messages move to a table keyed by (client_id, packet_id)
+    itself. If a row does not fit (only a file edited by hand has such rows), the old table
+    stays, which works as well, only slower, and the next start tries again."""
+    found = conn.execute(
+        "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'incoming'"
+    ).fetchone()
+    if found is None or "WITHOUT ROWID" in str(found[0]).upper():
+        return
+    columns = ", ".join(COLUMNS["incoming"])
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("DROP TRIGGER IF EXISTS incoming_replaced")
+        conn.execute("ALTER TABLE incoming RENAME TO incoming_schema_1")
+        conn.execute(_CREATE_INCOMING)
+        conn.execute(f"INSERT INTO incoming ({columns}) SELECT {columns} FROM incoming_schema_1")
+        conn.execute("DROP TABLE incoming_schema_1")
+        conn.execute("COMMIT")
+    except sqlite3.Error as exc:
+        SqliteStore._rollback(conn)
+        if _is_corruption(exc):
+            raise
+        log.warning("store %s: held QoS 2 messages stay in their schema 1 table: %s", path, exc)
 
 
 _NO_MARKS = {"next_seq": 1, "next_message_id": 1, "next_delivery_id": 1}
@@ -763,6 +820,7 @@ class SqliteStore(Store):
                     f"store {self.path} has schema version {version}, newer than this"
                     f" telemq understands ({SCHEMA_VERSION}); refusing to touch it"
                 )
+            _rebuild_incoming(conn, self.path)
             conn.executescript(_SCHEMA)
             self._quarantined = conn.execute("SELECT COUNT(*) FROM quarantine").fetchone()[0]
             self._marks = self._read_marks(conn)
@@ -851,9 +909,11 @@ class SqliteStore(Store):
     # -- loading --------------------------------------------------------------------------
 
     def _rows(self, conn: sqlite3.Connection, table: str) -> list[Row]:
-        """All rows of `table` in load order, each with its rowid appended."""
+        """All rows of `table` in load order, each with what names it appended (its rowid,
+        or its key in a table without one): `_set_aside` deletes bad rows by it."""
         columns = ", ".join(COLUMNS[table])
-        sql = f"SELECT {columns}, rowid FROM {table} ORDER BY {_LOAD_ORDER[table]}"
+        names = ", ".join(_ROW_KEYS.get(table, ("rowid",)))
+        sql = f"SELECT {columns}, {names} FROM {table} ORDER BY {_LOAD_ORDER[table]}"
         try:
             return conn.execute(sql).fetchall()
         except sqlite3.OperationalError as exc:
@@ -933,7 +993,9 @@ class SqliteStore(Store):
                 [(table, _codec.row_json(table, row), reason, now) for table, row, reason in bad],
             )
             for table, row, _ in bad:
-                conn.execute(f"DELETE FROM {table} WHERE rowid = ?", (row[-1],))
+                names = _ROW_KEYS.get(table, ("rowid",))
+                where = " AND ".join(f"{name} IS ?" for name in names)
+                conn.execute(f"DELETE FROM {table} WHERE {where}", row[-len(names) :])
             conn.executemany("DELETE FROM messages WHERE id = ?", [(m,) for m in orphans])
             conn.execute("COMMIT")
         except BaseException:
