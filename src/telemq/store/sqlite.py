@@ -24,7 +24,7 @@ corrupt or not a database while opening, checking or loading, the file (with its
 `-shm`) is renamed to `telemq.db.corrupt-<UTC time>` for an operator to examine, a new store
 takes its place, and every row that can still be read from the damaged file is copied into
 it (salvage: ranges of rows in unreadable pages are skipped and each skipped range is
-recorded in `quarantine`). The id counters are kept as far as they can be read. A row that
+recorded in `quarantine`; the held QoS 2 messages, a table without rowids, are read whole). The id counters are kept as far as they can be read. A row that
 decodes badly (invalid JSON `data`, qos out of range, text that
 is not UTF-8, a delivery whose message is gone) is moved to the `quarantine` table with the
 reason and the rest loads. Both are logged on the `telemq.store` logger.
