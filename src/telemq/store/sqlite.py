@@ -24,10 +24,11 @@ corrupt or not a database while opening, checking or loading, the file (with its
 `-shm`) is renamed to `telemq.db.corrupt-<UTC time>` for an operator to examine, a new store
 takes its place, and every row that can still be read from the damaged file is copied into
 it (salvage: ranges of rows in unreadable pages are skipped and each skipped range is
-recorded in `quarantine`; the held QoS 2 messages, a table without rowids, are read whole). The id counters are kept as far as they can be read. A row that
-decodes badly (invalid JSON `data`, qos out of range, text that
-is not UTF-8, a delivery whose message is gone) is moved to the `quarantine` table with the
-reason and the rest loads. Both are logged on the `telemq.store` logger.
+recorded in `quarantine`; the held QoS 2 messages, a table without rowids, are read whole).
+The id counters are kept as far as they can be read. A row that decodes badly (invalid JSON
+`data`, qos out of range, text that is not UTF-8, a delivery whose message is gone) is moved
+to the `quarantine` table with the reason and the rest loads. Both are logged on the
+`telemq.store` logger.
 
 Readers. WAL lets `open_journal_reader` connections read while the broker commits; neither
 blocks the other. A reader that keeps one read transaction open for long stops checkpoints
@@ -325,7 +326,7 @@ def _multi_row(sql: str, rows: int) -> str | None:
     table = keyed.group(1)
     columns = [term.partition(" = ")[0] for term in keyed.group(2).split(" AND ")]
     if len(columns) > 1 and table in _ROW_KEYS:
-        return None  # no rowid to join on; a row-value IN scans the table: one row a step
+        return None  # no rowid to join on, and a row-value IN scans the table: stepped
     if len(columns) == 1:
         where = f"{columns[0]} IN ({', '.join('?' * rows)})"
     else:
@@ -345,11 +346,11 @@ _MULTI_ROW: dict[str, tuple[tuple[int, str], ...]] = {
 
 
 _EXACT: dict[tuple[str, int], str] = {}  # (statement, rows) -> its form for exactly that many
-# Deletes by a composite key (a held QoS 2 message's client and packet id) join a VALUES
-# list: building the join costs more than stepping the one-row statement per row, so runs of
-# up to `_EXACT_ROWS` rows are stepped (measured: 8 us against 12 us for 10 rows). Larger
-# runs, which a busy loop leaves to the writer thread, join: there the statement count is
-# what matters.
+# Deletes by a composite key (a retained topic, a subscription) join a VALUES list: building
+# the join costs more than stepping the one-row statement per row, so runs of up to
+# `_EXACT_ROWS` rows are stepped (measured: 8 us against 12 us for 10 rows). Larger runs,
+# which a busy loop leaves to the writer thread, join: there the statement count is what
+# matters. (Held QoS 2 messages have no rowid to join on: always stepped, see `_multi_row`.)
 _JOINED = frozenset(sql for sql, variants in _MULTI_ROW.items() if " JOIN " in variants[0][1])
 
 
