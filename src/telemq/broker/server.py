@@ -441,7 +441,7 @@ class Broker:
         (a QoS 2 message makes four events). Covers the core's whole `Event` union."""
         return {
             MessageReceived: self._on_publish,
-            DeliveryAcknowledged: self._on_delivery_acknowledged,
+            DeliveryAcknowledged: self._on_delivery_done,
             DeliveryReceived: self._on_delivery_received,
             MessageReleased: self._on_release,
             SubscribeRequested: self._on_subscribe,
@@ -457,9 +457,6 @@ class Broker:
 
     def _on_disconnect(self, client: Client, event: DisconnectRequested) -> None:
         client.will = None
-
-    def _on_delivery_acknowledged(self, client: Client, event: DeliveryAcknowledged) -> None:
-        self._on_delivery_done(client, event.ref)
 
     # -- CONNECT / end of connection ---------------------------------------
 
@@ -1205,7 +1202,8 @@ class Broker:
 
     # -- acknowledgements from subscribers ---------------------------------
 
-    def _on_delivery_done(self, client: Client, ref: object) -> None:
+    def _on_delivery_done(self, client: Client, event: DeliveryAcknowledged) -> None:
+        ref = event.ref
         if isinstance(ref, Delivery) and ref.delivery_id:
             self.committer.pending.delete_delivery(ref.delivery_id)
             self._release_message_ref(ref)

@@ -109,6 +109,14 @@ def _encode_connect(packet: Connect) -> bytes:
     return b"\x10" + encode_remaining_length(len(body)) + body
 
 
+def encode_ack(packet_type: PacketType, packet_id: int) -> bytes:
+    """PUBACK, PUBREC, PUBREL (flags 0010) or PUBCOMP for `packet_id`, without a packet
+    object: two or three of these go out per QoS 1/2 message."""
+    return _id_packet(
+        packet_type << 4 | (0x02 if packet_type is PacketType.PUBREL else 0), packet_id
+    )
+
+
 def _id_packet(first_byte: int, packet_id: int) -> bytes:
     if not 0 <= packet_id <= 0xFFFF:
         raise ValueError(f"packet identifier {packet_id} is out of range")

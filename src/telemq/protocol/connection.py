@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import enum
 
-from .codec import PINGRESP_BYTES, Decoder, encode, encode_publish
+from .codec import PINGRESP_BYTES, Decoder, encode, encode_ack, encode_publish
 from .errors import LocalProtocolError
 from .events import (
     ConnectionClosed,
@@ -185,7 +185,7 @@ class Connection:
                 events.append(DeliveryReceived(packet.packet_id, inflight.ref))
             else:
                 # Unknown id: PUBREL anyway, so a peer stuck in the flow completes it.
-                self._out.append(encode(PubRel(packet.packet_id)))
+                self._out.append(encode_ack(PacketType.PUBREL, packet.packet_id))
         elif kind is PubComp:
             assert isinstance(packet, PubComp)
             inflight = flows.complete(packet.packet_id) if flows else None
@@ -264,7 +264,7 @@ class Connection:
     def _resend(self, inflight: Inflight, now: float, out: list[bytes]) -> None:
         inflight.sent_at = now
         if inflight.state is InflightState.RELEASED:
-            out.append(encode(PubRel(inflight.packet_id, dup=False)))
+            out.append(encode_ack(PacketType.PUBREL, inflight.packet_id))
         else:
             out.append(
                 encode_publish(
@@ -282,11 +282,9 @@ class Connection:
             self._out.append(encode(packet))
 
     def acknowledge(self, packet_type: PacketType, packet_id: int) -> None:
-        """Queue PUBACK, PUBREC, PUBREL or PUBCOMP for an id taken from a received packet or
-        the flows (so 1..65535). Built in place: two or three go out per QoS 1/2 message."""
+        """Queue PUBACK, PUBREC, PUBREL or PUBCOMP (`encode_ack`: no packet object)."""
         if not self.closed:
-            first = packet_type << 4 | (0x02 if packet_type is PacketType.PUBREL else 0)
-            self._out.append(bytes((first, 2, packet_id >> 8, packet_id & 0xFF)))
+            self._out.append(encode_ack(packet_type, packet_id))
 
     def send_bytes(self, data: bytes) -> None:
         """Queue already encoded bytes (e.g. a QoS 0 PUBLISH shared by many subscribers)."""
