@@ -2,6 +2,9 @@
 # Installs what telemq needs on a fresh Debian machine, idempotently.
 #   bash scripts/bootstrap.sh          the broker, uvloop, PySpark and Java 17+ (for the demo)
 #   bash scripts/bootstrap.sh --test   plus test tools and Debian's MQTT clients
+# telemq is installed from this checkout with its per-message modules compiled by mypyc
+# (setup.py), which needs a C compiler and Python's headers: installed here when missing.
+# Edits to src/ take effect after running this again (or run from source: PYTHONPATH=src).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,6 +36,9 @@ missing=()
 if [ "$want_test" = 1 ]; then
     command -v mosquitto_sub >/dev/null 2>&1 || missing+=(mosquitto-clients)
 fi
+command -v cc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
+python_h=$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h
+[ -f "$python_h" ] || missing+=(python3-dev)
 major=$(java_major)
 if [ -z "$major" ] || [ "$major" -lt 17 ]; then
     missing+=(openjdk-17-jre-headless)
@@ -48,7 +54,8 @@ if [ -z "$major" ] || [ "$major" -lt 17 ]; then
     exit 1
 fi
 if [ "$want_test" = 1 ]; then
-    "$PYTHON" -m pip install -q --disable-pip-version-check -e ".[test,fast,spark]"
+    "$PYTHON" -m pip install -q --disable-pip-version-check ".[test,fast,spark]"
 else
-    "$PYTHON" -m pip install -q --disable-pip-version-check -e ".[fast,spark]"
+    "$PYTHON" -m pip install -q --disable-pip-version-check ".[fast,spark]"
 fi
+"$PYTHON" -m telemq --version

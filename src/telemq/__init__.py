@@ -1,3 +1,11 @@
 """telemq: an MQTT broker with the IBM MQ publish/subscribe model and a Spark data pipeline."""
 
 __version__ = "0.1.0"
+
+
+def compiled() -> bool:
+    """Whether the per-message modules run compiled by mypyc (the default install) or as
+    Python source (``TELEMQ_PURE_PYTHON=1``, no C compiler, or running from a checkout)."""
+    from .protocol import codec
+
+    return not codec.__file__.endswith(".py")

@@ -35,12 +35,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, cast
 
 from .. import __version__
 from ..commands import COMMAND_TOPICS, RESPONSE_PREFIX, PutResult, Requester
@@ -225,7 +226,10 @@ class Broker:
                 ssl_handshake_timeout=config.limits.connect_timeout if tls else None,
             )
             self._servers.append(server)
-            for sock in server.sockets:
+            # uvloop returns a list where asyncio's stubs say tuple, and the compiled build
+            # checks the declared type: read the attribute untyped.
+            sockets: Sequence[socket.socket] = cast(Any, server).sockets
+            for sock in sockets:
                 host, port = sock.getsockname()[:2]
                 self.bound_ports.append(port)
                 log.info(

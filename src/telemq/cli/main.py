@@ -14,7 +14,7 @@ import importlib
 import importlib.util
 from collections.abc import Callable, Sequence
 
-from .. import __version__
+from .. import __version__, compiled
 
 # Sub-command modules, in help order. A module that is not installed (an
 # optional part of telemq) simply does not add its command.
@@ -26,7 +26,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="telemq",
         description="telemq: an MQTT broker with the IBM MQ publish/subscribe model",
     )
-    parser.add_argument("--version", action="version", version=f"telemq {__version__}")
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"telemq {__version__} ({'compiled' if compiled() else 'pure Python'})",
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         module_name = f"{__package__}.{name}"

@@ -9,6 +9,7 @@ import logging
 import signal
 import sys
 
+from .. import __version__, compiled
 from ..broker import (
     BrokerConfig,
     ConfigError,
@@ -78,12 +79,17 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as error:
         print(f"telemq: configuration error: {error}", file=sys.stderr)
         return 2
+    loop_name = "asyncio"
     if not args.no_uvloop:
         with contextlib.suppress(ImportError):
             import uvloop
 
             uvloop.install()
+            loop_name = "uvloop"
     tune_interpreter()
+    logging.getLogger("telemq.broker").info(
+        "telemq %s (%s, %s)", __version__, "compiled" if compiled() else "pure Python", loop_name
+    )
 
     async def main() -> None:
         stop = asyncio.Event()

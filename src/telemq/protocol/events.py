@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .flows import OwnerRef
 from .packets import Connect, Publish, Subscribe, Unsubscribe
 
 
@@ -42,7 +43,7 @@ class MessageReleased:
     """
 
     packet_id: int
-    message: object | None
+    message: OwnerRef | None
 
 
 @dataclass(slots=True)
@@ -50,7 +51,7 @@ class DeliveryAcknowledged:
     """PUBACK (QoS 1) or PUBCOMP (QoS 2): the outbound delivery `ref` is complete."""
 
     packet_id: int
-    ref: object
+    ref: OwnerRef
 
 
 @dataclass(slots=True)
@@ -58,7 +59,7 @@ class DeliveryReceived:
     """PUBREC for an outbound QoS 2 delivery: the owner sends PUBREL, then awaits PUBCOMP."""
 
     packet_id: int
-    ref: object
+    ref: OwnerRef
 
 
 @dataclass(slots=True)

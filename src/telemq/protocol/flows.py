@@ -18,10 +18,16 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from .errors import LocalProtocolError, PacketIdsExhausted
 
 MAX_PACKET_ID = 65535
+
+# What the owner attaches to a delivery or a held message: opaque to the protocol. A named
+# alias rather than a bare `object` in dataclass fields, because the compiled build (mypyc)
+# resolves those annotations in this module's namespace, where builtins are not found.
+OwnerRef: TypeAlias = object
 
 
 class InflightState(enum.IntEnum):
@@ -38,7 +44,7 @@ class Inflight:
     topic: bytes
     payload: bytes
     retain: bool
-    ref: object
+    ref: OwnerRef
     state: InflightState = InflightState.PUBLISHED
     sent_at: float = 0.0
 
