@@ -47,12 +47,6 @@ class OptionalBuildExt(build_ext):
         except Exception as error:
             self._fall_back(error)
 
-    def build_extensions(self) -> None:
-        try:
-            super().build_extensions()
-        except Exception as error:
-            self._fall_back(error)
-
     def _fall_back(self, error: Exception) -> None:
         print(f"telemq: mypyc build failed ({error}); installing pure Python", file=sys.stderr)
         for ext in self.extensions:

@@ -9,3 +9,8 @@ def compiled() -> bool:
     from .protocol import codec
 
     return not codec.__file__.endswith(".py")
+
+
+def version_text() -> str:
+    """The version and the build that runs (`telemq 0.1.0 (compiled)`): --version, logs."""
+    return f"telemq {__version__} ({'compiled' if compiled() else 'pure Python'})"

@@ -14,7 +14,7 @@ import importlib
 import importlib.util
 from collections.abc import Callable, Sequence
 
-from .. import __version__, compiled
+from .. import version_text
 
 # Sub-command modules, in help order. A module that is not installed (an
 # optional part of telemq) simply does not add its command.
@@ -26,11 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="telemq",
         description="telemq: an MQTT broker with the IBM MQ publish/subscribe model",
     )
-    parser.add_argument(
-        "--version",
-        action="version",
-        version=f"telemq {__version__} ({'compiled' if compiled() else 'pure Python'})",
-    )
+    parser.add_argument("--version", action="version", version=version_text())
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         module_name = f"{__package__}.{name}"

@@ -9,7 +9,7 @@ import logging
 import signal
 import sys
 
-from .. import __version__, compiled
+from .. import version_text
 from ..broker import (
     BrokerConfig,
     ConfigError,
@@ -87,9 +87,7 @@ def run(args: argparse.Namespace) -> int:
             uvloop.install()
             loop_name = "uvloop"
     tune_interpreter()
-    logging.getLogger("telemq.broker").info(
-        "telemq %s (%s, %s)", __version__, "compiled" if compiled() else "pure Python", loop_name
-    )
+    logging.getLogger("telemq.broker").info("%s, %s loop", version_text(), loop_name)
 
     async def main() -> None:
         stop = asyncio.Event()
