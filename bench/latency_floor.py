@@ -1,6 +1,6 @@
 """The latency floor of a Python broker (not a test, not part of telemq).
 
-``python bench/latency_floor.py --port PORT [--durable none|thread|inline]``
+``python bench/latency_floor.py --port PORT [--durable none|thread|inline|handoff]``
 
 A minimal MQTT 3.1.1 forwarder on asyncio (uvloop when installed), written to find out how
 much of telemq's latency at a low message rate is telemq's own work and how much any
@@ -18,7 +18,9 @@ limits. It imports nothing from telemq.
   so one ``fdatasync`` per commit) on a writer thread, batching what arrives meanwhile:
   what telemq's default store does (docs/architecture.md);
 - ``inline``: after the same commit run on the event loop itself (the next message waits
-  behind the ``fdatasync``).
+  behind the ``fdatasync``);
+- ``handoff``: after a round trip to the writer thread that writes nothing: what handing the
+  commit to another thread costs by itself, without SQLite or the disk.
 
 Measure it with the yardstick (docs/performance.md, "How to reproduce") next to telemq, e.g.
 ``./bench.sh 'telemq=...' 'floor=python3 bench/latency_floor.py --port {port}'
@@ -82,12 +84,13 @@ class Forwarder:
         self.writer: ThreadPoolExecutor | None = None
         self.pending: list[tuple[list[bytes], Callable[[], None]]] = []
         self.committing = False
-        if durable != "none":
+        if durable in ("thread", "inline"):
             path = os.path.join(directory, "floor.db")
             self.database = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
             self.database.execute("PRAGMA journal_mode=WAL")
             self.database.execute("PRAGMA synchronous=FULL")
             self.database.execute("CREATE TABLE IF NOT EXISTS log (payload BLOB)")
+        if durable in ("thread", "handoff"):
             self.writer = ThreadPoolExecutor(1, thread_name_prefix="floor-writer")
 
     def subscribe(self, peer: Peer, topic_filter: str, qos: int) -> None:
@@ -121,7 +124,8 @@ class Forwarder:
             self._submit()
 
     def _commit(self, payloads: list[bytes]) -> None:
-        assert self.database is not None
+        if self.database is None:
+            return  # --durable handoff: the round trip alone
         self.database.execute("BEGIN")
         self.database.executemany("INSERT INTO log VALUES (?)", [(p,) for p in payloads])
         self.database.execute("COMMIT")
@@ -259,7 +263,9 @@ async def serve(port: int, durable: str, directory: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, default=1883)
-    parser.add_argument("--durable", choices=("none", "thread", "inline"), default="none")
+    parser.add_argument(
+        "--durable", choices=("none", "thread", "inline", "handoff"), default="none"
+    )
     args = parser.parse_args()
     try:
         import uvloop

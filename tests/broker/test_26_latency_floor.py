@@ -22,7 +22,7 @@ def _listening(port: int) -> bool:
         return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
-@pytest.fixture(params=["none", "thread", "inline"])
+@pytest.fixture(params=["none", "thread", "inline", "handoff"])
 def floor_port(request: pytest.FixtureRequest) -> Iterator[int]:
     port = free_port()
     process = subprocess.Popen(
