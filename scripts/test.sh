@@ -2,11 +2,13 @@
 # Every test, as CI runs them: installs telemq and the test tools (scripts/bootstrap.sh), runs
 # the whole suite against the installed, compiled build, then every test but the Spark ones
 # against the source (pure Python: what an install without a C compiler runs; the pipeline
-# is not compiled, so its Spark tests would only repeat themselves). Arguments go to pytest.
+# is not compiled, so its Spark tests would only repeat themselves; PYTHONPATH is absolute so
+# that the brokers the tests start in their own directories run the source too). Arguments go
+# to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh --test
 echo "== the compiled build" >&2
 TELEMQ_EXPECT_BUILD=compiled python3 -m pytest "$@"
 echo "== pure Python, from the source" >&2
-TELEMQ_EXPECT_BUILD=pure PYTHONPATH=src python3 -m pytest -m "not spark" "$@"
+TELEMQ_EXPECT_BUILD=pure PYTHONPATH="$PWD/src" python3 -m pytest -m "not spark" "$@"

@@ -10,6 +10,8 @@ from __future__ import annotations
 import ast
 import importlib
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import telemq
@@ -41,3 +43,18 @@ def test_the_build_is_the_one_the_test_run_expects() -> None:
     expected = os.environ.get("TELEMQ_EXPECT_BUILD", "compiled" if telemq.compiled() else "pure")
     assert expected in ("compiled", "pure"), expected
     assert telemq.compiled() is (expected == "compiled")
+
+
+def test_a_broker_started_elsewhere_runs_the_same_telemq(tmp_path: Path) -> None:
+    """Tests start brokers as `python -m telemq` in their own directories: those must run
+    the telemq this test run imports (a relative PYTHONPATH would not be found there)."""
+    result = subprocess.run(
+        [sys.executable, "-c", "import telemq; print(telemq.__file__, telemq.compiled())"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    path, compiled = result.stdout.split()
+    assert Path(path) == Path(telemq.__file__).resolve()
+    assert compiled == str(telemq.compiled())

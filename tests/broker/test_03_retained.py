@@ -1,6 +1,7 @@
 """Retained messages [MQTT-3.3.1-5..12].
 
-Retained messages are sent right after the SUBACK, before anything published later; tests that
+Retained messages are sent before anything published later (right after the SUBACK for a clean
+session; a persistent session's may come before it); tests that
 show a retained message is *absent* publish a live sentinel after subscribing and stop there.
 """
 
@@ -11,12 +12,20 @@ from collections.abc import Callable
 import pytest
 
 from .helpers import (
+    DISCONNECT_BYTES,
     MQTT31,
     MQTT311,
+    PUBACK,
+    PUBLISH,
+    SUBACK,
     BrokerProcess,
     PahoClient,
+    Publish,
     RawClient,
+    ack_packet,
     collect_until,
+    parse_publish,
+    subscribe_packet,
     unique,
 )
 
@@ -38,6 +47,63 @@ def retained_on_subscribe(
     got = collect_until(sub, b"sentinel")
     assert (got[-1].retain, got[-1].topic) == (False, sentinel_topic)
     return [(m.topic, m.payload, m.qos, m.retain) for m in got[:-1]]
+
+
+def _publications_until(client: RawClient, last: bytes) -> list[Publish]:
+    """PUBLISH packets (acknowledged) until the one with payload ``last``; a SUBACK on the way
+    is skipped, wherever it comes."""
+    got: list[Publish] = []
+    while not got or got[-1].payload != last:
+        packet = client.recv_packet()
+        if packet.type == SUBACK:
+            continue
+        assert packet.type == PUBLISH, packet
+        message = parse_publish(packet)
+        if message.qos == 1:
+            assert message.pid is not None
+            client.send(ack_packet(PUBACK, message.pid))
+        got.append(message)
+    return got
+
+
+@pytest.mark.parametrize("clean", [True, False], ids=["clean", "persistent"])
+def test_publications_racing_a_subscribe_never_overtake_the_retained_one(
+    port: int, raw_factory: RawFactory, clean: bool
+) -> None:
+    """[MQTT-4.6.0-5] and [MQTT-3.3.1-6]: a SUBSCRIBE and a burst of newer publications (every
+    other one retained) race in the broker. The subscriber gets the retained message current
+    when its subscription was made, then the later ones, in order and each once."""
+    topic = unique("race/")
+    pub = raw_factory(port, connected=True)
+    pub.publish(topic, b"000", qos=1, retain=True)
+    sub = raw_factory(port, connected=True, clean=clean)
+    sub.send(subscribe_packet(1, [(topic, 1)]))
+    for number in range(1, 41):
+        pub.publish(topic, b"%03d" % number, qos=1, retain=number % 2 == 0, complete=False)
+    pub.publish(topic, b"end", qos=1, complete=False)
+    got = _publications_until(sub, b"end")
+    numbers = [int(m.payload) for m in got[:-1]]
+    assert numbers == sorted(set(numbers)), f"out of order or twice: {numbers}"
+    assert [m.retain for m in got] == [True] + [False] * (len(got) - 1), got
+
+
+def test_retained_messages_outlive_a_disconnect_before_the_suback(
+    port: int, raw_factory: RawFactory
+) -> None:
+    """A persistent session that subscribes and leaves at once still gets the retained
+    message when it comes back [MQTT-3.3.1-6, MQTT-3.1.2-5]."""
+    topic = unique("leave/")
+    pub = raw_factory(port, connected=True)
+    pub.publish(topic, b"kept", qos=1, retain=True)
+    client_id = unique("leaver")
+    sub = raw_factory(port, connected=True, client_id=client_id, clean=False)
+    sub.send(subscribe_packet(1, [(topic, 1)]) + DISCONNECT_BYTES)
+    sub.close()
+    again = raw_factory(port)
+    ack = again.connect(client_id, clean=False)
+    assert ack.session_present
+    got = _publications_until(again, b"kept")
+    assert [(m.topic, m.payload, m.retain) for m in got] == [(topic, b"kept", True)]
 
 
 @pytest.mark.parametrize("version", [MQTT31, MQTT311], ids=["mqtt31", "mqtt311"])

@@ -142,6 +142,34 @@ def test_delete_pub_partial_authorization(
     assert [(m.topic, m.payload) for m in probe.deliveries() if m.retain] == [(hers, b"kept")]
 
 
+def test_delete_pub_with_a_wildcard_checks_each_retained_topic(
+    broker: BrokerProcess, clients: ClientFactory, form: str
+) -> None:
+    """Wildcards are allowed in DeletePub (mq-reference 2.5): the retained publications on
+    topics the user may publish to are deleted; if others matched, one warning 3081 names
+    the filter."""
+    alice = _as(clients, broker, "alice")
+    leaf = unique("wild")
+    hers, common = f"alice/{leaf}", f"open/{leaf}"
+    alice.publish(hers, b"hers", qos=1, retain=True)
+    alice.publish(common, b"common", qos=1, retain=True)
+    bob = _as(clients, broker, "bob")
+    responses = assert_warning(
+        bob.command({"Command": "DeletePub", "Topic": f"+/{leaf}"}, form=form), 3081
+    )
+    assert responses[0].get("Topic") == f"+/{leaf}"
+    probe = _as(clients, broker, "bob")
+    probe.subscribe([(hers, 1), (common, 1)])
+    probe.sync()
+    assert [(m.topic, m.payload) for m in probe.deliveries() if m.retain] == [(hers, b"hers")]
+    # alice may publish to both: everything matching goes, no warning.
+    assert_ok(alice.command({"Command": "DeletePub", "Topic": f"+/{leaf}"}, form=form))
+    late = _as(clients, broker, "bob")
+    late.subscribe([(hers, 1), (common, 1)])
+    late.sync()
+    assert [m for m in late.deliveries() if m.retain] == []
+
+
 def test_denied_mqtt_publish_is_never_delivered_nor_retained(
     broker: BrokerProcess, clients: ClientFactory
 ) -> None:
@@ -255,6 +283,35 @@ def test_variable_user_id_lets_other_users_address_the_subscription(
     assert [(m.payload, m.retain) for m in got] == [(b"state", True)]
     # ... and deregister it.
     assert_ok(bob.command({"Command": "DeregSub", **target}, form=form))
+    assert alice.list_subs(QName=queue) == []
+
+
+def test_another_user_addresses_a_variable_user_id_subscription_only_with_the_option(
+    broker: BrokerProcess, clients: ClientFactory, form: str
+) -> None:
+    """mq-reference 2.1, VariableUserId: "Must also be supplied on DeregSub/ReqUpdate for such
+    subscriptions" (by another user: the owner addresses it either way)."""
+    alice = _as(clients, broker, "alice")
+    bob = _as(clients, broker, "bob")
+    queue = unique("q")
+    topic = unique("open/varopt/")
+    alice.publish(topic, b"state", qos=1, retain=True)
+    reply = alice.command(
+        {
+            "Command": "RegSub",
+            "Topic": topic,
+            "QName": queue,
+            "RegOpt": ["VariableUserId", "PubOnReqOnly"],
+        },
+        form=form,
+    )
+    assert_ok(reply)
+    target = {"Topic": topic, "QName": queue}
+    assert_error(bob.command({"Command": "ReqUpdate", **target}, form=form), 3151)
+    assert_error(bob.command({"Command": "DeregSub", **target}, form=form), 3151)
+    assert len(alice.list_subs(QName=queue)) == 1
+    assert_ok(alice.command({"Command": "ReqUpdate", **target}, form=form))
+    assert_ok(alice.command({"Command": "DeregSub", **target}, form=form))
     assert alice.list_subs(QName=queue) == []
 
 

@@ -94,6 +94,39 @@ def test_join_shared_by_two_identities(sub: Sub, clients: ClientFactory) -> None
     assert [m.payload for m in receiver.deliveries(sub.topic)] == [b"shared"]
 
 
+def test_join_shared_with_correl_as_id_is_not_an_alteration(sub: Sub) -> None:
+    """CorrelAsId only says which subscription is meant (its CorrelId is part of the
+    identity): a second identity joins a shared CorrelAsId subscription (not 3155)."""
+    mqmd = {"CorrelId": "0A0B"}
+    psc = {"Command": "RegSub", "Topic": sub.topic, "QName": sub.queue}
+    for member in ("appA", "appB"):
+        reply = sub.client.command(
+            {**psc, "RegOpt": ["CorrelAsId", "JoinShared"], "SubIdentity": member},
+            form=sub.form,
+            mqmd=mqmd,
+        )
+        assert_ok(reply)
+    assert sub.members() == {"appA": "shared", "appB": "shared"}
+
+
+def test_repointing_by_sub_name_is_an_alteration(sub: Sub) -> None:
+    """Re-pointing a named subscription changes it: an identity outside the set without a Join
+    option gets 3154, and one sharing it with others gets 3155; the subscription stays."""
+    name = unique("n")
+    assert_ok(sub.reg("appA", "JoinExcl", SubName=name))
+    elsewhere = {"Command": "RegSub", "Topic": unique("ids/moved/"), "QName": sub.queue}
+    reply = sub.client.command(
+        {**elsewhere, "SubName": name, "SubIdentity": "appB", "RegOpt": "NonPers"},
+        form=sub.form,
+    )
+    assert_error(reply, 3154)
+    assert_ok(sub.reg("appA", "JoinShared", SubName=name))
+    assert_ok(sub.reg("appB", "JoinShared", SubName=name))
+    reply = sub.client.command({**elsewhere, "SubName": name, "SubIdentity": "appB"}, form=sub.form)
+    assert_error(reply, 3155)
+    assert [s["Topic"] for s in sub.client.list_subs(SubName=name)] == [[sub.topic]]
+
+
 def test_join_shared_with_no_alter_joins_without_altering(sub: Sub) -> None:
     assert_ok(sub.reg("appA", "JoinShared", SubUserData="first"))
     assert_ok(sub.reg("appB", "JoinShared", "NoAlter", "InformIfRet", SubUserData="second"))

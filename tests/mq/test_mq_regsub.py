@@ -293,6 +293,34 @@ def test_req_update_by_sub_name(broker: BrokerProcess, clients: ClientFactory, f
     assert [m.payload for m in client.wait_deliveries(1, topic)] == [b"state"]
 
 
+def test_req_update_by_sub_name_is_for_the_subscriptions_own_topic(
+    broker: BrokerProcess, clients: ClientFactory, form: str
+) -> None:
+    """A SubName addresses one subscription: the update is of its topic. Another Topic (or
+    `#`) would hand out retained publications the subscription never covered: 3073; more
+    than one Topic: 3072."""
+    publisher = clients(broker.port)
+    mine = unique("rs/own/")
+    other = unique("rs/other/")
+    publisher.publish(mine, b"mine", qos=1, retain=True)
+    publisher.publish(other, b"not mine", qos=1, retain=True)
+    client = clients(broker.port)
+    name = unique("name")
+    reply = client.command(
+        {"Command": "RegSub", "Topic": mine, "SubName": name, "RegOpt": "PubOnReqOnly"},
+        form=form,
+    )
+    assert_ok(reply)
+    by_name = {"Command": "ReqUpdate", "SubName": name}
+    assert_error(client.command({**by_name, "Topic": other}, form=form), 3073)
+    assert_error(client.command({**by_name, "Topic": "#"}, form=form), 3073)
+    assert_error(client.command({**by_name, "Topic": [mine, other]}, form=form), 3072)
+    assert_ok(client.command({**by_name, "Topic": mine}, form=form))
+    assert [m.payload for m in client.wait_deliveries(1, mine)] == [b"mine"]
+    client.sync(publisher)
+    assert [m.topic for m in client.deliveries()] == [mine]
+
+
 def test_correl_as_id_identities_share_one_queue(
     broker: BrokerProcess, clients: ClientFactory, form: str
 ) -> None:
@@ -525,6 +553,88 @@ def test_sub_name_repoints_the_named_subscription(
     client.wait_deliveries(1, new)
     client.sync(publisher)
     assert client.deliveries(old) == []
+
+
+def test_a_sub_name_with_several_topics_is_3153(
+    broker: BrokerProcess, clients: ClientFactory, form: str
+) -> None:
+    """A SubName names one subscription: with several Topics it would name several."""
+    client = clients(broker.port)
+    queue = unique("q")
+    name = unique("n")
+    topics = [unique("rs/n1/"), unique("rs/n2/")]
+    reply = client.command(
+        {"Command": "RegSub", "Topic": topics, "QName": queue, "SubName": name}, form=form
+    )
+    assert_error(reply, 3153)
+    assert client.list_subs(QName=queue) == []
+
+
+def test_repointing_applies_the_new_options(
+    broker: BrokerProcess, clients: ClientFactory, form: str
+) -> None:
+    """Re-pointing by SubName is a re-registration: its RegOpt, SubUserData and persistence
+    apply (here PubOnReqOnly: the new topic's retained publication is not sent)."""
+    client = clients(broker.port)
+    publisher = clients(broker.port)
+    queue = unique("q")
+    name = unique("n")
+    old = unique("rs/from/")
+    new = unique("rs/to/")
+    publisher.publish(new, b"retained", qos=1, retain=True)
+    base = {"Command": "RegSub", "QName": queue, "SubName": name}
+    assert_ok(client.command({**base, "Topic": old}, form=form))
+    reply = client.command(
+        {
+            **base,
+            "Topic": new,
+            "RegOpt": ["PubOnReqOnly", "NonPers"],
+            "SubUserData": "moved",
+        },
+        form=form,
+    )
+    assert_ok(reply)
+    listed = client.list_subs(SubName=name)
+    assert [s["Topic"] for s in listed] == [[new]]
+    assert {"PubOnReqOnly", "NonPers"} <= set(listed[0]["RegOpt"])
+    assert listed[0].get("SubUserData") == ["moved"]
+    receiver = clients(broker.port, queue, clean=False)  # the queue's session
+    receiver.sync(publisher)
+    assert receiver.deliveries(new) == []
+    # NoAlter re-points and keeps the attributes.
+    back = {**base, "Topic": old, "RegOpt": "NoAlter"}
+    assert_ok(client.command(back, form=form))
+    listed = client.list_subs(SubName=name)
+    assert [s["Topic"] for s in listed] == [[old]]
+    assert "PubOnReqOnly" in listed[0]["RegOpt"]
+
+
+def test_dups_ok_is_accepted_and_kept(
+    broker: BrokerProcess, clients: ClientFactory, form: str
+) -> None:
+    client = clients(broker.port)
+    queue = unique("q")
+    topic = unique("rs/dups/")
+    reply = client.command(
+        {"Command": "RegSub", "Topic": topic, "QName": queue, "RegOpt": "DupsOK"}, form=form
+    )
+    assert_ok(reply)
+    assert "DupsOK" in _options(client, queue, topic)
+
+
+def test_full_resp_with_several_topics_on_dereg_sub_is_3083(
+    broker: BrokerProcess, clients: ClientFactory, form: str
+) -> None:
+    client = clients(broker.port)
+    queue = unique("q")
+    topics = [unique("rs/f1/"), unique("rs/f2/")]
+    assert_ok(client.command({"Command": "RegSub", "Topic": topics, "QName": queue}, form=form))
+    reply = client.command(
+        {"Command": "DeregSub", "Topic": topics, "QName": queue, "RegOpt": "FullResp"},
+        form=form,
+    )
+    assert_error(reply, 3083)
+    assert len(client.list_subs(QName=queue)) == 2
 
 
 def test_sub_name_repointed_onto_another_subscription_is_3152(

@@ -57,8 +57,8 @@ class CommandHost:
     def subscription_removed(self, subscription: Subscription) -> None:
         self.broker.forget_subscription(subscription)
 
-    def send_retained(self, subscription: Subscription, topic_filter: str) -> int:
-        return self.broker.send_retained(subscription, topic_filter)
+    def send_retained(self, subscription: Subscription) -> int:
+        return self.broker.send_retained(subscription)
 
     def publish(
         self,
@@ -71,16 +71,17 @@ class CommandHost:
     ) -> None:
         self.broker.publish_as(requester, topic, body, retain, exclude_queue, expiry)
 
-    def delete_retained(self, sub_point: str, topic: str) -> int:
+    def retained_topics(self, sub_point: str, topic_filter: str) -> list[str]:
+        retained = self.broker.retained.get(sub_point, {})
+        return [t for t in retained if topic_matches(topic_filter, t)]
+
+    def delete_retained(self, sub_point: str, topic: str) -> bool:
         broker = self.broker
-        retained = broker.retained.get(sub_point, {})
-        doomed = [t for t in retained if topic_matches(topic, t)]
-        for name in doomed:
-            del retained[name]
-            broker.committer.pending.delete_retained(sub_point, name)
-        if doomed:
-            broker.committer.schedule()
-        return len(doomed)
+        if broker.retained.get(sub_point, {}).pop(topic, None) is None:
+            return False
+        broker.committer.pending.delete_retained(sub_point, topic)
+        broker.committer.schedule()
+        return True
 
     def put_to_queue(
         self, requester: Requester, queue: str, topic: str, body: bytes, qos: int

@@ -1294,15 +1294,27 @@ class Broker:
             accepted.append(subscription)
         packet_id = packet.packet_id
 
-        def answer() -> None:
+        def acknowledge() -> None:
             if connection.closed or client.session is not session:
                 return
             connection.send(SubAck(packet_id, codes))
-            for subscription in accepted:
-                self.send_retained(subscription, subscription.topic)
             client.mark_dirty()
 
-        self.committer.after(answer)
+        # The retained messages are taken and queued now, before any later publication can
+        # be routed to the new subscriptions: a live message never overtakes the retained one
+        # it replaced, nor arrives twice [MQTT-4.6.0-5], and a persistent session keeps them
+        # if the client goes before the SUBACK [MQTT-3.3.1-6]. A clean session's SUBACK goes
+        # first, as Mosquitto's does; a persistent session's waits until its subscriptions
+        # are durable, and the retained messages may precede it (the server may send
+        # matching PUBLISH packets before the SUBACK, MQTT 3.1.1 section 3.8.4).
+        if session.persistent:
+            for subscription in accepted:
+                self.send_retained(subscription)
+            self.committer.after(acknowledge)
+        else:
+            acknowledge()
+            for subscription in accepted:
+                self.send_retained(subscription)
 
     def save_subscription(self, subscription: Subscription) -> None:
         session = self.sessions.get(subscription.queue)
@@ -1318,9 +1330,10 @@ class Broker:
             self.committer.pending.delete_subscription(subscription.queue, str(subscription.id))
             self.committer.schedule()
 
-    def send_retained(self, subscription: Subscription, topic_filter: str) -> int:
-        """Send the retained messages matching `topic_filter` (and the subscription's filter)
-        to the subscription's queue; returns how many."""
+    def send_retained(self, subscription: Subscription) -> int:
+        """Send the retained messages matching the subscription (its topic and filter) to
+        its queue; returns how many."""
+        topic_filter = subscription.topic
         retained = self.retained.get(subscription.sub_point)
         session = self.sessions.get(subscription.queue)
         if not retained or session is None:

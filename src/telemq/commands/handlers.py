@@ -34,6 +34,7 @@ REGSUB_OPTIONS = frozenset(
     {
         "AddName",
         "CorrelAsId",
+        "DupsOK",
         "FullResp",
         "InformIfRet",
         "JoinExcl",
@@ -48,6 +49,9 @@ REGSUB_OPTIONS = frozenset(
     }
 )
 COMMAND_ONLY_OPTIONS = frozenset({"AddName", "FullResp", "JoinExcl", "JoinShared", "NoAlter"})
+# Options that do not alter an existing subscription's attributes: the command-only ones, and
+# CorrelAsId, which addresses the subscription (its CorrelId is part of the identity).
+NOT_ALTERING_OPTIONS = COMMAND_ONLY_OPTIONS | {"CorrelAsId"}
 DEREGSUB_OPTIONS = frozenset(
     {"CorrelAsId", "DeregAll", "FullResp", "LeaveOnly", "VariableUserId", "None"}
 )
@@ -103,7 +107,7 @@ class Host(Protocol):
 
     def subscription_removed(self, subscription: Subscription) -> None: ...
 
-    def send_retained(self, subscription: Subscription, topic_filter: str) -> int: ...
+    def send_retained(self, subscription: Subscription) -> int: ...
 
     def publish(
         self,
@@ -115,7 +119,9 @@ class Host(Protocol):
         expiry: float | None = None,
     ) -> None: ...
 
-    def delete_retained(self, sub_point: str, topic: str) -> int: ...
+    def retained_topics(self, sub_point: str, topic_filter: str) -> list[str]: ...
+
+    def delete_retained(self, sub_point: str, topic: str) -> bool: ...
 
     def put_to_queue(
         self, requester: Requester, queue: str, topic: str, body: bytes, qos: int
@@ -301,6 +307,12 @@ def reg_sub(command: Command, requester: Requester, registry: Registry, host: Ho
         )
     if name.startswith("MQ"):
         raise CommandFailed(ReasonCode.SUB_NAME_ERROR, "names beginning MQ are reserved")
+    if name and len(topics) > 1:
+        raise CommandFailed(
+            ReasonCode.SUB_NAME_ERROR,
+            "a SubName names one subscription: give one Topic with it",
+            SubName=name,
+        )
     sub_point = _sub_point(command, requester, host)
     identity = _identity(command, requester, host, "CorrelAsId" in options)
     filter_text, compiled = _filter(command)
@@ -339,9 +351,24 @@ def reg_sub(command: Command, requester: Requester, registry: Registry, host: Ho
         key = (identity, topic, sub_point, filter_text)
         existing = registry.get(key)
         if named is not None and existing is None:
-            # Re-point the named subscription to the new traditional identity/topic.
+            # Re-point the named subscription to the new traditional identity/topic: an
+            # alteration like any other (identity set, options, user data, expiry).
+            update = _plan_update(
+                named,
+                name,
+                member,
+                options,
+                persistence,
+                stored,
+                user_data,
+                expiry_at,
+                requester,
+                registry,
+                warnings,
+                repoint=True,
+            )
             plans.append(
-                _plan_repoint(named, identity, topic, filter_text, compiled, registry, host)
+                _plan_repoint(named, identity, topic, filter_text, compiled, registry, host, update)
             )
             continue
         if named is not None and existing is not None and existing is not named:
@@ -395,7 +422,7 @@ def reg_sub(command: Command, requester: Requester, registry: Registry, host: Ho
         if "NewPubsOnly" not in subscription.options and "PubOnReqOnly" not in (
             subscription.options
         ):
-            host.send_retained(subscription, subscription.topic)
+            host.send_retained(subscription)
     reply = Reply("warning" if warnings else "ok", warnings)
     if "FullResp" in options and len(applied) == 1:
         reply.attributes = _attributes(applied[0])
@@ -460,7 +487,10 @@ def _plan_update(
     requester: Requester,
     registry: Registry,
     warnings: list[Reason],
+    repoint: bool = False,
 ) -> Callable[[], Subscription]:
+    """Plan the re-registration of `existing`; `repoint`: it also moves to another identity,
+    topic or filter, which alters it even without any option."""
     if name and existing.name != name:
         if not existing.name and "AddName" not in options:
             raise CommandFailed(
@@ -490,11 +520,12 @@ def _plan_update(
             SubIdentity=member,
         )
     join = _join(existing, member, options, warnings) if member else None
-    # Join, AddName, NoAlter and FullResp act on the command, not on the attributes.
-    setting = [o for o in options if o not in COMMAND_ONLY_OPTIONS]
+    # Join, AddName, NoAlter and FullResp act on the command, not on the attributes, and
+    # CorrelAsId only says which subscription is meant.
+    setting = [o for o in options if o not in NOT_ALTERING_OPTIONS]
     alter = "NoAlter" not in options
-    changes = bool(setting) or user_data is not None
-    if alter and changes and member and any(m != member for m in existing.members):
+    changes = bool(setting) or user_data is not None or repoint
+    if (alter or repoint) and changes and member and any(m != member for m in existing.members):
         raise CommandFailed(
             ReasonCode.SUBSCRIPTION_IN_USE,
             "other identities share the subscription: it cannot be altered",
@@ -538,7 +569,10 @@ def _plan_repoint(
     compiled: Filter | None,
     registry: Registry,
     host: Host,
+    update: Callable[[], Subscription],
 ) -> Callable[[], Subscription]:
+    """Plan moving `named` to a new identity/topic/filter, then `update` (its attributes)."""
+
     def apply() -> Subscription:
         registry.remove(named)
         if identity.queue != named.queue:
@@ -548,7 +582,7 @@ def _plan_repoint(
         named.filter_text = filter_text
         named.compiled = compiled
         registry.add(named)
-        return named
+        return update()
 
     return apply
 
@@ -557,13 +591,35 @@ def _plan_repoint(
 
 
 def _may_address(subscription: Subscription, requester: Requester) -> bool:
+    """RegSub: the owner, or anyone for a VariableUserId subscription."""
     return subscription.owner == requester.user_id or "VariableUserId" in subscription.options
+
+
+def _check_addressable(
+    subscription: Subscription, requester: Requester, options: list[str]
+) -> None:
+    """DeregSub and ReqUpdate: another user's VariableUserId subscription only with the
+    option on the command too [MQ: "must also be supplied on DeregSub/ReqUpdate"]."""
+    if subscription.owner == requester.user_id:
+        return
+    if "VariableUserId" not in subscription.options:
+        raise CommandFailed(
+            ReasonCode.WRONG_USER, f"the subscription belongs to {subscription.owner!r}"
+        )
+    if "VariableUserId" not in options:
+        raise CommandFailed(
+            ReasonCode.WRONG_USER,
+            f"the subscription belongs to {subscription.owner!r}: another user addresses it"
+            " with RegOpt VariableUserId",
+        )
 
 
 def dereg_sub(command: Command, requester: Requester, registry: Registry, host: Host) -> Reply:
     options = _options(command, "RegOpt", DEREGSUB_OPTIONS, ReasonCode.REG_OPTIONS_ERROR)
     if "FullResp" in options and "DeregAll" in options:
         raise CommandFailed(ReasonCode.REG_OPTIONS_ERROR, "FullResp cannot go with DeregAll")
+    if "FullResp" in options and len(command.all("Topic")) > 1:
+        raise CommandFailed(ReasonCode.REG_OPTIONS_ERROR, "FullResp allows only one Topic")
     member = command.first("SubIdentity")
     if "LeaveOnly" in options and not member:
         raise CommandFailed(ReasonCode.SUB_IDENTITY_ERROR, "LeaveOnly needs a SubIdentity")
@@ -613,10 +669,7 @@ def dereg_sub(command: Command, requester: Requester, registry: Registry, host: 
                 raise CommandFailed(ReasonCode.NOT_REGISTERED, "not registered", Topic=missing[0])
             warnings.extend(Reason(ReasonCode.NOT_REGISTERED, {"Topic": t}) for t in missing)
     for target in targets:
-        if not _may_address(target, requester):
-            raise CommandFailed(
-                ReasonCode.WRONG_USER, f"the subscription belongs to {target.owner!r}"
-            )
+        _check_addressable(target, requester, options)
         if member and "LeaveOnly" not in options and any(m != member for m in target.members):
             raise CommandFailed(
                 ReasonCode.SUBSCRIPTION_IN_USE,
@@ -646,12 +699,13 @@ def req_update(command: Command, requester: Requester, registry: Registry, host:
     topics = command.all("Topic")
     name = command.first("SubName")
     sub_point = _sub_point(command, requester, host)
+    if len(topics) > 1 or (not topics and not name):
+        raise CommandFailed(ReasonCode.TOPIC_ERROR, "ReqUpdate takes exactly one Topic")
+    if topics:
+        _check_filters(topics)
     if name:
         subscription = registry.by_name(sub_point, name)
     else:
-        if len(topics) != 1:
-            raise CommandFailed(ReasonCode.TOPIC_ERROR, "ReqUpdate takes exactly one Topic")
-        _check_filters(topics)
         identity = _identity(command, requester, host, "CorrelAsId" in options)
         filter_text, _ = _filter(command)
         subscription = registry.get((identity, topics[0], sub_point, filter_text))
@@ -661,14 +715,17 @@ def req_update(command: Command, requester: Requester, registry: Registry, host:
             "no subscription with this identity, topic, subscription point and filter",
             **({"Topic": topics[0]} if topics else {}),
         )
-    if not _may_address(subscription, requester):
-        raise CommandFailed(ReasonCode.WRONG_USER, "the subscription belongs to another user")
-    sent = host.send_retained(subscription, topics[0] if topics else subscription.topic)
-    if not sent:
-        return Reply(
-            "warning",
-            [Reason(ReasonCode.NO_RETAINED_MSG, {"Topic": topics[0] if topics else ""})],
+    _check_addressable(subscription, requester, options)
+    if topics and topics[0] != subscription.topic:
+        # The update is of the subscription's own topic: another one would hand out
+        # retained publications the subscription (and its authorization) never covered.
+        raise CommandFailed(
+            ReasonCode.NOT_REGISTERED,
+            f"subscription {name!r} is for another topic",
+            Topic=topics[0],
         )
+    if not host.send_retained(subscription):
+        return Reply("warning", [Reason(ReasonCode.NO_RETAINED_MSG, {"Topic": subscription.topic})])
     return Reply("ok")
 
 
@@ -706,10 +763,21 @@ def delete_pub(command: Command, requester: Requester, registry: Registry, host:
     sub_point = _sub_point(command, requester, host)
     warnings: list[Reason] = []
     for topic in topics:
-        if not host.may_publish(requester, topic):
+        if "+" in topic or "#" in topic:
+            # Authorization is per retained publication: those on topics the user may
+            # publish to go; if any other matched, one warning names the filter.
+            refused = False
+            for name in host.retained_topics(sub_point, topic):
+                if host.may_publish(requester, name):
+                    host.delete_retained(sub_point, name)
+                else:
+                    refused = True
+            if refused:
+                warnings.append(Reason(ReasonCode.NOT_AUTHORIZED, {"Topic": topic}))
+        elif host.may_publish(requester, topic):
+            host.delete_retained(sub_point, topic)
+        else:
             warnings.append(Reason(ReasonCode.NOT_AUTHORIZED, {"Topic": topic}))
-            continue
-        host.delete_retained(sub_point, topic)
     return Reply("warning" if warnings else "ok", warnings)
 
 

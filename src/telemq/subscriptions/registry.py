@@ -50,7 +50,15 @@ PERSISTENCE_RANK: dict[Persistence, int] = {
 
 # Options kept on a subscription (the others act on the command only).
 STORED_OPTIONS = frozenset(
-    {"CorrelAsId", "InformIfRet", "Local", "NewPubsOnly", "PubOnReqOnly", "VariableUserId"}
+    {
+        "CorrelAsId",
+        "DupsOK",
+        "InformIfRet",
+        "Local",
+        "NewPubsOnly",
+        "PubOnReqOnly",
+        "VariableUserId",
+    }
 )
 
 
