@@ -151,6 +151,7 @@ def test_password_stdin_on_a_terminal(
         (["*"], "pw\n", "invalid user name"),
         (["anonymous"], "pw\n", "invalid user name"),
         ([""], "pw\n", "invalid user name"),
+        (["\udcff"], "pw\n", "not valid UTF-8"),  # how Python passes a non-UTF-8 argument
         (["erin", "--iterations", "0"], "pw\n", "--iterations"),
     ],
 )

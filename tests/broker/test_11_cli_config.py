@@ -310,3 +310,49 @@ def test_unparsable_config_fails_with_nonzero_exit(tmp_path: Path) -> None:
     result = run_cli("serve", "--config", str(bad), "--port", str(free_port()), cwd=tmp_path)
     assert result.returncode != 0
     assert "Traceback" not in result.stderr, result.stderr
+
+
+def test_a_second_broker_on_the_same_data_dir_is_refused(broker_factory: BrokerFactory) -> None:
+    """Two brokers writing one store would refuse each other's writes: the second one does
+    not start, and says why."""
+    first = broker_factory()
+    args = ["serve", "--port", str(free_port()), "--data-dir", str(first.data_dir)]
+    result = run_cli(*args, cwd=first.workdir)
+    assert result.returncode == 2, result.stderr
+    assert "in use by another process" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    with raw_connected(first.port) as client:  # the first one carries on
+        client.publish(unique("still/"), b"ok", qos=1)
+
+
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        ("data dir is a file", "cannot start: cannot create data directory"),
+        ("config is a directory", "configuration error: cannot read configuration file"),
+        ("config is not UTF-8", "configuration error:"),
+        ("nan in the config", "limits.connect_timeout: nan is not a number"),
+        ("nan on the command line", "sys.interval: nan is not a number"),
+    ],
+)
+def test_bad_paths_and_values_are_one_line_errors(tmp_path: Path, setup: str, message: str) -> None:
+    args = ["serve", "--port", str(free_port()), "--data-dir", str(tmp_path / "data")]
+    if setup == "data dir is a file":
+        (tmp_path / "afile").write_text("x")
+        args[-1] = str(tmp_path / "afile")
+    elif setup == "config is a directory":
+        args += ["--config", str(tmp_path)]
+    elif setup == "config is not UTF-8":
+        (tmp_path / "bad.toml").write_bytes(b"\xff\xfe")
+        args += ["--config", str(tmp_path / "bad.toml")]
+    elif setup == "nan in the config":
+        args += [
+            "--config",
+            str(write_config(tmp_path / "c.toml", "[limits]\nconnect_timeout = nan\n")),
+        ]
+    else:
+        args += ["--sys-interval", "nan"]
+    result = run_cli(*args, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr

@@ -271,6 +271,23 @@ def test_regsub_expiry_removes_the_subscription(
     )
 
 
+def test_regsub_expiry_minus_one_is_unlimited(
+    broker: BrokerProcess, clients: ClientFactory, form: str
+) -> None:
+    """MQ's MQEI_UNLIMITED (-1): the subscription does not expire."""
+    client = clients(broker.port)
+    queue = unique("ex")
+    topic = unique("env/unlimited/")
+    reply = client.command(
+        {"Command": "RegSub", "Topic": topic, "QName": queue, "RegOpt": "FullResp"},
+        form=form,
+        mqmd={"Expiry": "-1"},
+    )
+    assert_ok(reply)
+    assert reply.prop("Expiry") == [], str(reply)  # no expiry time
+    assert len(client.list_subs(QName=queue)) == 1
+
+
 # -- malformed commands ---------------------------------------------------------------------
 
 MALFORMED: dict[str, bytes] = {
@@ -305,7 +322,16 @@ MALFORMED: dict[str, bytes] = {
     "Expiry not a number": (
         b"<mqmd><Expiry>soon</Expiry></mqmd><psc><Command>RegSub</Command><Topic>a</Topic></psc>"
     ),
+    "Expiry zero": (
+        b"<mqmd><Expiry>0</Expiry></mqmd><psc><Command>RegSub</Command><Topic>a</Topic></psc>"
+    ),
+    "Expiry negative": (
+        b"<mqmd><Expiry>-5</Expiry></mqmd><psc><Command>RegSub</Command><Topic>a</Topic></psc>"
+    ),
     "invalid UTF-8": b"<psc><Command>RegSub</Command><Topic>\xff\xfe</Topic></psc>",
+    "json unpaired surrogate": (
+        b'{"psc": {"Command": "RegSub", "Topic": ["a"], "SubName": "\\udcff"}}'
+    ),
     "json truncated": b'{"psc": {"Command": "RegSub", "Topic": ["a"]',
     "json psc not an object": b'{"psc": "RegSub"}',
     "json no psc": b'{"mqmd": {"CorrelId": "01"}}',

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
 import re
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from telemq.cli import pipeline as pipeline_cli
 from telemq.cli.main import main
 from telemq.pipeline.spark import JavaNotFoundError, check_java
 
@@ -59,3 +62,29 @@ def test_missing_or_old_java_is_a_clear_error(
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "nowhere"))
     assert main(["demo", "--duration", "1"]) == 2
     assert "Java 17+" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("error", "message"),
+    [
+        (
+            sqlite3.DatabaseError("file is not a database"),
+            "cannot read the broker's store in data: file is not a database",
+        ),
+        (
+            NotADirectoryError(20, "Not a directory", "lake/journal"),
+            "lake/journal: Not a directory",
+        ),
+    ],
+)
+def test_store_and_file_errors_are_one_line(
+    error: Exception, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A damaged store or a lake path that is a file: exit 2 and the problem, no traceback."""
+
+    @pipeline_cli._guarded
+    def job(args: argparse.Namespace) -> int:
+        raise error
+
+    assert job(argparse.Namespace(data_dir="data")) == 2
+    assert message in capsys.readouterr().err

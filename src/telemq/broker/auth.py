@@ -239,6 +239,10 @@ def user_name_error(name: object) -> str | None:
         return "name is empty"
     if "\x00" in name:
         return "name contains U+0000"
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # e.g. a command-line argument that was not UTF-8
+        return "name is not valid UTF-8"
     if name in (ANY_USER, ANONYMOUS):
         return f"name {name!r} is reserved for ACL rules"
     return None

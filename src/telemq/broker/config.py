@@ -8,6 +8,7 @@ silently fall back to a default.
 
 from __future__ import annotations
 
+import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -87,6 +88,17 @@ class BrokerConfig:
     sys: SysConfig = field(default_factory=SysConfig)
 
     def validate(self) -> None:
+        sections: dict[str, StoreConfig | JournalConfig | LimitsConfig | SysConfig] = {
+            "store": self.store,
+            "journal": self.journal,
+            "limits": self.limits,
+            "sys": self.sys,
+        }
+        for section_name, section in sections.items():
+            for item in fields(section):
+                value = getattr(section, item.name)
+                if isinstance(value, float) and not math.isfinite(value):  # nan, inf
+                    raise ConfigError(f"{section_name}.{item.name}: {value} is not a number")
         if not self.listeners:
             raise ConfigError("listeners: at least one listener is needed")
         for index, listener in enumerate(self.listeners):
@@ -249,6 +261,10 @@ def load_config(path: str | Path | None) -> BrokerConfig:
             data = tomllib.load(handle)
     except FileNotFoundError:
         raise ConfigError(f"configuration file not found: {path}") from None
+    except OSError as error:  # a directory, no permission, ...
+        raise ConfigError(f"cannot read configuration file {path}: {error.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not valid TOML: the file is not UTF-8") from None
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{path}: not valid TOML: {error}") from None
     return config_from_mapping(data)

@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import importlib
 import signal
+import sqlite3
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -154,6 +155,11 @@ def _guarded(run: Handler) -> Handler:
             return _fail(f"invalid filter (reason {exc.reason}) at position {exc.position}: {exc}")
         except (StoreError, FileNotFoundError, LookupError, ValueError, RuntimeError) as exc:
             return _fail(str(exc))
+        except sqlite3.Error as exc:  # a damaged or foreign telemq.db
+            where = getattr(args, "data_dir", None)
+            return _fail(f"cannot read the broker's store in {where}: {exc}")
+        except OSError as exc:  # e.g. a lake path that is a file
+            return _fail(f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc))
 
     return handler
 

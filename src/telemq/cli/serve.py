@@ -18,6 +18,7 @@ from ..broker import (
     run_broker,
     tune_interpreter,
 )
+from ..store import StoreError
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -101,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as error:  # a TLS file changed between validation and listening
         print(f"telemq: configuration error: {error}", file=sys.stderr)
         return 2
-    except OSError as error:
+    except (OSError, StoreError) as error:
         print(f"telemq: cannot start: {error}", file=sys.stderr)
         return 2
     return 0

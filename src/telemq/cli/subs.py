@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from typing import Any
 
 from ..client import MqttClient, MqttError
 from ..commands import CONTROL_QUEUE, RESPONSE_PREFIX, parse_reply
+from ..protocol import SUBACK_FAILURE
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -57,7 +59,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _common(reg)
     _selection(reg, topics_required=True)
     reg.add_argument("--user-data", help="SubUserData")
-    reg.add_argument("--expiry", type=float, help="subscription lifetime in seconds")
+    reg.add_argument(
+        "--expiry", type=_lifetime, help="subscription lifetime in seconds (more than 0)"
+    )
     reg.set_defaults(handler=run, psc_command="RegSub")
 
     dereg = actions.add_parser("deregister", help="DeregSub: remove subscriptions")
@@ -78,6 +82,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     listing.add_argument("--sub-point", help="only this subscription point")
     listing.add_argument("--name", "-n", help="only this subscription name")
     listing.set_defaults(handler=run, psc_command="ListSubs")
+
+
+def _lifetime(text: str) -> float:
+    """A subscription lifetime: a finite number of seconds above zero (MQMD Expiry is in
+    tenths of a second, so at least 0.1)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(seconds) or seconds < 0.1 or seconds * 10 >= 2**31:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: the lifetime must be between 0.1 and {(2**31 - 1) / 10:g} seconds"
+        )
+    return seconds
 
 
 def build_command(args: argparse.Namespace) -> dict[str, Any]:
@@ -110,11 +128,22 @@ def build_command(args: argparse.Namespace) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     document = build_command(args)
     try:
+        payload = json.dumps(document, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as error:
+        bad = error.object[error.start : error.end].encode("utf-8", "surrogateescape")
+        print(f"telemq subs: an argument is not valid UTF-8 (bytes {bad!r})", file=sys.stderr)
+        return 2
+    try:
         with MqttClient(
             args.host, args.port, username=args.username, password=args.password, timeout=10.0
         ) as client:
-            client.subscribe([(RESPONSE_PREFIX + client.client_id, 1)])
-            client.publish(CONTROL_QUEUE, json.dumps(document).encode("utf-8"), qos=1)
+            reply_topic = RESPONSE_PREFIX + client.client_id
+            if client.subscribe([(reply_topic, 1)]) == [SUBACK_FAILURE]:
+                raise MqttError(
+                    f"the broker refused the subscription to the reply topic {reply_topic!r}"
+                    " (the user needs permission to subscribe to it)"
+                )
+            client.publish(CONTROL_QUEUE, payload, qos=1)
             reply = client.receive(client.timeout)
             if reply is None:
                 raise MqttError(f"no reply from {args.host}:{args.port} in {client.timeout:g}s")

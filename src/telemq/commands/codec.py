@@ -147,10 +147,17 @@ def _mqmd_from(values: dict[str, str], where: str) -> Mqmd:
             mqmd.msg_type = value.lower()
         elif key == "Expiry":
             try:
-                mqmd.expiry = int(value)
+                expiry = int(value)
             except ValueError:
+                expiry = 0
+            if expiry == -1:  # MQEI_UNLIMITED
+                mqmd.expiry = None
+            elif 0 < expiry < 2**31:
+                mqmd.expiry = expiry
+            else:
                 raise CommandSyntaxError(
-                    f"{where}: Expiry must be a whole number of tenths of a second"
+                    f"{where}: Expiry must be a positive whole number of tenths of a second,"
+                    f" or -1 for unlimited (got {value!r})"
                 ) from None
     return mqmd
 
@@ -232,6 +239,10 @@ def _parse_json(payload: bytes) -> Command:
         document = json.loads(payload)
     except (ValueError, UnicodeDecodeError) as error:
         raise CommandSyntaxError(f"JSON command: {error}") from None
+    try:  # "\udcff" escapes decode to text that is not Unicode: no reply could carry it
+        json.dumps(document, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise CommandSyntaxError("JSON command: a string holds an unpaired surrogate") from None
     if not isinstance(document, dict):
         raise CommandSyntaxError("JSON command: the top level must be an object")
     unknown = set(document) - {"mqmd", "psc", "body", "bodyBase64"}

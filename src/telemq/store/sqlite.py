@@ -51,6 +51,11 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any, NamedTuple
 
+try:
+    import fcntl
+except ImportError:  # not on Windows: the store is not locked there
+    fcntl = None  # type: ignore[assignment]
+
 from . import _codec
 from ._codec import COLUMNS, BadRecord, Row
 from .base import (
@@ -654,10 +659,12 @@ class SqliteStore(Store):
         # The `meta` high-water marks as last written by this store (lower is safe: it only
         # costs a redundant update).
         self._marks = dict(_NO_MARKS)
+        self._lock = self._take_lock()
         try:
             self._conn = self._connect()
         except sqlite3.Error as exc:
             if not _is_corruption(exc):
+                self._release_lock()
                 raise StoreError(f"cannot open store {self.path}: {exc}") from exc
             self._conn = self._replace_damaged_file(exc)
 
@@ -787,11 +794,42 @@ class SqliteStore(Store):
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
-        if conn is not None:
-            try:
+        try:
+            if conn is not None:
                 conn.close()
-            except sqlite3.Error as exc:
-                raise StoreError(f"cannot close store {self.path}: {exc}") from exc
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot close store {self.path}: {exc}") from exc
+        finally:
+            self._release_lock()
+
+    def _take_lock(self) -> int | None:
+        """Hold `<store>.lock` while open: two brokers writing one store would refuse each
+        other's writes (the journal's sequence numbers collide), so the second one is
+        refused at start instead. Readers (the pipeline) do not take it."""
+        if fcntl is None:
+            return None
+        lock_path = self.path.with_name(self.path.name + ".lock")
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StoreError(f"cannot open store {self.path}: {exc}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            raise StoreError(
+                f"store {self.path} is in use by another process (pid {holder}): one broker"
+                " per data directory"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode("ascii"), 0)
+        return fd
+
+    def _release_lock(self) -> None:
+        fd, self._lock = self._lock, None
+        if fd is not None:
+            os.close(fd)  # closing it releases the lock
 
     # -- opening --------------------------------------------------------------------------
 
