@@ -51,11 +51,6 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any, NamedTuple
 
-try:
-    import fcntl
-except ImportError:  # not on Windows: the store is not locked there
-    fcntl = None  # type: ignore[assignment]
-
 from . import _codec
 from ._codec import COLUMNS, BadRecord, Row
 from .base import (
@@ -661,12 +656,15 @@ class SqliteStore(Store):
         self._marks = dict(_NO_MARKS)
         self._lock = self._take_lock()
         try:
-            self._conn = self._connect()
-        except sqlite3.Error as exc:
-            if not _is_corruption(exc):
-                self._release_lock()
-                raise StoreError(f"cannot open store {self.path}: {exc}") from exc
-            self._conn = self._replace_damaged_file(exc)
+            try:
+                self._conn = self._connect()
+            except sqlite3.Error as exc:
+                if not _is_corruption(exc):
+                    raise StoreError(f"cannot open store {self.path}: {exc}") from exc
+                self._conn = self._replace_damaged_file(exc)
+        except BaseException:
+            self._release_lock()
+            raise
 
     # -- Store API ------------------------------------------------------------------------
 
@@ -806,7 +804,9 @@ class SqliteStore(Store):
         """Hold `<store>.lock` while open: two brokers writing one store would refuse each
         other's writes (the journal's sequence numbers collide), so the second one is
         refused at start instead. Readers (the pipeline) do not take it."""
-        if fcntl is None:
+        try:
+            import fcntl
+        except ImportError:  # Windows: no advisory locks, the store is not locked there
             return None
         lock_path = self.path.with_name(self.path.name + ".lock")
         try:
