@@ -243,11 +243,9 @@ def test_wrong_user_on_dereg_sub_and_req_update_is_3151(
     assert alice.list_subs(QName=queue) == []
 
 
-def test_variable_user_id_lets_other_users_address_the_subscription(
-    broker: BrokerProcess, clients: ClientFactory, form: str
-) -> None:
-    alice = _as(clients, broker, "alice")
-    bob = _as(clients, broker, "bob")
+def _alices_variable_user_id_subscription(alice: MQClient, form: str) -> tuple[str, str]:
+    """A PubOnReqOnly subscription of alice's with VariableUserId, its topic retained;
+    returns (queue, topic)."""
     queue = unique("q")
     topic = unique("open/var/")
     alice.publish(topic, b"state", qos=1, retain=True)
@@ -261,6 +259,15 @@ def test_variable_user_id_lets_other_users_address_the_subscription(
         form=form,
     )
     assert_ok(reply)
+    return queue, topic
+
+
+def test_variable_user_id_lets_other_users_address_the_subscription(
+    broker: BrokerProcess, clients: ClientFactory, form: str
+) -> None:
+    alice = _as(clients, broker, "alice")
+    bob = _as(clients, broker, "bob")
+    queue, topic = _alices_variable_user_id_subscription(alice, form)
     target = {"Topic": topic, "QName": queue, "RegOpt": "VariableUserId"}
     # Another user may re-register (alter) it while keeping VariableUserId ...
     reply = bob.command(
@@ -293,19 +300,7 @@ def test_another_user_addresses_a_variable_user_id_subscription_only_with_the_op
     subscriptions" (by another user: the owner addresses it either way)."""
     alice = _as(clients, broker, "alice")
     bob = _as(clients, broker, "bob")
-    queue = unique("q")
-    topic = unique("open/varopt/")
-    alice.publish(topic, b"state", qos=1, retain=True)
-    reply = alice.command(
-        {
-            "Command": "RegSub",
-            "Topic": topic,
-            "QName": queue,
-            "RegOpt": ["VariableUserId", "PubOnReqOnly"],
-        },
-        form=form,
-    )
-    assert_ok(reply)
+    queue, topic = _alices_variable_user_id_subscription(alice, form)
     target = {"Topic": topic, "QName": queue}
     assert_error(bob.command({"Command": "ReqUpdate", **target}, form=form), 3151)
     assert_error(bob.command({"Command": "DeregSub", **target}, form=form), 3151)

@@ -285,6 +285,22 @@ def _join(
     return apply
 
 
+@dataclass(frozen=True, slots=True)
+class _Registration:
+    """What a RegSub asks for besides the subscription's key: the same for each of its
+    topics, whether that creates, updates or re-points a subscription."""
+
+    requester: Requester
+    name: str
+    member: str  # SubIdentity
+    options: list[str]
+    persistence: Persistence | None
+    stored: frozenset[str]  # the options kept on the subscription
+    user_data: list[str] | None
+    expiry_at: float | None
+    now: float
+
+
 def reg_sub(command: Command, requester: Requester, registry: Registry, host: Host) -> Reply:
     options = _options(command, "RegOpt", REGSUB_OPTIONS, ReasonCode.REG_OPTIONS_ERROR)
     topics = command.all("Topic")
@@ -321,6 +337,9 @@ def reg_sub(command: Command, requester: Requester, registry: Registry, host: Ho
     persistence = _persistence(options)
     stored = frozenset(o for o in options if o in STORED_OPTIONS)
     user_data = command.psc.get("SubUserData")
+    asked = _Registration(
+        requester, name, member, options, persistence, stored, user_data, expiry_at, now
+    )
 
     warnings: list[Reason] = []
     permitted: list[str] = []
@@ -353,20 +372,7 @@ def reg_sub(command: Command, requester: Requester, registry: Registry, host: Ho
         if named is not None and existing is None:
             # Re-point the named subscription to the new traditional identity/topic: an
             # alteration like any other (identity set, options, user data, expiry).
-            update = _plan_update(
-                named,
-                name,
-                member,
-                options,
-                persistence,
-                stored,
-                user_data,
-                expiry_at,
-                requester,
-                registry,
-                warnings,
-                repoint=True,
-            )
+            update = _plan_update(named, asked, registry, warnings, repoint=True)
             plans.append(
                 _plan_repoint(named, identity, topic, filter_text, compiled, registry, host, update)
             )
@@ -379,40 +385,10 @@ def reg_sub(command: Command, requester: Requester, registry: Registry, host: Ho
             )
         if existing is None:
             plans.append(
-                _plan_create(
-                    registry,
-                    identity,
-                    topic,
-                    sub_point,
-                    filter_text,
-                    compiled,
-                    requester,
-                    name,
-                    member,
-                    options,
-                    persistence,
-                    stored,
-                    user_data,
-                    expiry_at,
-                    now,
-                )
+                _plan_create(registry, identity, topic, sub_point, filter_text, compiled, asked)
             )
             continue
-        plans.append(
-            _plan_update(
-                existing,
-                name,
-                member,
-                options,
-                persistence,
-                stored,
-                user_data,
-                expiry_at,
-                requester,
-                registry,
-                warnings,
-            )
-        )
+        plans.append(_plan_update(existing, asked, registry, warnings))
 
     if plans:
         host.ensure_queue(identity.queue)
@@ -436,16 +412,9 @@ def _plan_create(
     sub_point: str,
     filter_text: str,
     compiled: Filter | None,
-    requester: Requester,
-    name: str,
-    member: str,
-    options: list[str],
-    persistence: Persistence | None,
-    stored: frozenset[str],
-    user_data: list[str] | None,
-    expiry_at: float | None,
-    now: float,
+    asked: _Registration,
 ) -> Callable[[], Subscription]:
+    name, member, options = asked.name, asked.member, asked.options
     if name and registry.by_name(sub_point, name) is not None:
         raise CommandFailed(ReasonCode.SUB_NAME_ERROR, f"SubName {name!r} is taken", SubName=name)
     members: dict[str, bool] = {}
@@ -459,14 +428,14 @@ def _plan_create(
             topic=topic,
             sub_point=sub_point,
             filter_text=filter_text,
-            owner=requester.user_id,
+            owner=asked.requester.user_id,
             name=name,
-            user_data=user_data[0] if user_data else "",
-            options=stored,
-            persistence=persistence or Persistence.PERS_AS_PUB,
+            user_data=asked.user_data[0] if asked.user_data else "",
+            options=asked.stored,
+            persistence=asked.persistence or Persistence.PERS_AS_PUB,
             members=members,
-            expiry_at=expiry_at,
-            created_at=now,
+            expiry_at=asked.expiry_at,
+            created_at=asked.now,
             compiled=compiled,
         )
         registry.add(subscription)
@@ -477,20 +446,14 @@ def _plan_create(
 
 def _plan_update(
     existing: Subscription,
-    name: str,
-    member: str,
-    options: list[str],
-    persistence: Persistence | None,
-    stored: frozenset[str],
-    user_data: list[str] | None,
-    expiry_at: float | None,
-    requester: Requester,
+    asked: _Registration,
     registry: Registry,
     warnings: list[Reason],
     repoint: bool = False,
 ) -> Callable[[], Subscription]:
     """Plan the re-registration of `existing`; `repoint`: it also moves to another identity,
     topic or filter, which alters it even without any option."""
+    name, member, options, user_data = asked.name, asked.member, asked.options, asked.user_data
     if name and existing.name != name:
         if not existing.name and "AddName" not in options:
             raise CommandFailed(
@@ -534,7 +497,7 @@ def _plan_update(
     if (
         "VariableUserId" in options
         and "VariableUserId" not in existing.options
-        and existing.owner != requester.user_id
+        and existing.owner != asked.requester.user_id
     ):
         raise CommandFailed(
             ReasonCode.WRONG_USER, "only the owner may add VariableUserId to a subscription"
@@ -548,13 +511,13 @@ def _plan_update(
             join()
         if alter:
             if setting:
-                existing.options = stored
-                existing.persistence = persistence or Persistence.PERS_AS_PUB
-                if "VariableUserId" not in stored:
-                    existing.owner = requester.user_id
+                existing.options = asked.stored
+                existing.persistence = asked.persistence or Persistence.PERS_AS_PUB
+                if "VariableUserId" not in asked.stored:
+                    existing.owner = asked.requester.user_id
             if user_data is not None:
                 existing.user_data = user_data[0]
-            existing.expiry_at = expiry_at
+            existing.expiry_at = asked.expiry_at
         registry.changed(existing, old_name)
         return existing
 
