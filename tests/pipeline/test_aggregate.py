@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections import defaultdict
+from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +69,24 @@ def expected_windows(pubs: list[Pub], ts: list[int], width_s: int) -> dict[Any, 
     return out
 
 
-def test_aggregates_match_a_direct_computation(spark: Any, tmp_path: Path, broker: Any) -> None:
+@pytest.fixture
+def driver_in_new_york(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The Python driver in a time zone that is not UTC: published window times must still
+    be UTC (collected timestamps become naive local datetimes)."""
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def _utc_text(seconds: int) -> str:
+    return datetime.fromtimestamp(seconds, UTC).isoformat().replace("+00:00", "Z")
+
+
+def test_aggregates_match_a_direct_computation(
+    spark: Any, tmp_path: Path, broker: Any, driver_in_new_york: None
+) -> None:
     _, port, _ = broker
     data, lake = tmp_path / "data", tmp_path / "lake"
     pubs = [Pub(f"plant/{'ab'[i % 2]}", payloads(i)) for i in range(120)]
@@ -79,7 +99,7 @@ def test_aggregates_match_a_direct_computation(spark: Any, tmp_path: Path, broke
     assert result.rows == len(rows) == len(expected)
     assert result.input_rows == 120
     for row in rows:
-        start = int(row["window_start"].timestamp())  # naive values are local time
+        start = int(row["window_start"].timestamp())  # naive values are in local time
         want = expected[(row["topic"], start)]
         assert row["count"] == want["count"]
         for f in ("hum", "temp"):
@@ -98,6 +118,7 @@ def test_aggregates_match_a_direct_computation(spark: Any, tmp_path: Path, broke
         last = max(k[1] for k in expected if k[0] == doc["topic"])
         want = expected[(doc["topic"], last)]
         assert topic == f"agg/{doc['topic']}" and doc["count"] == want["count"]
+        assert (doc["window_start"], doc["window_end"]) == (_utc_text(last), _utc_text(last + 60))
         assert doc["fields"]["temp"]["count"] == want["temp"][0]
     assert result.published == 2
 

@@ -213,10 +213,12 @@ def print_aggregates(latest: list[dict[str, Any]], fields: list[str], show: int)
     """A small table: each topic's latest window."""
     if not latest:
         return
-    head = ["topic", "window_start", "count"] + [f"{f} avg (min..max)" for f in fields]
+    head = ["topic", "window_start (UTC)", "count"] + [f"{f} avg (min..max)" for f in fields]
     rows = []
     for r in latest[:show]:
-        cells = [str(r["topic"]), str(r["window_start"]), str(r["count"])]
+        start = r["window_start"]
+        start_text = start.strftime("%Y-%m-%d %H:%M:%S") if start is not None else "-"
+        cells = [str(r["topic"]), start_text, str(r["count"])]
         for f in fields:
             key = f.replace(".", "_")
             if r.get(f"{key}_count"):

@@ -27,7 +27,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -139,8 +139,14 @@ class AggregateResult:
     seconds: float = 0.0
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+WINDOW_BOUNDS = ("window_start", "window_end")
+
+
 def _iso(value: object) -> object:
-    return value.isoformat() + "Z" if isinstance(value, datetime) else value
+    if not isinstance(value, datetime):
+        return value
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def latest_message(row: dict[str, Any], fields: Sequence[str]) -> dict[str, Any]:
@@ -155,6 +161,14 @@ def latest_message(row: dict[str, Any], fields: Sequence[str]) -> dict[str, Any]
             for f in fields
         },
     }
+
+
+def _utc_bounds(row: dict[str, Any]) -> dict[str, Any]:
+    """`row` with its window bounds (microseconds) as UTC datetimes."""
+    for bound in WINDOW_BOUNDS:
+        if row.get(bound) is not None:
+            row[bound] = _EPOCH + timedelta(microseconds=row[bound])
+    return row
 
 
 def _swap_in(built: Path, target: Path) -> None:
@@ -209,11 +223,14 @@ def run_aggregate(
     assert totals is not None
     rows, input_rows = int(totals[0]), int(totals[1] or 0)
     rank = Window.partitionBy("topic").orderBy(F.col("window_start").desc())
+    # The window bounds leave Spark as microseconds since the epoch: collected as
+    # timestamps they would become naive datetimes in the driver's local time zone.
     latest = [
-        r.asDict()
+        _utc_bounds(r.asDict())
         for r in written.withColumn("r", F.row_number().over(rank))
         .where("r = 1")
         .drop("r", "date")
+        .withColumns({bound: F.unix_micros(bound) for bound in WINDOW_BOUNDS})
         .orderBy("topic")
         .collect()
     ]
