@@ -1,4 +1,5 @@
-"""`telemq demo` end to end, and the command line's handling of a missing Java."""
+"""`telemq demo` end to end, and the command line's handling of a missing Java and of
+mistakes in a pipeline command's arguments."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ import pytest
 from telemq.cli import pipeline as pipeline_cli
 from telemq.cli.main import main
 from telemq.pipeline.spark import JavaNotFoundError, check_java
+from telemq.store import SqliteStore
+
+from .helpers import append_journal, telemetry
 
 
 @pytest.mark.spark
@@ -88,3 +92,62 @@ def test_store_and_file_errors_are_one_line(
 
     assert job(argparse.Namespace(data_dir="data")) == 2
     assert message in capsys.readouterr().err
+
+
+def test_mistakes_are_refused_before_spark_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every mistake a command can see without Spark: one line, exit 2, no JVM started and no
+    lake directory created (ingest on a wrong data directory used to fail inside a Spark
+    streaming query with a traceback, after creating the lake)."""
+
+    def no_session(args: argparse.Namespace, app: str) -> None:
+        raise AssertionError(f"{app} started Spark for a mistake")
+
+    monkeypatch.setattr(pipeline_cli, "_session", no_session)
+    data = tmp_path / "data"
+    append_journal(data, telemetry(10))
+    store = SqliteStore(data / "telemq.db", "off")
+    store.load()
+    store.close()
+    empty_lake, lake = tmp_path / "empty-lake", tmp_path / "lake"
+    (lake / "journal" / "date=2026-11-24").mkdir(parents=True)
+    (lake / "journal" / "date=2026-11-24" / "batch-0.parquet").write_bytes(b"")
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    new_lake = str(tmp_path / "new-lake")
+    nowhere = str(tmp_path / "nowhere")
+    cases: list[tuple[list[str], str]] = [
+        (["ingest", "-d", nowhere, "-l", new_lake], "no store file at"),
+        (["ingest", "-d", str(data), "-l", str(a_file)], "not a directory"),
+        (["ingest", "-d", str(data), "-l", new_lake, "--continuous", "--trigger", "0"],
+         "trigger: expected seconds > 0, got 0"),
+        (["ingest", "-d", str(data), "-l", new_lake, "--max-rows-per-batch", "0"],
+         "max rows per batch: expected 1 or more, got 0"),
+        (["ingest", "-d", str(data), "-l", new_lake, "--duration", "-1"],
+         "duration: expected seconds >= 0"),
+        (["aggregate", "-l", str(lake), "--window", "0m"], "window: expected a duration"),
+        (["aggregate", "-l", str(empty_lake)], "no journal table in"),
+        (["aggregate", "-l", str(lake), "--fields", "temp,bad-name"],
+         "fields: 'bad-name' is not a field name"),
+        (["aggregate", "-l", str(lake), "--publish-to", "nohost"], "--publish-to: expected"),
+        (["replay", "-d", nowhere, "--topics", "a/#"], "no store file at"),
+        (["replay", "-d", str(data), "--topics", "a/+b"], "topics:"),
+        (["replay", "-d", str(data), "--topics", "a/#", "--filter", "x >"],
+         "invalid filter (reason 3150)"),
+        (["replay", "-d", str(data), "--subscription", "nobody"],
+         "no subscription or queue named 'nobody'"),
+        (["replay", "-d", str(data), "--topics", "a/#", "--from-seq", "5", "--to-seq", "3"],
+         "from seq 5 is after to seq 3"),
+        (["replay", "-d", str(data), "--topics", "a/#", "--from-seq", "0"],
+         "from seq: expected 1 or more, got 0"),
+        (["replay", "-d", str(data), "--topics", "a/#", "--limit", "-1"],
+         "limit: expected 0 or more, got -1"),
+        (["replay", "-d", str(data), "--topics", "a/#", "--deliver"], "needs --queue"),
+    ]  # fmt: skip
+    for arguments, message in cases:
+        assert main(["pipeline", *arguments, "-q"]) == 2, arguments
+        err = capsys.readouterr().err
+        assert message in err, (arguments, err)
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert not Path(new_lake).exists() and not empty_lake.exists()

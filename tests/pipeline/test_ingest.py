@@ -14,6 +14,7 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 
 from telemq.cli.main import main
+from telemq.pipeline import ingest
 from telemq.pipeline.ingest import BatchCommitter, consumer_name, journal_table, lake_stats
 from telemq.pipeline.source import read_journal
 from telemq.store import consumers
@@ -92,3 +93,16 @@ def test_a_batch_committed_twice_lands_once(spark: Any, tmp_path: Path) -> None:
     assert sorted((r["seq"], r["topic"], r["payload"]) for r in rows) == [
         (r[0], r[2], r[6]) for r in journal_rows(records)
     ]
+
+
+def test_a_failed_query_is_one_line_naming_the_cause(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store vanishing after the checks (here: the checks skipped) fails the streaming
+    query inside Spark; the error names the source's own exception, not Spark's wrapping."""
+    monkeypatch.setattr(ingest, "check_ingest", lambda *args, **kwargs: None)
+    with pytest.raises(RuntimeError) as failure:
+        ingest.run_ingest(spark, tmp_path / "gone", tmp_path / "lake")
+    message = str(failure.value)
+    assert message.startswith("ingest failed: ") and "\n" not in message, message
+    assert "StoreError: no store file at" in message, message

@@ -282,7 +282,7 @@ def run_demo(args: argparse.Namespace, spark: Any = None) -> int:
     """The demo (see the module docstring); uses `spark` if given, else starts a session."""
     from ..pipeline.aggregate import run_aggregate
     from ..pipeline.ingest import run_ingest
-    from ..pipeline.journal import journal_bounds, open_reader
+    from ..pipeline.journal import read_bounds
     from ..pipeline.progress import Reporter
     from ..pipeline.replay import run_replay
     from ..pipeline.spark import spark_session
@@ -359,11 +359,7 @@ def run_demo(args: argparse.Namespace, spark: Any = None) -> int:
         if alerts is not None:
             alerts.stop()
 
-        conn = open_reader(data)
-        try:
-            first, last = journal_bounds(conn)
-        finally:
-            conn.close()
+        first, last = read_bounds(data)
         lake_stats = ingest.lake_stats
         print()
         print("== results ==")

@@ -1,8 +1,10 @@
 """`telemq pipeline ingest|aggregate|replay`: the Spark jobs over a broker's journal.
 
-Each command creates a Spark session (``--master``, default ``local[*]``), runs one job of
-`telemq.pipeline` with progress lines on stderr, and prints a summary on stdout. pyspark is
-imported only when a command runs, so the rest of the CLI works without it.
+Each command checks its arguments and the store or lake first (a mistake costs no JVM start
+and leaves no directory behind), then creates a Spark session (``--master``, default
+``local[*]``), runs one job of `telemq.pipeline` with progress lines on stderr, and prints a
+summary on stdout. pyspark is imported only when a command runs, so the rest of the CLI works
+without it.
 """
 
 from __future__ import annotations
@@ -173,9 +175,16 @@ def _address(text: str, option: str = "--publish-to") -> tuple[str, int]:
 
 @_guarded
 def run_ingest_command(args: argparse.Namespace) -> int:
-    from telemq.pipeline.ingest import run_ingest
+    from telemq.pipeline.ingest import check_ingest, run_ingest
     from telemq.pipeline.progress import Reporter
 
+    check_ingest(
+        args.data_dir,
+        args.lake,
+        trigger_seconds=args.trigger,
+        max_rows_per_batch=args.max_rows_per_batch,
+        duration=args.duration,
+    )
     report = Reporter(quiet=args.quiet)
     stop = threading.Event()
     if args.continuous:
@@ -235,12 +244,13 @@ def print_aggregates(latest: list[dict[str, Any]], fields: list[str], show: int)
 
 @_guarded
 def run_aggregate_command(args: argparse.Namespace) -> int:
-    from telemq.pipeline.aggregate import run_aggregate
+    from telemq.pipeline.aggregate import check_aggregate, run_aggregate
     from telemq.pipeline.progress import Reporter
 
     report = Reporter(quiet=args.quiet)
     fields = [f.strip() for f in args.fields.split(",") if f.strip()] if args.fields else None
     publish = _address(args.publish_to) if args.publish_to else None
+    check_aggregate(args.lake, args.window, fields)
     sink: dict[str, str] = {}
     if args.username:
         sink["username"] = args.username
@@ -281,7 +291,7 @@ def print_matches(preview: list[dict[str, Any]]) -> None:
 def run_replay_command(args: argparse.Namespace) -> int:
     """Exit 0, or 1 when --deliver had matches refused by the broker (the summary says why)."""
     from telemq.pipeline.progress import Reporter
-    from telemq.pipeline.replay import run_replay
+    from telemq.pipeline.replay import check_replay, run_replay
 
     for option in ("queue", "username", "password"):
         if getattr(args, option) and not args.deliver:
@@ -292,6 +302,18 @@ def run_replay_command(args: argparse.Namespace) -> int:
     sink = {k: v for k, v in (("username", args.username), ("password", args.password)) if v}
     report = Reporter(quiet=args.quiet)
     topics = [t.strip() for t in args.topics.split(",")] if args.topics else None
+    check_replay(
+        args.data_dir,
+        topics=topics,
+        filter=args.filter,
+        subscription=args.subscription,
+        from_seq=args.from_seq,
+        to_seq=args.to_seq,
+        limit=args.limit,
+        deliver=args.deliver,
+        queue=args.queue,
+        qos=args.qos,
+    )
     with _session(args, "telemq-replay") as spark, report.watch(spark, "replay"):
         result = run_replay(
             spark,

@@ -38,7 +38,13 @@ from .source import register
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-__all__ = ["AggregateResult", "aggregate_frame", "parse_window", "run_aggregate"]
+__all__ = [
+    "AggregateResult",
+    "aggregate_frame",
+    "check_aggregate",
+    "parse_window",
+    "run_aggregate",
+]
 
 Progress = Callable[[str], None]
 
@@ -180,6 +186,20 @@ def _swap_in(built: Path, target: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+def check_aggregate(
+    lake: str | os.PathLike[str], window: str, fields: Sequence[str] | None = None
+) -> tuple[str, str]:
+    """Refuse what would fail inside Spark, before a session is started: a lake without a
+    journal table, a malformed window or field name. Returns `parse_window`'s pair."""
+    interval, label = parse_window(window)
+    if not any(journal_table(lake).glob("date=*/*.parquet")):
+        raise FileNotFoundError(f"no journal table in {lake}: run telemq pipeline ingest first")
+    for f in fields or ():
+        if not _FIELD.match(f):
+            raise ValueError(f"fields: {f!r} is not a field name (letters, digits, _ and dots)")
+    return interval, label
+
+
 def run_aggregate(
     spark: SparkSession,
     lake: str | os.PathLike[str],
@@ -196,17 +216,11 @@ def run_aggregate(
     from pyspark.sql import functions as F
 
     started = time.monotonic()
-    interval, label = parse_window(window)
-    table = journal_table(lake)
-    if not any(table.glob("date=*/*.parquet")):
-        raise FileNotFoundError(f"no journal table in {lake}: run telemq pipeline ingest first")
+    interval, label = check_aggregate(lake, window, fields)
     prefix = topic_prefix.rstrip("/")
-    frame = spark.read.parquet(str(table)).where(
+    frame = spark.read.parquet(str(journal_table(lake))).where(
         ~((F.col("topic") == prefix) | F.col("topic").startswith(prefix + "/"))
     )
-    for f in fields or ():
-        if not _FIELD.match(f):
-            raise ValueError(f"fields: {f!r} is not a field name (letters, digits, _ and dots)")
     chosen = list(fields) if fields else discover_fields(frame)
     if progress is not None:
         progress(f"fields: {', '.join(chosen) if chosen else '(none numeric)'}; window {interval}")

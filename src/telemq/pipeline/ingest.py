@@ -31,6 +31,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import threading
 import time
@@ -42,7 +43,7 @@ from typing import TYPE_CHECKING
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
 from ..store import consumers
-from .journal import data_dir_of
+from .journal import data_dir_of, read_bounds
 from .source import stream_journal
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BatchCommitter",
     "IngestResult",
+    "check_ingest",
     "default_checkpoint",
     "journal_table",
     "lake_stats",
@@ -216,6 +218,35 @@ def consumer_name(checkpoint: Path) -> str:
     return f"ingest-{digest}"
 
 
+def check_ingest(
+    data_dir: str | os.PathLike[str],
+    lake: str | os.PathLike[str],
+    *,
+    trigger_seconds: float = 2.0,
+    max_rows_per_batch: int | None = None,
+    duration: float | None = None,
+) -> None:
+    """Refuse what would fail inside Spark, before a session is started and the lake touched:
+    a data directory without a broker's store, a lake that is a file, numbers out of range."""
+    if not trigger_seconds > 0:
+        raise ValueError(f"trigger: expected seconds > 0, got {trigger_seconds:g}")
+    if max_rows_per_batch is not None and max_rows_per_batch < 1:
+        raise ValueError(f"max rows per batch: expected 1 or more, got {max_rows_per_batch}")
+    if duration is not None and not duration >= 0:
+        raise ValueError(f"duration: expected seconds >= 0, got {duration:g}")
+    if Path(lake).exists() and not Path(lake).is_dir():
+        raise ValueError(f"lake {lake}: not a directory")
+    read_bounds(data_dir)
+
+
+def _failure(error: BaseException) -> str:
+    """The cause of a failed query in one line: the Python error a source task raised, if
+    Spark's message carries one (it wraps it in a traceback and the query's state)."""
+    lines = [line.strip() for line in str(error).splitlines()]
+    causes = [line for line in lines if re.match(r"^[A-Za-z_][\w.]*(Error|Exception): ", line)]
+    return causes[-1] if causes else lines[0] if lines else type(error).__name__
+
+
 def run_ingest(
     spark: SparkSession,
     data_dir: str | os.PathLike[str],
@@ -236,6 +267,15 @@ def run_ingest(
     `trigger_seconds` until `stop` is set or `duration` seconds pass; what the journal holds
     at that moment is processed before returning.
     """
+    from pyspark.errors import StreamingQueryException
+
+    check_ingest(
+        data_dir,
+        lake,
+        trigger_seconds=trigger_seconds,
+        max_rows_per_batch=max_rows_per_batch,
+        duration=duration,
+    )
     started = time.monotonic()
     lake_path = Path(lake)
     ckpt = Path(checkpoint) if checkpoint is not None else default_checkpoint(lake_path)
@@ -267,7 +307,9 @@ def run_ingest(
             query.awaitTermination()
         error = query.exception()
         if error is not None:
-            raise RuntimeError(f"ingest failed: {error}")
+            raise RuntimeError(f"ingest failed: {_failure(error)}")
+    except StreamingQueryException as exc:
+        raise RuntimeError(f"ingest failed: {_failure(exc)}") from exc
     finally:
         with contextlib.suppress(Exception):
             query.stop()

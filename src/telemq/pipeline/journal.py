@@ -47,6 +47,7 @@ __all__ = [
     "journal_bounds",
     "open_reader",
     "parse_topics",
+    "read_bounds",
     "read_range",
     "split_range",
 ]
@@ -121,6 +122,16 @@ def journal_bounds(conn: sqlite3.Connection) -> tuple[int, int]:
     row = conn.execute("SELECT value FROM meta WHERE key = 'next_seq'").fetchone()
     last = max(high or 0, (row[0] - 1) if row and isinstance(row[0], int) else 0)
     return (last + 1 if low is None else low), last
+
+
+def read_bounds(path: str | os.PathLike[str]) -> tuple[int, int]:
+    """`journal_bounds` of the store at `path`, on a connection opened for it; raises
+    `telemq.store.StoreError` when `path` holds no store."""
+    conn = open_reader(path)
+    try:
+        return journal_bounds(conn)
+    finally:
+        conn.close()
 
 
 def split_range(

@@ -26,14 +26,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..filters import Filter, compile_filter
-from .journal import journal_bounds, open_reader
+from .journal import parse_topics, read_bounds
 from .source import read_journal
 from .subscriptions import StoredSubscription, find_subscriptions, match_column
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["DeliveryFailed", "ReplayResult", "delivery_queue", "replay_frame", "run_replay"]
+__all__ = [
+    "DeliveryFailed",
+    "ReplayPlan",
+    "ReplayResult",
+    "check_replay",
+    "delivery_queue",
+    "replay_frame",
+    "run_replay",
+]
 
 Progress = Callable[[str], None]
 
@@ -56,6 +64,59 @@ class ReplayResult:
     delivered: int = 0
     refused: int = 0
     refusal: str = ""  # why the first refused match was refused
+
+
+@dataclass(slots=True)
+class ReplayPlan:
+    """What `check_replay` found: everything the Spark job needs that Spark is not needed for."""
+
+    filter: Filter | None
+    subscriptions: list[StoredSubscription]
+    queue: str | None  # where the matches go (``deliver``)
+    first_seq: int  # the range to replay, within the journal's bounds
+    last_seq: int
+
+
+def check_replay(
+    data_dir: str | os.PathLike[str],
+    *,
+    topics: Sequence[str] | None = None,
+    filter: str | None = None,
+    subscription: str | None = None,
+    from_seq: int | None = None,
+    to_seq: int | None = None,
+    limit: int = 20,
+    deliver: bool = False,
+    queue: str | None = None,
+    qos: int = 1,
+) -> ReplayPlan:
+    """Refuse what would fail inside Spark, before a session is started: a bad filter, topic
+    filter, subscription name, seq range or limit, a data directory without a store."""
+    flt = compile_filter(filter) if filter else None
+    subs: list[StoredSubscription] = []
+    if subscription is not None:
+        subs = find_subscriptions(data_dir, subscription)
+        if not subs:
+            raise LookupError(f"no subscription or queue named {subscription!r} in {data_dir}")
+    elif not topics:
+        raise ValueError("replay needs --subscription or --topics")
+    else:
+        parse_topics(topics)
+    target = delivery_queue(subs, queue) if deliver else None
+    if qos not in (0, 1, 2):
+        raise ValueError(f"QoS must be 0, 1 or 2, got {qos}")
+    if from_seq is not None and from_seq < 1:
+        raise ValueError(f"from seq: expected 1 or more, got {from_seq}")
+    if to_seq is not None and to_seq < 0:
+        raise ValueError(f"to seq: expected 0 or more, got {to_seq}")
+    if from_seq is not None and to_seq is not None and from_seq > to_seq:
+        raise ValueError(f"from seq {from_seq} is after to seq {to_seq}")
+    if limit < 0:
+        raise ValueError(f"limit: expected 0 or more, got {limit}")
+    first, last = read_bounds(data_dir)
+    low = first if from_seq is None else max(first, from_seq)
+    high = last if to_seq is None else min(last, to_seq)
+    return ReplayPlan(flt, subs, target, low, high)
 
 
 def delivery_queue(subscriptions: Sequence[StoredSubscription], queue: str | None) -> str:
@@ -122,33 +183,28 @@ def run_replay(
     `sink_options` go to the sink (``username``, ``password``, ``timeout``...).
     """
     started = time.monotonic()
-    flt = compile_filter(filter) if filter else None
-    subs: list[StoredSubscription] = []
-    if subscription is not None:
-        subs = find_subscriptions(data_dir, subscription)
-        if not subs:
-            raise LookupError(f"no subscription or queue named {subscription!r} in {data_dir}")
-        if progress is not None:
-            for s in subs:
-                extra = f" WHERE {s.filter}" if s.filter else ""
-                progress(f"subscription of queue {s.queue!r}: {s.topic_filter}{extra}")
-    elif not topics:
-        raise ValueError("replay needs --subscription or --topics")
-    target = delivery_queue(subs, queue) if deliver else None
-    if qos not in (0, 1, 2):
-        raise ValueError(f"QoS must be 0, 1 or 2, got {qos}")
-    conn = open_reader(data_dir)
-    try:
-        first, last = journal_bounds(conn)
-    finally:
-        conn.close()
-    low = first if from_seq is None else max(first, from_seq)
-    high = last if to_seq is None else min(last, to_seq)
+    plan = check_replay(
+        data_dir,
+        topics=topics,
+        filter=filter,
+        subscription=subscription,
+        from_seq=from_seq,
+        to_seq=to_seq,
+        limit=limit,
+        deliver=deliver,
+        queue=queue,
+        qos=qos,
+    )
+    subs, target, low, high = plan.subscriptions, plan.queue, plan.first_seq, plan.last_seq
+    if progress is not None:
+        for s in subs:
+            extra = f" WHERE {s.filter}" if s.filter else ""
+            progress(f"subscription of queue {s.queue!r}: {s.topic_filter}{extra}")
     frame = replay_frame(
         spark,
         data_dir,
         topics=topics,
-        filter=flt,
+        filter=plan.filter,
         subscriptions=subs,
         from_seq=from_seq,
         to_seq=high if deliver else to_seq,  # delivered = counted, even on a live journal

@@ -60,6 +60,7 @@ from .journal import (
     journal_bounds,
     open_reader,
     parse_topics,
+    read_bounds,
     read_range,
     split_range,
 )
@@ -212,11 +213,7 @@ class JournalBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         """Called once on the driver when the query is planned."""
         opts = self.options
-        conn = open_reader(opts.path)
-        try:
-            first, last = journal_bounds(conn)
-        finally:
-            conn.close()
+        first, last = read_bounds(opts.path)
         if opts.starting_seq == "latest":
             raise ValueError("telemq source: startingSeq=latest is for streaming reads only")
         low = first if opts.starting_seq == "earliest" else int(opts.starting_seq)
@@ -246,11 +243,7 @@ class JournalStreamReader(DataSourceStreamReader, _AvailableNow):  # type: ignor
     # -- driver side (the long-lived process of the query) ----------------------------------
 
     def _bounds(self) -> tuple[int, int]:
-        conn = open_reader(self.options.path)
-        try:
-            return journal_bounds(conn)
-        finally:
-            conn.close()
+        return read_bounds(self.options.path)
 
     def _save(self, committed: int | None, running: bool = True) -> None:
         """Create or update this query's consumer record; never fails the query."""
