@@ -39,6 +39,29 @@ def test_demo_runs_to_completion(
     assert (work / "lake" / "journal").is_dir() and str(work / "lake" / "journal") in out
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--duration", "0", "--duration: expected seconds > 0, got 0"),
+        ("--duration", "nan", "--duration: expected seconds > 0, got nan"),
+        ("--sensors", "0", "--sensors: expected 1 or more, got 0"),
+        ("--rate", "-1", "--rate: expected messages per second > 0, got -1"),
+        ("--rate", "inf", "--rate: expected messages per second > 0, got inf"),
+        ("--workdir", "", "not a directory"),
+    ],
+)
+def test_demo_options_are_checked_first(
+    option: str, value: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bad option: one line and exit 2, before Java is looked for or a broker started."""
+    if option == "--workdir":
+        value = str(tmp_path / "a-file")
+        Path(value).write_text("")
+    assert main(["demo", option, value]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+
+
 def _fake_java(tmp_path: Path, version: str) -> Path:
     home = tmp_path / f"jdk-{version}"
     (home / "bin").mkdir(parents=True)

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import importlib
 import json
+import math
 import random
 import shutil
 import sys
@@ -252,7 +253,24 @@ def read_retained(port: int, prefix: str, timeout: float = 3.0) -> dict[str, Any
     return found
 
 
+def argument_error(args: argparse.Namespace) -> str | None:
+    """What is wrong with the demo's options, checked before anything starts."""
+    if not (math.isfinite(args.duration) and args.duration > 0):
+        return f"--duration: expected seconds > 0, got {args.duration:g}"
+    if args.sensors < 1:
+        return f"--sensors: expected 1 or more, got {args.sensors}"
+    if not (math.isfinite(args.rate) and args.rate > 0):
+        return f"--rate: expected messages per second > 0, got {args.rate:g}"
+    if args.workdir and Path(args.workdir).exists() and not Path(args.workdir).is_dir():
+        return f"--workdir {args.workdir}: not a directory"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
+    error = argument_error(args)
+    if error is not None:
+        print(f"telemq: {error}", file=sys.stderr)
+        return 2
     try:
         for module in ("pyarrow", "pyspark"):
             importlib.import_module(module)
