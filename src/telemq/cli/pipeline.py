@@ -302,33 +302,25 @@ def run_replay_command(args: argparse.Namespace) -> int:
     sink = {k: v for k, v in (("username", args.username), ("password", args.password)) if v}
     report = Reporter(quiet=args.quiet)
     topics = [t.strip() for t in args.topics.split(",")] if args.topics else None
-    check_replay(
-        args.data_dir,
-        topics=topics,
-        filter=args.filter,
-        subscription=args.subscription,
-        from_seq=args.from_seq,
-        to_seq=args.to_seq,
-        limit=args.limit,
-        deliver=args.deliver,
-        queue=args.queue,
-        qos=args.qos,
-    )
+    request: dict[str, Any] = {
+        "topics": topics,
+        "filter": args.filter,
+        "subscription": args.subscription,
+        "from_seq": args.from_seq,
+        "to_seq": args.to_seq,
+        "limit": args.limit,
+        "deliver": args.deliver,
+        "queue": args.queue,
+        "qos": args.qos,
+    }
+    check_replay(args.data_dir, **request)
     with _session(args, "telemq-replay") as spark, report.watch(spark, "replay"):
         result = run_replay(
             spark,
             args.data_dir,
-            topics=topics,
-            filter=args.filter,
-            subscription=args.subscription,
-            from_seq=args.from_seq,
-            to_seq=args.to_seq,
+            **request,
             output=args.output,
-            limit=args.limit,
-            deliver=args.deliver,
-            queue=args.queue,
             broker=broker,
-            qos=args.qos,
             sink_options=sink,
             progress=report,
         )
