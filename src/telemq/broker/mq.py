@@ -20,7 +20,6 @@ from ..commands import (
     execute,
     parse_command,
 )
-from ..protocol import topic_matches
 from ..subscriptions import Subscription
 
 if TYPE_CHECKING:
@@ -72,8 +71,7 @@ class CommandHost:
         self.broker.publish_as(requester, topic, body, retain, exclude_queue, expiry)
 
     def retained_topics(self, sub_point: str, topic_filter: str) -> list[str]:
-        retained = self.broker.retained.get(sub_point, {})
-        return [t for t in retained if topic_matches(topic_filter, t)]
+        return [m.topic for m in self.broker.matching_retained(sub_point, topic_filter)]
 
     def delete_retained(self, sub_point: str, topic: str) -> bool:
         broker = self.broker

@@ -1330,19 +1330,23 @@ class Broker:
             self.committer.pending.delete_subscription(subscription.queue, str(subscription.id))
             self.committer.schedule()
 
+    def matching_retained(self, sub_point: str, topic_filter: str) -> list[Message]:
+        """The retained messages of `sub_point` on the topics `topic_filter` matches."""
+        retained = self.retained.get(sub_point)
+        if not retained:
+            return []
+        if "+" in topic_filter or "#" in topic_filter:
+            return [m for t, m in retained.items() if topic_matches(topic_filter, t)]
+        exact = retained.get(topic_filter)
+        return [exact] if exact is not None else []
+
     def send_retained(self, subscription: Subscription) -> int:
         """Send the retained messages matching the subscription (its topic and filter) to
         its queue; returns how many."""
-        topic_filter = subscription.topic
-        retained = self.retained.get(subscription.sub_point)
+        messages = self.matching_retained(subscription.sub_point, subscription.topic)
         session = self.sessions.get(subscription.queue)
-        if not retained or session is None:
+        if not messages or session is None:
             return 0
-        if "+" in topic_filter or "#" in topic_filter:
-            messages = [m for t, m in retained.items() if topic_matches(topic_filter, t)]
-        else:
-            exact = retained.get(topic_filter)
-            messages = [exact] if exact is not None else []
         compiled = subscription.compiled
         # MQTT always marks retained copies; MQ only for InformIfRet (IsRetainedPub).
         mark = subscription.mqtt or "InformIfRet" in subscription.options

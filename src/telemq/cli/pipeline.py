@@ -296,8 +296,6 @@ def run_replay_command(args: argparse.Namespace) -> int:
     for option in ("queue", "username", "password"):
         if getattr(args, option) and not args.deliver:
             return _fail(f"--{option} goes with --deliver")
-    if args.deliver and args.topics and not args.queue:
-        return _fail("--deliver with --topics needs --queue (the queue to put the matches on)")
     broker = _address(args.broker, "--broker")
     sink = {k: v for k, v in (("username", args.username), ("password", args.password)) if v}
     report = Reporter(quiet=args.quiet)

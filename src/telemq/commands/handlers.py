@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..filters import Filter, FilterError, compile_filter
-from ..protocol.topics import topic_filter_error, topic_name_error
+from ..protocol.topics import is_wildcard_filter, topic_filter_error, topic_name_error
 from ..subscriptions.registry import (
     STORED_OPTIONS,
     Identity,
@@ -726,20 +726,17 @@ def delete_pub(command: Command, requester: Requester, registry: Registry, host:
     sub_point = _sub_point(command, requester, host)
     warnings: list[Reason] = []
     for topic in topics:
-        if "+" in topic or "#" in topic:
-            # Authorization is per retained publication: those on topics the user may
-            # publish to go; if any other matched, one warning names the filter.
-            refused = False
-            for name in host.retained_topics(sub_point, topic):
-                if host.may_publish(requester, name):
-                    host.delete_retained(sub_point, name)
-                else:
-                    refused = True
-            if refused:
-                warnings.append(Reason(ReasonCode.NOT_AUTHORIZED, {"Topic": topic}))
-        elif host.may_publish(requester, topic):
-            host.delete_retained(sub_point, topic)
-        else:
+        # Authorization is per retained publication: those on topics the user may publish
+        # to go; if any other matched, one warning names the Topic (a name the user may not
+        # publish to is refused whether or not anything is retained there).
+        names = host.retained_topics(sub_point, topic) if is_wildcard_filter(topic) else [topic]
+        refused = False
+        for name in names:
+            if host.may_publish(requester, name):
+                host.delete_retained(sub_point, name)
+            else:
+                refused = True
+        if refused:
             warnings.append(Reason(ReasonCode.NOT_AUTHORIZED, {"Topic": topic}))
     return Reply("warning" if warnings else "ok", warnings)
 
