@@ -135,9 +135,10 @@ def test_a_schema_1_file_moves_its_held_messages_to_the_keyed_table(tmp_path: Pa
     try:
         conn = connection(store)
         assert _incoming_layout(conn) == (True, [])
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
         state = store.load()
         assert [(r.packet_id, r.message.id) for r in state.incoming] == [(1, 9), (2, 0)]
+        assert [r.released for r in state.incoming] == [False, False]
         assert state.next_message_id == 10
         batch = WriteBatch()  # packet id 1 reused: message 9's row goes, its id stays used
         batch.put_incoming(IncomingRecord("c", 1, StoredMessage(0, "in/t", b"again", 2)))
@@ -150,6 +151,49 @@ def test_a_schema_1_file_moves_its_held_messages_to_the_keyed_table(tmp_path: Pa
         state = again.load()
         assert [r.message.payload for r in state.incoming] == [b"again"]
         assert state.next_message_id == 10
+    finally:
+        again.close()
+
+
+_SCHEMA_2_INCOMING = """CREATE TABLE incoming (
+    client_id TEXT NOT NULL,
+    packet_id INTEGER NOT NULL CHECK (packet_id BETWEEN 1 AND 65535),
+    message_id INTEGER NOT NULL,
+    topic TEXT NOT NULL,
+    payload BLOB NOT NULL CHECK (typeof(payload) = 'blob'),
+    qos INTEGER NOT NULL CHECK (qos BETWEEN 0 AND 2),
+    retain INTEGER NOT NULL CHECK (retain IN (0, 1)),
+    sub_point TEXT NOT NULL,
+    msg_client_id TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    ts_us INTEGER NOT NULL,
+    PRIMARY KEY (client_id, packet_id)
+) WITHOUT ROWID"""
+
+
+def test_a_schema_2_file_keeps_its_held_messages_and_can_remember_released_ones(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "telemq.db"
+    SqliteStore(path).close()
+    with raw(path) as conn:
+        conn.execute("DROP TABLE incoming")
+        conn.execute(_SCHEMA_2_INCOMING)
+        conn.executemany(f"INSERT INTO incoming VALUES ({', '.join('?' * 11)})", [_held_row(4, 0)])
+        conn.execute("PRAGMA user_version = 2")
+    conn.close()
+    store = SqliteStore(path)
+    try:
+        assert connection(store).execute("PRAGMA user_version").fetchone()[0] == 3
+        assert [(r.packet_id, r.released) for r in store.load().incoming] == [(4, False)]
+        batch = WriteBatch()
+        batch.put_incoming(IncomingRecord("c", 4, StoredMessage(0, "in/t", b"q4", 2), True))
+        store.commit(batch)
+    finally:
+        store.close()
+    again = SqliteStore(path)
+    try:
+        assert [(r.packet_id, r.released) for r in again.load().incoming] == [(4, True)]
     finally:
         again.close()
 
@@ -183,8 +227,8 @@ def test_a_bad_held_message_is_quarantined_by_its_key(tmp_path: Path) -> None:
     with raw(path) as conn:
         conn.execute("PRAGMA ignore_check_constraints = ON")
         conn.executemany(
-            f"INSERT INTO incoming VALUES ({', '.join('?' * 11)})",
-            [_held_row(1, 0), _held_row(2, 0, qos=7), _held_row(3, 0)],
+            f"INSERT INTO incoming VALUES ({', '.join('?' * 12)})",
+            [(*row, 0) for row in (_held_row(1, 0), _held_row(2, 0, qos=7), _held_row(3, 0))],
         )
     conn.close()
     store = SqliteStore(path)

@@ -70,7 +70,7 @@ from ..protocol import (
     topic_filter_error,
     topic_matches,
 )
-from ..protocol.flows import InflightState
+from ..protocol.flows import InflightState, release_digest
 from ..store import (
     DeliveryRecord,
     DeliveryState,
@@ -350,14 +350,19 @@ class Broker:
                     ),
                 )
         orphans: list[IncomingRecord] = []
+        released: list[IncomingRecord] = []
         for incoming in state.incoming:
             holder = self.sessions.get(incoming.client_id)
+            if incoming.released:
+                released.append(incoming)
+                continue
             held = Message.from_stored(incoming.message)
             held.store_id = 0
             if holder is None:
                 orphans.append(incoming)
             else:
                 holder.flows.hold_incoming(incoming.packet_id, held)
+        self._restore_released(released)
         for incoming in orphans:
             # A QoS 2 message acknowledged with PUBREC to a clean session that died
             # with the broker: its publisher will not send PUBREL (its session is
@@ -384,6 +389,23 @@ class Broker:
         )
         if state.quarantined:
             log.error("the store set aside %d damaged records at load", state.quarantined)
+
+    def _restore_released(self, records: list[IncomingRecord]) -> None:
+        """Released QoS 2 ids, oldest first, back into their sessions' flows (a record of a
+        session that is gone is deleted: it must never be released again)."""
+        for record in sorted(records, key=lambda r: r.message.ts_us):
+            holder = self.sessions.get(record.client_id)
+            if holder is None:
+                self.committer.pending.delete_incoming(record.client_id, record.packet_id)
+                self.committer.schedule()
+                continue
+            stored = record.message
+            forgotten = holder.flows.remember_released(
+                record.packet_id, release_digest(stored.topic, stored.payload, stored.retain), 0
+            )
+            if forgotten:
+                self.committer.pending.delete_incoming(record.client_id, forgotten)
+                self.committer.schedule()
 
     # -- client bookkeeping -------------------------------------------------
 
@@ -786,12 +808,15 @@ class Broker:
         packet_id = event.packet_id
         message = event.message
         committer = self.committer
-        if isinstance(message, Message) and message.topic in COMMAND_TOPICS:
-            committer.pending.delete_incoming(session.client_id, packet_id)
+        if not isinstance(message, Message):
+            # Nothing held under this id (released before, or never received): PUBCOMP.
+            committer.after(lambda: self._send_ack(client, PacketType.PUBCOMP, packet_id))
+            return
+        self._record_release(session, packet_id, message)
+        if message.topic in COMMAND_TOPICS:
             self._run_command(client, message.topic, message.payload, 2)
             committer.after(lambda: self._send_ack(client, PacketType.PUBCOMP, packet_id))
-        elif isinstance(message, Message):
-            committer.pending.delete_incoming(session.client_id, packet_id)
+        else:
             hand_offs = self._accept(message, hand_off_now=False)
             # The release is durable once this commit ends. Until then a crash leaves the
             # stored message unreleased, and it is released again (at restart for a clean
@@ -818,8 +843,24 @@ class Broker:
                     committer.after(lambda: self._hand_off_all(waiting))
                 else:
                     committer.schedule_lazy(RELEASE_COMMIT_WITHIN)
-        else:
-            committer.after(lambda: self._send_ack(client, PacketType.PUBCOMP, packet_id))
+
+    def _record_release(self, session: Session, packet_id: int, message: Message) -> None:
+        """The held message leaves the store in the release's commit. A persistent session
+        keeps its id, marked released, instead: the client may lose the PUBCOMP with its
+        connection, and re-send the PUBLISH rather than the PUBREL (`Flows.released`)."""
+        pending = self.committer.pending
+        if not session.persistent:
+            pending.delete_incoming(session.client_id, packet_id)
+            return
+        stored = message.to_stored()
+        stored.id = 0  # the held copy's id: the message itself may be stored by the release
+        pending.put_incoming(IncomingRecord(session.client_id, packet_id, stored, released=True))
+        digest = release_digest(message.topic, message.payload, message.retain)
+        forgotten = session.flows.remember_released(
+            packet_id, digest, session.flows.connection_number
+        )
+        if forgotten:
+            pending.delete_incoming(session.client_id, forgotten)
 
     def _run_command(self, client: Client, queue_topic: str, payload: bytes, qos: int) -> None:
         requester = Requester(client.client_id, client.user_id, client.listener.sub_point, qos)

@@ -40,7 +40,7 @@ from .events import (
     SubscribeRequested,
     UnsubscribeRequested,
 )
-from .flows import Flows, Inflight, InflightState
+from .flows import RELEASED_IDS_KEPT, Flows, Inflight, InflightState, release_digest
 from .packets import (
     SUBACK_FAILURE,
     ConnAck,
@@ -67,6 +67,7 @@ from .topics import is_wildcard_filter, topic_filter_error, topic_matches, topic
 
 __all__ = [
     "MAX_REMAINING_LENGTH",
+    "RELEASED_IDS_KEPT",
     "SUBACK_FAILURE",
     "ConnAck",
     "Connect",
@@ -113,6 +114,7 @@ __all__ = [
     "encode_publish",
     "encode_remaining_length",
     "is_wildcard_filter",
+    "release_digest",
     "topic_filter_error",
     "topic_matches",
     "topic_name_error",

@@ -159,8 +159,14 @@ class Connection:
                 events.append(self._fail("the first packet is not CONNECT"))
                 return
             duplicate = False
-            if packet.qos == 2 and self.flows is not None:
-                duplicate = self.flows.is_held(packet.packet_id)
+            flows = self.flows
+            if packet.qos == 2 and flows is not None:
+                duplicate = flows.is_held(packet.packet_id) or (
+                    bool(flows.released)
+                    and flows.is_released_resend(
+                        packet.packet_id, packet.topic, packet.payload, packet.retain
+                    )
+                )
             events.append(MessageReceived(packet, duplicate))
             return
         if self.state is ConnectionState.AWAIT_CONNECT:
@@ -241,6 +247,7 @@ class Connection:
     def accept(self, session_present: bool, flows: Flows, now: float) -> None:
         """Send CONNACK 0 and attach the session's flows; re-sends what is in flight."""
         self.flows = flows
+        flows.connection_number += 1
         self.state = ConnectionState.CONNECTED
         # MQTT 3.1 has no session present flag: the byte is reserved (0).
         present = session_present and self.protocol_level >= ProtocolLevel.MQTT_3_1_1

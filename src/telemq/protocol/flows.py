@@ -8,7 +8,13 @@ from the store after a restart. It holds
   (PUBACK for QoS 1; PUBREC then PUBCOMP for QoS 2), in the order they were
   first sent, which is the order they are re-sent in [MQTT-4.6.0-1];
 * incoming: packet id -> the broker's stored message, for every QoS 2 PUBLISH
-  received and not yet released by PUBREL (the exactly-once guard).
+  received and not yet released by PUBREL (the exactly-once guard);
+* released: packet id -> digest of the last `RELEASED_IDS_KEPT` QoS 2 messages released,
+  with the number of the connection that released them. A client that loses the PUBCOMP
+  with its connection re-sends PUBREL, as it must; paho-mqtt (2.x, still in 2.1) re-sends
+  the PUBLISH itself, with DUP=0, once a reconnection attempt has failed. Such a PUBLISH,
+  on a later connection, with a remembered id, topic, payload and RETAIN, is that message
+  again, not a new one (docs/reliability.md, "QoS 2 step by step").
 
 Packet ids are 1..65535, never 0 and never one in use in the same direction
 [MQTT-2.3.1-1..4]. Nothing here reads a clock: `now` is passed in.
@@ -17,12 +23,16 @@ Packet ids are 1..65535, never 0 and never one in use in the same direction
 from __future__ import annotations
 
 import enum
+import hashlib
 from dataclasses import dataclass
 from typing import TypeAlias
 
 from .errors import LocalProtocolError, PacketIdsExhausted
 
 MAX_PACKET_ID = 65535
+# Released QoS 2 ids remembered per session: a client's re-sends after a reconnection are
+# what it had in flight, and clients keep far fewer than this in flight (paho: 20).
+RELEASED_IDS_KEPT = 256
 
 # What the owner attaches to a delivery or a held message: opaque to the protocol. A named
 # alias rather than a bare `object` in dataclass fields, because the compiled build (mypyc)
@@ -52,12 +62,22 @@ class Inflight:
 class Flows:
     """Packet ids and in-flight tables of one session (see the module docstring)."""
 
-    __slots__ = ("_last_id", "incoming", "max_inflight", "outbound")
+    __slots__ = (
+        "_last_id",
+        "connection_number",
+        "incoming",
+        "max_inflight",
+        "outbound",
+        "released",
+    )
 
     def __init__(self, max_inflight: int = 0) -> None:
         self.max_inflight = max_inflight if max_inflight > 0 else MAX_PACKET_ID
         self.outbound: dict[int, Inflight] = {}
         self.incoming: dict[int, object] = {}
+        # packet id -> (release_digest, connection_number at the release), oldest first
+        self.released: dict[int, tuple[bytes, int]] = {}
+        self.connection_number = 0  # raised by each connection that takes these flows
         self._last_id = 0
 
     # -- outbound -------------------------------------------------------
@@ -132,6 +152,39 @@ class Flows:
 
     def hold_incoming(self, packet_id: int, message: object) -> None:
         self.incoming[packet_id] = message
+        if self.released:
+            self.released.pop(packet_id, None)  # the id now names another message
 
     def release_incoming(self, packet_id: int) -> object | None:
         return self.incoming.pop(packet_id, None)
+
+    # -- released QoS 2 ---------------------------------------------------
+
+    def remember_released(self, packet_id: int, digest: bytes, connection_number: int) -> int:
+        """Remember a released id; returns the id forgotten to make room, or 0."""
+        released = self.released
+        released.pop(packet_id, None)
+        released[packet_id] = (digest, connection_number)
+        if len(released) > RELEASED_IDS_KEPT:
+            oldest = next(iter(released))
+            del released[oldest]
+            return oldest
+        return 0
+
+    def is_released_resend(self, packet_id: int, topic: str, payload: bytes, retain: bool) -> bool:
+        """True for a PUBLISH that repeats a message released on an earlier connection."""
+        remembered = self.released.get(packet_id)
+        if remembered is None or remembered[1] >= self.connection_number:
+            return False  # on the releasing connection the client had its PUBCOMP: a new id
+        return remembered[0] == release_digest(topic, payload, retain)
+
+
+def release_digest(topic: str, payload: bytes, retain: bool) -> bytes:
+    """What identifies a released QoS 2 message in `Flows.released` (16 bytes)."""
+    encoded = topic.encode("utf-8", "surrogatepass")
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(len(encoded).to_bytes(4, "big"))
+    digest.update(encoded)
+    digest.update(b"\x01" if retain else b"\x00")
+    digest.update(payload)
+    return digest.digest()

@@ -36,7 +36,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
         "messages": "id topic payload qos retain sub_point client_id user_id ts_us",
         "deliveries": "delivery_id client_id message_id qos state packet_id retain data",
         "incoming": "client_id packet_id message_id topic payload qos retain sub_point"
-        " msg_client_id user_id ts_us",
+        " msg_client_id user_id ts_us released",
         "journal": "seq ts_us topic sub_point qos retain payload client_id user_id",
     }.items()
 }
@@ -101,6 +101,7 @@ def incoming_row(r: IncomingRecord) -> Row:
         m.client_id,
         m.user_id,
         m.ts_us,
+        1 if r.released else 0,
     )
 
 
@@ -133,6 +134,7 @@ def check_delivery(row: Row) -> None:
 
 def check_incoming(row: Row) -> None:
     _check(type(row[1]) is int and 1 <= row[1] <= 65535, "incoming", "packet_id", row)
+    _check(row[11] in (0, 1), "incoming", "released", row)
     check_message(row, "incoming", 2)
 
 
@@ -244,6 +246,7 @@ def incoming_from_row(row: Sequence[object]) -> IncomingRecord:
         _text(row[0], "client_id"),
         _int(row[1], "packet_id", 1, 65535),
         message_from_row(row[2:]),
+        _flag(row[11], "released"),
     )
 
 

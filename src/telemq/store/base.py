@@ -138,11 +138,14 @@ class DeliveryRecord:
 
 @dataclass(slots=True)
 class IncomingRecord:
-    """A QoS 2 PUBLISH received (PUBREC sent) and not yet released by PUBREL."""
+    """A QoS 2 PUBLISH received (PUBREC sent) and not yet released by PUBREL; or, with
+    `released`, one already released, kept so that a client re-sending it after losing the
+    PUBCOMP is recognised (docs/reliability.md, "QoS 2 step by step")."""
 
     client_id: str
     packet_id: int
     message: StoredMessage
+    released: bool = False
 
 
 @dataclass(slots=True)

@@ -69,7 +69,9 @@ from .base import (
 log = logging.getLogger("telemq.store")
 
 DB_FILENAME = "telemq.db"
-SCHEMA_VERSION = 2  # 2: `incoming` keyed by (client_id, packet_id) itself (WITHOUT ROWID)
+SCHEMA_VERSION = 3
+# 2: `incoming` keyed by (client_id, packet_id) itself (WITHOUT ROWID).
+# 3: `incoming.released`: released QoS 2 messages are remembered (`_add_released_column`).
 _BUSY_TIMEOUT_S = 5.0  # only another writer (an operator's sqlite3 shell) can make us wait
 _CORRUPTION = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
 _WAL_SIZE_LIMIT = 64 << 20
@@ -90,6 +92,7 @@ _CREATE_INCOMING = """CREATE TABLE IF NOT EXISTS incoming (
     msg_client_id TEXT NOT NULL,
     user_id TEXT NOT NULL,
     ts_us INTEGER NOT NULL,
+    released INTEGER NOT NULL DEFAULT 0 CHECK (released IN (0, 1)),
     PRIMARY KEY (client_id, packet_id)
 ) WITHOUT ROWID;"""
 
@@ -512,7 +515,10 @@ def _salvage_rows(source: Path, conn: sqlite3.Connection) -> tuple[int, list[tup
     skipped: list[tuple[str, str, str]] = []
     try:
         for table in _SALVAGE_TABLES:
-            columns = COLUMNS[table]
+            try:
+                columns = _columns_in(reader, table) or COLUMNS[table]
+            except sqlite3.Error:
+                columns = COLUMNS[table]  # reading it below says what is wrong
             names = ", ".join(columns)
             marks = ", ".join("?" * len(columns))
             insert = f"INSERT OR IGNORE INTO {table} ({names}) VALUES ({marks})"
@@ -575,7 +581,7 @@ def _rebuild_incoming(conn: sqlite3.Connection, path: Path) -> None:
     ).fetchone()
     if found is None or "WITHOUT ROWID" in str(found[0]).upper():
         return
-    columns = ", ".join(COLUMNS["incoming"])
+    columns = ", ".join(_columns_in(conn, "incoming"))
     try:
         conn.execute("BEGIN IMMEDIATE")
         conn.execute("DROP TRIGGER IF EXISTS incoming_replaced")
@@ -589,6 +595,29 @@ def _rebuild_incoming(conn: sqlite3.Connection, path: Path) -> None:
         if _is_corruption(exc):
             raise
         log.warning("store %s: held QoS 2 messages stay in their schema 1 table: %s", path, exc)
+
+
+def _columns_in(conn: sqlite3.Connection, table: str) -> tuple[str, ...]:
+    """The columns of `COLUMNS[table]` that the file's table has (older schemas lack some;
+    they take their defaults where rows are copied)."""
+    present = {str(row[1]) for row in conn.execute(f"PRAGMA table_info({table})")}
+    return tuple(column for column in COLUMNS[table] if column in present)
+
+
+def _add_released_column(conn: sqlite3.Connection) -> None:
+    """Schema 2 -> 3: held QoS 2 messages gain `released` (0 for every existing row).
+    Without the CHECK of a new file's column: SQLite would check every old row against all
+    the table's constraints, and one bad row (quarantined at load) would stop the start."""
+    if (
+        "released" in _columns_in(conn, "incoming")
+        or not conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'incoming'"
+        ).fetchone()
+    ):
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute("ALTER TABLE incoming ADD COLUMN released INTEGER NOT NULL DEFAULT 0")
+    conn.execute("COMMIT")
 
 
 _NO_MARKS = {"next_seq": 1, "next_message_id": 1, "next_delivery_id": 1}
@@ -860,6 +889,7 @@ class SqliteStore(Store):
                     f" telemq understands ({SCHEMA_VERSION}); refusing to touch it"
                 )
             _rebuild_incoming(conn, self.path)
+            _add_released_column(conn)
             conn.executescript(_SCHEMA)
             self._quarantined = conn.execute("SELECT COUNT(*) FROM quarantine").fetchone()[0]
             self._marks = self._read_marks(conn)
