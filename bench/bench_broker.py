@@ -1,11 +1,13 @@
 """End-to-end broker benchmark (not a test): a telemq broker as a subprocess, driven over
 loopback by telemq's own MQTT codec, every message checked.
 
-``python bench/bench_broker.py [--seconds 3] [--qos 0,1,2] [--journal on,off]``
+``python bench/bench_broker.py [--seconds 3] [--qos 0,1,2] [--journal on,off] [--persistent]``
 
 For each (QoS, journal) pair a fresh broker is started with the default store (SQLite,
 ``sync = "full"``) in a temporary directory. P publishers send 32-byte sequenced messages to
-``bench/<run>/p<i>``; one subscriber on ``bench/<run>/+`` at the same QoS receives them. A
+``bench/<run>/p<i>`` (clean sessions, or persistent ones with ``--persistent``: then a QoS 2
+release also keeps its packet id, docs/reliability.md); one subscriber on ``bench/<run>/+``
+at the same QoS receives them. A
 publisher may have at most `--window` messages that are not yet both acknowledged to it and
 received by the subscriber, so the broker's queues stay bounded and the rate is sustainable.
 At the end the subscriber's sequence numbers are checked: QoS 1/2 must lose nothing and
@@ -86,17 +88,17 @@ class MqttPeer(asyncio.Protocol):
         self.transport.write(data)
 
 
-async def connect(port: int, client_id: str) -> MqttPeer:
+async def connect(port: int, client_id: str, clean: bool = True) -> MqttPeer:
     loop = asyncio.get_running_loop()
     _, peer = await loop.create_connection(MqttPeer, HOST, port)
-    peer.send(encode(Connect(client_id, keepalive=60)))
+    peer.send(encode(Connect(client_id, clean_session=clean, keepalive=60)))
     answer = await asyncio.wait_for(peer.packets.get(), 10)
     assert isinstance(answer, ConnAck) and answer.return_code == 0, answer
     return peer
 
 
 async def run_load(
-    port: int, qos: int, publishers: int, window: int, seconds: float
+    port: int, qos: int, publishers: int, window: int, seconds: float, persistent: bool = False
 ) -> tuple[int, float, Tally]:
     run = uuid.uuid4().hex[:8]
     tally = Tally([set() for _ in range(publishers)])
@@ -139,7 +141,7 @@ async def run_load(
     sent = [0] * publishers
 
     async def publish(index: int) -> None:
-        peer = await connect(port, f"pub-{run}-{index}")
+        peer = await connect(port, f"pub-{run}-{index}", clean=not persistent)
         topic = f"bench/{run}/p{index}".encode()
         seq_of: dict[int, int] = {}
 
@@ -230,10 +232,14 @@ def main() -> int:
     parser.add_argument("--journal", default="on,off")
     parser.add_argument("--publishers", type=int, default=4)
     parser.add_argument("--window", type=int, default=100)
+    parser.add_argument(
+        "--persistent", action="store_true", help="publishers with persistent sessions"
+    )
     args = parser.parse_args()
     failed = False
     print(
-        f"{args.publishers} publishers -> 1 subscriber, window {args.window}, "
+        f"{args.publishers} {'persistent ' if args.persistent else ''}publishers -> 1 subscriber,"
+        f" window {args.window}, "
         f"{args.seconds:g} s per run, sync = full"
     )
     print(
@@ -247,7 +253,9 @@ def main() -> int:
                 try:
                     cpu_before = broker_cpu_seconds(process.pid)
                     sent, elapsed, tally = asyncio.run(
-                        run_load(port, qos, args.publishers, args.window, args.seconds)
+                        run_load(
+                            port, qos, args.publishers, args.window, args.seconds, args.persistent
+                        )
                     )
                     cpu = broker_cpu_seconds(process.pid) - cpu_before
                 finally:

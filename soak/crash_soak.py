@@ -40,7 +40,6 @@ import collections
 import contextlib
 import json
 import math
-import os
 import random
 import shutil
 import signal
@@ -56,6 +55,8 @@ from typing import Any
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
+
+from telemq.client import MqttClient, MqttError
 
 HOST = "127.0.0.1"
 TOPICS = {1: "soak/q1", 2: "soak/q2"}
@@ -139,21 +140,10 @@ def free_port() -> int:
 
 def _connect_probe(port: int) -> bool:
     """One CONNECT (clean session, a throw-away id) answered by CONNACK 0."""
-    client_id = f"soak-probe-{os.getpid()}-{time.monotonic_ns() % 10**9}".encode()
-    variable = b"\x00\x04MQTT\x04\x02\x00\x00"
-    body = variable + len(client_id).to_bytes(2, "big") + client_id
     try:
-        with socket.create_connection((HOST, port), timeout=1.0) as sock:
-            sock.sendall(bytes([0x10, len(body)]) + body)
-            answer = b""
-            while len(answer) < 4:
-                chunk = sock.recv(4 - len(answer))
-                if not chunk:
-                    return False
-                answer += chunk
-            sock.sendall(b"\xe0\x00")
-            return answer[0] == 0x20 and answer[3] == 0
-    except OSError:
+        with MqttClient(HOST, port, timeout=1.0):  # connects, then DISCONNECT
+            return True
+    except (MqttError, OSError):
         return False
 
 
