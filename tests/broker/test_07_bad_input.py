@@ -20,6 +20,8 @@ from .helpers import (
     DISCONNECT_BYTES,
     MQTT31,
     MQTT311,
+    PUBACK,
+    PUBCOMP,
     PUBREC,
     PUBREL,
     BrokerProcess,
@@ -112,6 +114,23 @@ CASES = [
     Case("subscribe-packet-id-0", subscribe_packet(0, [("a", 0)])),
     Case("unsubscribe-no-filters", fixed(0xA2, struct.pack(">H", 1))),
     Case("subscribe-filter-invalid-utf8", subscribe_packet(1, [(b"a/\xc3\x28", 0)])),
+    # [MQTT-4.7.3-1] and the control characters of 3.1.1 §1.5.3, as Mosquitto 2.0 treats them.
+    Case("subscribe-filter-empty", subscribe_packet(1, [("a", 0), ("", 1)])),
+    Case("unsubscribe-filter-empty", unsubscribe_packet(1, [""])),
+    Case("topic-control-character", publish_packet("a/\x07", b"x", qos=1, pid=1)),
+    Case("topic-c1-control-character", publish_packet("a/\x85", b"x")),
+    Case("subscribe-filter-control-character", subscribe_packet(1, [("a/\x1b/#", 0)])),
+    Case("connect-client-id-control-character", connect_packet("bad\x01id"), connect=None),
+    Case(
+        "connect-user-name-control-character",
+        connect_packet(unique("u"), username="us\x7fer"),
+        connect=None,
+    ),
+    Case(
+        "connect-will-topic-control-character",
+        connect_packet(unique("w"), will=Will("w/\x10", b"x")),
+        connect=None,
+    ),
     Case("second-connect", connect_packet(unique("again"))),
     Case("second-connect-mqtt31", connect_packet(unique("a"), version=MQTT31), connect=MQTT31),
     Case("first-packet-pingreq", b"\xc0\x00", connect=None),
@@ -178,6 +197,30 @@ def test_will_flag_zero_connect_variants_are_not_confused_with_valid(
         assert ack.return_code == 0
         assert client.is_open()
         client.send(DISCONNECT_BYTES)
+
+
+@pytest.mark.parametrize(
+    ("qos", "answers"),
+    [(1, [PUBREC]), (1, [PUBCOMP]), (2, [PUBACK]), (2, [PUBCOMP]), (2, [PUBREC, PUBACK])],
+    ids=["pubrec-for-qos1", "pubcomp-for-qos1", "puback-for-qos2", "pubcomp-before-pubrec",
+         "puback-after-pubrec"],
+)  # fmt: skip
+def test_an_acknowledgement_of_the_wrong_kind_closes_the_connection(
+    broker: BrokerProcess, bystander: PahoClient, qos: int, answers: list[int]
+) -> None:
+    topic = unique("kind/")
+    with raw_connected(broker.port) as subscriber, raw_connected(broker.port) as publisher:
+        assert subscriber.subscribe([(topic, qos)]) == [qos]
+        publisher.send(publish_packet(topic, b"x", qos=qos, pid=1))
+        if qos == 2:  # released, and so delivered, on PUBREL
+            publisher.expect_ack(PUBREC, 1)
+            publisher.send(ack_packet(PUBREL, 1))
+        delivery = subscriber.expect_publish()
+        assert delivery.pid is not None
+        for answer in answers:
+            subscriber.send(ack_packet(answer, delivery.pid))
+        assert subscriber.wait_closed(10), f"connection still open after {answers}"
+    assert_others_unaffected(broker, bystander)
 
 
 def test_pubrel_flags_wrong_in_qos2_flow(broker: BrokerProcess, bystander: PahoClient) -> None:

@@ -115,14 +115,15 @@ def test_datagram_gets_a_reply_only_on_warning_or_error(
     )
     assert_error(reply, 3072)
     assert reply.correl_id == "D3"
-    # warning datagram (ReqUpdate with nothing retained): answered.
+    # warning datagram (DeregSub of a registered and an unregistered topic): answered.
+    missing = unique("env/none/")
     reply = client.command(
-        {"Command": "ReqUpdate", "Topic": topic, "QName": queue},
+        {"Command": "DeregSub", "Topic": [topic, missing], "QName": queue},
         form=form,
         mqmd={"MsgType": "datagram", "CorrelId": "D4"},
     )
     assert reply.completion == "warning", str(reply)
-    assert reply.reasons == [3077]
+    assert reply.reasons == [3073]
 
 
 @pytest.mark.parametrize(

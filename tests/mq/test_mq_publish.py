@@ -16,7 +16,6 @@ from .helpers import (
     BrokerProcess,
     assert_error,
     assert_ok,
-    assert_warning,
     unique,
     wait_until,
 )
@@ -220,7 +219,7 @@ def test_delete_pub_with_a_wildcard(
             {"Command": "RegSub", "Topic": f"{base}/x/#", "RegOpt": "PubOnReqOnly"}, form=form
         )
     )
-    assert_warning(
+    assert_error(
         publisher.command({"Command": "ReqUpdate", "Topic": f"{base}/x/#"}, form=form), 3077
     )
 

@@ -253,16 +253,18 @@ def test_req_update_with_inform_if_ret_marks_copies(
     assert [(m.payload, m.retain) for m in got] == [(b"state", True)]
 
 
-def test_req_update_without_retained_is_warning_3077(
+def test_req_update_without_retained_fails_3077(
     broker: BrokerProcess, clients: ClientFactory, form: str
 ) -> None:
+    """IBM: with no matching retained publication "the request fails with return code
+    MQRCCF_NO_RETAINED_MSG": completion error, not a warning."""
     client = clients(broker.port)
     topic = unique("rs/noret/")
     assert_ok(
         client.command({"Command": "RegSub", "Topic": topic, "RegOpt": "PubOnReqOnly"}, form=form)
     )
     reply = client.command({"Command": "ReqUpdate", "Topic": topic}, form=form)
-    assert_warning(reply, 3077)
+    assert_error(reply, 3077)
 
 
 def test_req_update_without_subscription_is_3073(
@@ -483,7 +485,8 @@ def test_add_name_refused_when_name_taken_or_already_named(
     broker: BrokerProcess, clients: ClientFactory, form: str
 ) -> None:
     """A name used by another subscription: 3152 (the seed: a SubName whose new attributes
-    match a different existing subscription); a subscription already named otherwise: 3153."""
+    match a different existing subscription); a subscription already named otherwise: 3152 as
+    well (IBM: two names never refer to one subscription, MQRCCF_DUPLICATE_SUBSCRIPTION)."""
     client = clients(broker.port)
     queue = unique("q")
     topic_a = unique("rs/named/")
@@ -507,18 +510,15 @@ def test_add_name_refused_when_name_taken_or_already_named(
         form=form,
     )
     assert_error(reply, 3152)
-    # The subscription already has another name: AddName cannot rename it.
-    reply = client.command(
-        {
-            "Command": "RegSub",
-            "Topic": topic_a,
-            "QName": queue,
-            "SubName": unique("n"),
-            "RegOpt": "AddName",
-        },
-        form=form,
-    )
-    assert_error(reply, 3153)
+    # The subscription already has another name: neither AddName nor a plain RegSub gives it
+    # a second one.
+    for options in ({"RegOpt": "AddName"}, {}):
+        reply = client.command(
+            {"Command": "RegSub", "Topic": topic_a, "QName": queue, "SubName": unique("n")}
+            | options,
+            form=form,
+        )
+        assert_error(reply, 3152)
     names = {s["Topic"][0]: s.get("SubName", [""])[0] for s in _subs(client, queue)}
     assert names == {topic_a: taken, topic_b: ""}
 

@@ -113,7 +113,7 @@ def test_retained_publications_are_per_sub_point(
     reply = at_scores.command(
         {"Command": "ReqUpdate", "Topic": topic, "SubPoint": "scores"}, form=form
     )
-    assert reply.completion == "warning" and reply.reasons == [3077], str(reply)
+    assert reply.completion == "error" and reply.reasons == [3077], str(reply)
     late = clients(default_port)
     late.subscribe(topic, 1)
     assert [m.payload for m in late.wait_deliveries(1, topic)] == [b"default state"]

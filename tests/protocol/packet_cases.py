@@ -655,6 +655,62 @@ MALFORMED_CASES: list[MalformedCase] = [
         _connect_body(b"MQTT", 4, 0x02, b"\x00\x01\xfe"),
         "CONNECT: client identifier is not valid UTF-8",
     ),
+    # Control characters (U+0001..U+001F, U+007F..U+009F) in any string: MQTT 3.1.1 §1.5.3
+    # lets the server close the connection, and Mosquitto does.
+    MalformedCase(
+        "PUBLISH topic holds U+0001",
+        MQTT_3_1_1,
+        b"\x30\x05\x00\x03a\x01b",
+        "PUBLISH: U+0001 in topic name",
+    ),
+    MalformedCase(
+        "QoS 1 PUBLISH topic holds U+009F",
+        MQTT_3_1_1,
+        b"\x32\x08\x00\x04a\xc2\x9fb\x00\x01",
+        "PUBLISH: U+009F in topic name",
+    ),
+    MalformedCase(
+        "PUBLISH topic holds U+007F",
+        MQTT_3_1,
+        b"\x30\x05\x00\x03a\x7fb",
+        "PUBLISH: U+007F in topic name",
+    ),
+    MalformedCase(
+        "SUBSCRIBE filter holds U+001F",
+        MQTT_3_1_1,
+        b"\x82\x07\x00\x01\x00\x02#\x1f\x00",
+        "SUBSCRIBE: topic filter contains U+001F",
+    ),
+    MalformedCase(
+        "SUBSCRIBE with an empty filter",
+        MQTT_3_1_1,
+        b"\x82\x05\x00\x01\x00\x00\x00",
+        "SUBSCRIBE: empty topic filter",
+    ),
+    MalformedCase(
+        "UNSUBSCRIBE with an empty filter after a valid one",
+        MQTT_3_1_1,
+        b"\xa2\x07\x00\x01\x00\x01a\x00\x00",
+        "UNSUBSCRIBE: empty topic filter",
+    ),
+    MalformedCase(
+        "CONNECT client identifier holds U+0009",
+        MQTT_3_1_1,
+        _connect_body(b"MQTT", 4, 0x02, b"\x00\x02c\x09"),
+        "CONNECT: client identifier contains U+0009",
+    ),
+    MalformedCase(
+        "CONNECT user name holds U+0085",
+        MQTT_3_1_1,
+        _connect_body(b"MQTT", 4, 0x82, b"\x00\x01c\x00\x03u\xc2\x85"),
+        "CONNECT: user name contains U+0085",
+    ),
+    MalformedCase(
+        "CONNECT will topic holds U+001B",
+        MQTT_3_1_1,
+        _connect_body(b"MQTT", 4, 0x06, b"\x00\x01c\x00\x03w\x1bt\x00\x00"),
+        "CONNECT: will topic contains U+001B",
+    ),
     MalformedCase(
         "CONNECT user name holds U+0000",
         MQTT_3_1_1,

@@ -33,12 +33,14 @@ from telemq.protocol import (
 
 PROTOCOL_NAMES = {3: "MQIsdp", 4: "MQTT"}
 
-# UTF-8 encodable text (no surrogates) without U+0000.
-_CHARS = st.characters(codec="utf-8", exclude_characters="\x00")
+# UTF-8 encodable text (no surrogates) without U+0000 and the control characters
+# U+0001..U+001F, U+007F..U+009F, which close the connection (`telemq.protocol.topics`).
+CONTROL_CHARACTERS = "".join(map(chr, [*range(0x20), *range(0x7F, 0xA0)]))
+_CHARS = st.characters(codec="utf-8", exclude_characters=CONTROL_CHARACTERS)
 text = st.text(_CHARS, max_size=12)
 
 # Topic levels: a few interesting fixed ones, plus arbitrary text without '/', '+', '#'.
-_LEVEL_CHARS = st.characters(codec="utf-8", exclude_characters="\x00/+#")
+_LEVEL_CHARS = st.characters(codec="utf-8", exclude_characters=CONTROL_CHARACTERS + "/+#")
 topic_levels = st.one_of(
     st.sampled_from(["", "a", "b", "sport", "$SYS", "$x", " ", "é"]),
     st.text(_LEVEL_CHARS, max_size=6),

@@ -353,3 +353,20 @@ def test_other_publishes_carry_no_frame(packet: Publish) -> None:
     (decoded,) = Decoder(protocol_level=4).feed(encode(packet))
     assert isinstance(decoded, Publish)
     assert decoded.frame is None
+
+
+def test_topic_names_are_checked_once_each_and_the_memory_of_them_is_bounded() -> None:
+    """Valid PUBLISH topic names are remembered (a bounded dict, `codec._VALID_TOPICS`);
+    an invalid one never is, so it is refused every time."""
+    from telemq.protocol import codec
+
+    decoder = Decoder()
+    codec._VALID_TOPICS.clear()
+    for n in range(codec._VALID_TOPICS_KEPT + 10):
+        (packet,) = decoder.feed(encode(Publish(f"memo/{n}", b"x")))
+        assert isinstance(packet, Publish) and packet.topic == f"memo/{n}"
+    assert 0 < len(codec._VALID_TOPICS) <= codec._VALID_TOPICS_KEPT
+    for _ in range(2):
+        with pytest.raises(MalformedPacket, match=r"U\+0007 in topic name"):
+            Decoder().feed(b"\x30\x05\x00\x03a\x07b")
+    assert "a\x07b" not in codec._VALID_TOPICS

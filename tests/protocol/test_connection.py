@@ -534,8 +534,7 @@ def test_outbound_qos_2(level: int) -> None:
     assert sent_packets(connection) == [
         Publish("a/b", b"x", qos=2, retain=True, packet_id=packet_id)
     ]
-    # PUBACK does not complete a QoS 2 delivery.
-    assert connection.receive_data(encode(PubAck(packet_id)), 1.5) == []
+    # (A PUBACK here would close the connection: see the wrong-kind test below.)
     assert connection.receive_data(encode(PubRec(packet_id)), 2.0) == [
         DeliveryReceived(packet_id, "ref-2")
     ]
@@ -550,14 +549,6 @@ def test_outbound_qos_2(level: int) -> None:
     ]
     assert flows.outbound == {}
     assert connection.receive_data(encode(PubComp(packet_id)), 4.0) == []
-
-
-def test_outbound_qos_2_pubcomp_before_pubrec_is_ignored() -> None:
-    connection, flows = accepted()
-    packet_id = connection.deliver(b"t", b"", 2, False, "ref", 1.0)
-    connection.data_to_send()
-    assert connection.receive_data(encode(PubComp(packet_id)), 2.0) == []
-    assert flows.outbound[packet_id].state is InflightState.PUBLISHED
 
 
 def test_duplicate_pubrec_is_reported_again_for_another_pubrel() -> None:
@@ -578,11 +569,35 @@ def test_pubrec_for_an_unknown_id_still_gets_pubrel() -> None:
     connection, _ = accepted()
     assert connection.receive_data(encode(PubRec(77)), 1.0) == []
     assert connection.data_to_send() == b"\x62\x02\x00\x4d"
-    # A PUBREC for a QoS 1 delivery is not a known QoS 2 flow either.
-    packet_id = connection.deliver(b"t", b"", 1, False, "ref", 1.0)
+    # Unknown ids of PUBACK and PUBCOMP (a finished flow's re-sent answer) are ignored.
+    assert connection.receive_data(encode(PubAck(78)) + encode(PubComp(79)), 2.0) == []
+    assert connection.state is ConnectionState.CONNECTED
+
+
+@pytest.mark.parametrize(
+    ("qos", "answers", "reason"),
+    [
+        (1, [PubRec], "PUBREC for packet id 1, a QoS 1 message published"),
+        (1, [PubComp], "PUBCOMP for packet id 1, a QoS 1 message published"),
+        (2, [PubAck], "PUBACK for packet id 1, a QoS 2 message published"),
+        (2, [PubComp], "PUBCOMP for packet id 1, a QoS 2 message published"),
+        (2, [PubRec, PubAck], "PUBACK for packet id 1, a QoS 2 message awaiting PUBCOMP"),
+    ],
+)
+def test_an_acknowledgement_of_the_wrong_kind_for_an_id_in_flight_closes_the_connection(
+    qos: int, answers: list[type[PubAck | PubRec | PubComp]], reason: str
+) -> None:
+    """A PUBREC or PUBCOMP in a QoS 1 exchange, a PUBACK in a QoS 2 one, a PUBCOMP before
+    the PUBREC: a protocol error (MQTT 3.1.1 §4.3, §4.8), as Mosquitto treats it."""
+    connection, flows = accepted()
+    packet_id = connection.deliver(b"t", b"", qos, False, "ref", 1.0)
     connection.data_to_send()
-    assert connection.receive_data(encode(PubRec(packet_id)), 2.0) == []
-    assert connection.data_to_send() == encode(PubRel(packet_id))
+    events: list[object] = []
+    for answer in answers:
+        events += connection.receive_data(encode(answer(packet_id)), 2.0)
+    assert events[-1] == ConnectionClosed(reason, graceful=False)
+    assert connection.closed
+    assert packet_id in flows.outbound  # the session keeps it: re-sent on reconnection
 
 
 def test_deliveries_get_fresh_ids() -> None:

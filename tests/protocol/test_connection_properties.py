@@ -215,25 +215,8 @@ class ConnectionMachine(RuleBasedStateMachine):
         if isinstance(packet, Publish):
             duplicate = packet.qos == 2 and packet.packet_id in self.held
             return [MessageReceived(packet, duplicate)], []
-        if isinstance(packet, PubAck):
-            entry = self.outbound.get(packet.packet_id)
-            if entry is None or entry.qos != 1:
-                return [], []
-            del self.outbound[packet.packet_id]
-            return [DeliveryAcknowledged(packet.packet_id, entry.ref)], []
-        if isinstance(packet, PubRec):
-            entry = self.outbound.get(packet.packet_id)
-            if entry is None or entry.qos != 2:
-                return [], [PubRel(packet.packet_id)]
-            entry.released = True
-            entry.sent_at = self.now
-            return [DeliveryReceived(packet.packet_id, entry.ref)], []
-        if isinstance(packet, PubComp):
-            entry = self.outbound.get(packet.packet_id)
-            if entry is None or not entry.released:
-                return [], []
-            del self.outbound[packet.packet_id]
-            return [DeliveryAcknowledged(packet.packet_id, entry.ref)], []
+        if isinstance(packet, PubAck | PubRec | PubComp):
+            return self.expect_acknowledgement(packet)
         if isinstance(packet, PubRel):
             return [MessageReleased(packet.packet_id, self.held.pop(packet.packet_id, None))], []
         if isinstance(packet, Subscribe):
@@ -244,6 +227,30 @@ class ConnectionMachine(RuleBasedStateMachine):
             return [], [PingResp()]
         assert isinstance(packet, Disconnect)
         return [DisconnectRequested(), ConnectionClosed("client sent DISCONNECT", True)], []
+
+    def expect_acknowledgement(
+        self, packet: PubAck | PubRec | PubComp
+    ) -> tuple[list[Event], list[Packet]]:
+        """An unknown id is harmless (PUBREC still gets PUBREL); a known one answered with
+        the wrong kind of acknowledgement closes the connection."""
+        packet_id = packet.packet_id
+        entry = self.outbound.get(packet_id)
+        if entry is None:
+            return [], [PubRel(packet_id)] if isinstance(packet, PubRec) else []
+        if isinstance(packet, PubAck) and entry.qos == 1:
+            del self.outbound[packet_id]
+            return [DeliveryAcknowledged(packet_id, entry.ref)], []
+        if isinstance(packet, PubRec) and entry.qos == 2:
+            entry.released = True
+            entry.sent_at = self.now
+            return [DeliveryReceived(packet_id, entry.ref)], []
+        if isinstance(packet, PubComp) and entry.qos == 2 and entry.released:
+            del self.outbound[packet_id]
+            return [DeliveryAcknowledged(packet_id, entry.ref)], []
+        name = type(packet).__name__.upper()
+        step = "awaiting PUBCOMP" if entry.released else "published"
+        reason = f"{name} for packet id {packet_id}, a QoS {entry.qos} message {step}"
+        return [ConnectionClosed(reason, graceful=False)], []
 
     # -- the broker's side ----------------------------------------------------
 

@@ -35,12 +35,18 @@ VALID_NAMES = [
     "\U0001f600",
     "x" * 65535,
     "\u00e9" * 32767,  # 65,534 bytes
+    "a\u00a0b\u2028c\u00ad",  # not `str.isprintable`, but not control characters either
 ]
 
 INVALID_NAMES = [
     ("", "empty topic name"),
     ("a\x00b", "U+0000 in topic name"),
     ("\x00", "U+0000 in topic name"),
+    ("a\x01", "U+0001 in topic name"),
+    ("tab\there", "U+0009 in topic name"),
+    ("a/\x1f", "U+001F in topic name"),
+    ("del\x7f", "U+007F in topic name"),
+    ("c1\x9f", "U+009F in topic name"),
     ("a/+", "wildcard in topic name"),
     ("+", "wildcard in topic name"),
     ("#", "wildcard in topic name"),
@@ -78,6 +84,8 @@ INVALID_FILTERS = [
     ("", "empty topic filter"),
     ("a\x00", "U+0000 in topic filter"),
     ("#\x00", "U+0000 in topic filter"),
+    ("a/\n/#", "U+000A in topic filter"),
+    ("+/\x85", "U+0085 in topic filter"),
     ("a#", "'#' must be a whole last level"),
     ("#a", "'#' must be a whole last level"),
     ("#/a", "'#' must be a whole last level"),

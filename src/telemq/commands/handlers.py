@@ -462,8 +462,9 @@ def _plan_update(
                 Topic=existing.topic,
             )
         if existing.name:
+            # Two names never refer to one subscription (IBM: MQRCCF_DUPLICATE_SUBSCRIPTION).
             raise CommandFailed(
-                ReasonCode.SUB_NAME_ERROR,
+                ReasonCode.DUPLICATE_SUBSCRIPTION,
                 f"the subscription is already named {existing.name!r}",
                 SubName=name,
             )
@@ -688,7 +689,12 @@ def req_update(command: Command, requester: Requester, registry: Registry, host:
             Topic=topics[0],
         )
     if not host.send_retained(subscription):
-        return Reply("warning", [Reason(ReasonCode.NO_RETAINED_MSG, {"Topic": subscription.topic})])
+        # IBM: "the request fails with return code MQRCCF_NO_RETAINED_MSG" (MQCC_FAILED).
+        raise CommandFailed(
+            ReasonCode.NO_RETAINED_MSG,
+            "no retained publication matches the subscription",
+            Topic=subscription.topic,
+        )
     return Reply("ok")
 
 

@@ -10,11 +10,17 @@ size.
 `encode(packet)` is the inverse. `encode_publish` is the hot-path encoder used
 by the broker, which encodes a publication once and reuses the bytes for every
 subscriber that receives the same QoS.
+
+PUBLISH topic names are checked once per distinct name: the names found valid are
+remembered (`_VALID_TOPICS`, bounded), since traffic repeats a few names and the
+full check (control characters above all) costs more per name than a dict lookup,
+whose hash the broker's routing then reuses.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Final
 
 from .errors import MalformedPacket
 from .packets import (
@@ -38,7 +44,25 @@ from .packets import (
     Unsubscribe,
     Will,
 )
-from .topics import topic_name_error
+from .topics import forbidden_character, topic_name_error
+
+# PUBLISH topic names already found valid. Final: a C static in the compiled build, where
+# a plain module global would cost a dictionary lookup of its name per packet.
+_VALID_TOPICS: Final[dict[str, None]] = {}
+_VALID_TOPICS_KEPT: Final = 16384  # beyond this many the memory starts again (a flood of names)
+
+
+def _check_topic_name(topic: str) -> None:
+    """Raise `MalformedPacket` for an invalid PUBLISH topic name (see the module docstring)."""
+    if topic in _VALID_TOPICS:
+        return
+    problem = topic_name_error(topic)
+    if problem is not None:
+        raise MalformedPacket(f"PUBLISH: {problem}")
+    if len(_VALID_TOPICS) >= _VALID_TOPICS_KEPT:
+        _VALID_TOPICS.clear()
+    _VALID_TOPICS[topic] = None
+
 
 MAX_REMAINING_LENGTH = 268_435_455
 MAX_PACKET_SIZE = MAX_REMAINING_LENGTH + 5  # fixed header byte + 4 length bytes
@@ -223,8 +247,10 @@ class _Reader:
             value = raw.decode("utf-8")
         except UnicodeDecodeError:
             raise MalformedPacket(f"{self.what}: {field} is not valid UTF-8") from None
-        if "\x00" in value:
-            raise MalformedPacket(f"{self.what}: {field} contains U+0000")
+        if not value.isprintable():  # U+0000 and the control characters (`topics`)
+            forbidden = forbidden_character(value)
+            if forbidden is not None:
+                raise MalformedPacket(f"{self.what}: {field} contains {forbidden}")
         return value
 
     def rest(self) -> bytes:
@@ -324,8 +350,7 @@ def _decode_publish(first: int, body: bytes, level: int) -> Publish:
         topic = body[2:end].decode("utf-8")
     except UnicodeDecodeError:
         raise MalformedPacket("PUBLISH: topic name is not valid UTF-8") from None
-    if not topic or "+" in topic or "#" in topic or "\x00" in topic:
-        raise MalformedPacket(f"PUBLISH: {topic_name_error(topic)}")
+    _check_topic_name(topic)
     packet_id = 0
     if qos:
         if end + 2 > len(body):
@@ -350,8 +375,7 @@ def _decode_plain_publish(frame: bytes, start: int) -> Publish:
         topic = frame[start + 2 : end].decode("utf-8")
     except UnicodeDecodeError:
         raise MalformedPacket("PUBLISH: topic name is not valid UTF-8") from None
-    if not topic or "+" in topic or "#" in topic or "\x00" in topic:
-        raise MalformedPacket(f"PUBLISH: {topic_name_error(topic)}")
+    _check_topic_name(topic)
     return Publish(topic, frame[end:], 0, False, False, 0, frame)
 
 
@@ -390,6 +414,8 @@ def _decode_subscribe(first: int, body: bytes, level: int) -> Subscribe:
     topics: list[tuple[str, int]] = []
     while reader.remaining():
         topic_filter = reader.string("topic filter")
+        if not topic_filter:
+            raise MalformedPacket("SUBSCRIBE: empty topic filter [MQTT-4.7.3-1]")
         options = reader.byte()
         if options & 0xFC and level >= ProtocolLevel.MQTT_3_1_1:
             raise MalformedPacket("SUBSCRIBE: reserved bits of the requested QoS byte are set")
@@ -408,7 +434,10 @@ def _decode_unsubscribe(first: int, body: bytes, level: int) -> Unsubscribe:
     packet_id = _packet_id(reader)
     topics: list[str] = []
     while reader.remaining():
-        topics.append(reader.string("topic filter"))
+        topic_filter = reader.string("topic filter")
+        if not topic_filter:
+            raise MalformedPacket("UNSUBSCRIBE: empty topic filter [MQTT-4.7.3-1]")
+        topics.append(topic_filter)
     if not topics:
         raise MalformedPacket("UNSUBSCRIBE: no topic filter")
     return Unsubscribe(packet_id, topics, dup=bool(first & 0x08))

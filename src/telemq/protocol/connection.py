@@ -182,6 +182,8 @@ class Connection:
             inflight = flows.acknowledge(packet.packet_id) if flows else None
             if inflight is not None:
                 events.append(DeliveryAcknowledged(packet.packet_id, inflight.ref))
+            else:
+                self._check_ack_kind("PUBACK", packet.packet_id, events)
         elif kind is PubRec:
             assert isinstance(packet, PubRec)
             inflight = flows.received(packet.packet_id, now) if flows else None
@@ -189,7 +191,7 @@ class Connection:
                 # The owner sends PUBREL once the released state is durable: after a
                 # crash it must resume with PUBREL, never re-send the PUBLISH.
                 events.append(DeliveryReceived(packet.packet_id, inflight.ref))
-            else:
+            elif not self._check_ack_kind("PUBREC", packet.packet_id, events):
                 # Unknown id: PUBREL anyway, so a peer stuck in the flow completes it.
                 self._out.append(encode_ack(PacketType.PUBREL, packet.packet_id))
         elif kind is PubComp:
@@ -197,6 +199,8 @@ class Connection:
             inflight = flows.complete(packet.packet_id) if flows else None
             if inflight is not None:
                 events.append(DeliveryAcknowledged(packet.packet_id, inflight.ref))
+            else:
+                self._check_ack_kind("PUBCOMP", packet.packet_id, events)
         elif kind is PubRel:
             assert isinstance(packet, PubRel)
             message = flows.release_incoming(packet.packet_id) if flows else None
@@ -217,6 +221,20 @@ class Connection:
             events.append(self._fail("a second CONNECT on the same connection"))
         else:
             events.append(self._fail(f"a client may not send {packet.packet_type.name}"))
+
+    def _check_ack_kind(self, name: str, packet_id: int, events: list[Event]) -> bool:
+        """An acknowledgement that did not fit its id: True (and the connection failed) when
+        the id is in flight, as another QoS or in another step (PUBACK for QoS 2, PUBREC or
+        PUBCOMP for QoS 1, PUBCOMP before PUBREC): a protocol error, as for Mosquitto. An
+        unknown id stays harmless: a re-sent acknowledgement of a finished flow."""
+        inflight = self.flows.outbound.get(packet_id) if self.flows is not None else None
+        if inflight is None:
+            return False
+        step = "awaiting PUBCOMP" if inflight.state is InflightState.RELEASED else "published"
+        events.append(
+            self._fail(f"{name} for packet id {packet_id}, a QoS {inflight.qos} message {step}")
+        )
+        return True
 
     def _handle_connect(self, packet: Connect, events: list[Event]) -> None:
         level = packet.protocol_level
