@@ -38,7 +38,7 @@ class SnapshotAfterRelease(SqliteStore):
 
     def commit(self, batch: WriteBatch) -> None:
         super().commit(batch)
-        released = any(op is Op.PUT_INCOMING and args[0].released for op, args in batch.ops)
+        released = any(op is Op.RELEASE_INCOMING for op, _ in batch.ops)
         if released and not self.taken:
             self.taken = True
             shutil.copytree(self.path.parent, self.snapshot)

@@ -271,6 +271,18 @@ def test_load_after_reopen_returns_equal_state(harness: Harness) -> None:
     assert harness.reopen().load() == first
 
 
+def test_a_released_held_message_stays_marked_released(harness: Harness) -> None:
+    commit(
+        harness.store, ("put_incoming", incoming("c", 1, 0)), ("put_incoming", incoming("c", 2, 0))
+    )
+    commit(harness.store, ("release_incoming", "c", 1), ("release_incoming", "c", 9))
+    state = harness.reopen().load()
+    assert [(r.packet_id, r.released) for r in state.incoming] == [(1, True), (2, False)]
+    # The id re-used for a new message is held again.
+    commit(harness.store, ("put_incoming", incoming("c", 1, 0)))
+    assert [r.released for r in harness.reopen().load().incoming] == [False, False]
+
+
 def test_counters_never_go_backwards(harness: Harness) -> None:
     store = harness.store
     for i in range(1, 6):

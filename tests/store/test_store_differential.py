@@ -83,6 +83,7 @@ ops = st.one_of(
         st.just("put_incoming"), st.builds(IncomingRecord, clients, st.integers(1, 3), messages)
     ),
     st.tuples(st.just("delete_incoming"), clients, st.integers(1, 3)),
+    st.tuples(st.just("release_incoming"), clients, st.integers(1, 3)),
     st.tuples(
         st.just("append_journal"),
         st.builds(

@@ -400,9 +400,8 @@ class Broker:
                 self.committer.schedule()
                 continue
             stored = record.message
-            forgotten = holder.flows.remember_released(
-                record.packet_id, release_digest(stored.topic, stored.payload, stored.retain), 0
-            )
+            digest = release_digest(stored.topic.encode("utf-8"), stored.payload, stored.retain)
+            forgotten = holder.flows.remember_released(record.packet_id, digest, 0)
             if forgotten:
                 self.committer.pending.delete_incoming(record.client_id, forgotten)
                 self.committer.schedule()
@@ -852,10 +851,8 @@ class Broker:
         if not session.persistent:
             pending.delete_incoming(session.client_id, packet_id)
             return
-        stored = message.to_stored()
-        stored.id = 0  # the held copy's id: the message itself may be stored by the release
-        pending.put_incoming(IncomingRecord(session.client_id, packet_id, stored, released=True))
-        digest = release_digest(message.topic, message.payload, message.retain)
+        pending.release_incoming(session.client_id, packet_id)
+        digest = release_digest(message.topic_bytes, message.payload, message.retain)
         forgotten = session.flows.remember_released(
             packet_id, digest, session.flows.connection_number
         )

@@ -9,7 +9,7 @@ from the store after a restart. It holds
   first sent, which is the order they are re-sent in [MQTT-4.6.0-1];
 * incoming: packet id -> the broker's stored message, for every QoS 2 PUBLISH
   received and not yet released by PUBREL (the exactly-once guard);
-* released: packet id -> digest of the last `RELEASED_IDS_KEPT` QoS 2 messages released,
+* released: packet id -> fingerprint of the last `RELEASED_IDS_KEPT` QoS 2 messages released,
   with the number of the connection that released them. A client that loses the PUBCOMP
   with its connection re-sends PUBREL, as it must; paho-mqtt (2.x, still in 2.1) re-sends
   the PUBLISH itself, with DUP=0, once a reconnection attempt has failed. Such a PUBLISH,
@@ -23,7 +23,7 @@ Packet ids are 1..65535, never 0 and never one in use in the same direction
 from __future__ import annotations
 
 import enum
-import hashlib
+import zlib
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -76,7 +76,7 @@ class Flows:
         self.outbound: dict[int, Inflight] = {}
         self.incoming: dict[int, object] = {}
         # packet id -> (release_digest, connection_number at the release), oldest first
-        self.released: dict[int, tuple[bytes, int]] = {}
+        self.released: dict[int, tuple[int, int]] = {}
         self.connection_number = 0  # raised by each connection that takes these flows
         self._last_id = 0
 
@@ -160,7 +160,7 @@ class Flows:
 
     # -- released QoS 2 ---------------------------------------------------
 
-    def remember_released(self, packet_id: int, digest: bytes, connection_number: int) -> int:
+    def remember_released(self, packet_id: int, digest: int, connection_number: int) -> int:
         """Remember a released id; returns the id forgotten to make room, or 0."""
         released = self.released
         released.pop(packet_id, None)
@@ -176,15 +176,12 @@ class Flows:
         remembered = self.released.get(packet_id)
         if remembered is None or remembered[1] >= self.connection_number:
             return False  # on the releasing connection the client had its PUBCOMP: a new id
-        return remembered[0] == release_digest(topic, payload, retain)
+        return remembered[0] == release_digest(topic.encode("utf-8"), payload, retain)
 
 
-def release_digest(topic: str, payload: bytes, retain: bool) -> bytes:
-    """What identifies a released QoS 2 message in `Flows.released` (16 bytes)."""
-    encoded = topic.encode("utf-8", "surrogatepass")
-    digest = hashlib.blake2b(digest_size=16)
-    digest.update(len(encoded).to_bytes(4, "big"))
-    digest.update(encoded)
-    digest.update(b"\x01" if retain else b"\x00")
-    digest.update(payload)
-    return digest.digest()
+def release_digest(topic: bytes, payload: bytes, retain: bool) -> int:
+    """What identifies a released QoS 2 message in `Flows.released`: CRC-32 of the topic,
+    RETAIN and payload, with the payload's length (computed on every release of a persistent
+    session, so cheap; it only has to tell a re-send from another message under one id)."""
+    crc = zlib.crc32(payload, zlib.crc32(topic, 1 if retain else 0))
+    return len(payload) << 32 | crc

@@ -179,6 +179,7 @@ class Op(enum.IntEnum):
     DELETE_DELIVERY = 10  # (delivery_id,)
     PUT_INCOMING = 11  # (IncomingRecord,) insert or replace
     DELETE_INCOMING = 12  # (client_id, packet_id)
+    RELEASE_INCOMING = 13  # (client_id, packet_id): the held message's row, marked released
 
 
 class WriteBatch:
@@ -267,6 +268,10 @@ class WriteBatch:
 
     def delete_incoming(self, client_id: str, packet_id: int) -> None:
         self.ops.append((Op.DELETE_INCOMING, (client_id, packet_id)))
+
+    def release_incoming(self, client_id: str, packet_id: int) -> None:
+        """Mark a held QoS 2 message released, in place (`IncomingRecord.released`)."""
+        self.ops.append((Op.RELEASE_INCOMING, (client_id, packet_id)))
 
     def append_journal(self, record: JournalRecord) -> None:
         self.journal += (

@@ -296,6 +296,13 @@ class MemoryStore(Store):
             if not rows:
                 _pop(self._c.incoming, client_id, undo)
 
+    def _release_incoming(self, args: tuple[str, int], undo: Undo) -> None:
+        client_id, packet_id = args
+        rows = self._c.incoming.get(client_id)
+        row = rows.get(packet_id) if rows is not None else None
+        if rows is not None and row is not None:
+            _put(rows, packet_id, (*row[:11], 1), undo)
+
     def _append_journal(self, row: JournalRow, undo: Undo) -> None:
         if type(row[6]) is bytearray:  # stored as bytes, as SQLite returns it
             row = (*row[:6], bytes(row[6]), *row[7:])
@@ -327,4 +334,5 @@ class MemoryStore(Store):
         Op.DELETE_DELIVERY: _delete_delivery_op,
         Op.PUT_INCOMING: _put_incoming,
         Op.DELETE_INCOMING: _delete_incoming,
+        Op.RELEASE_INCOMING: _release_incoming,
     }

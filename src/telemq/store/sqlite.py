@@ -277,6 +277,12 @@ _PLAN: dict[Op, _Plan] = {
         0,
         None,
     ),
+    Op.RELEASE_INCOMING: _Plan(
+        {_INCOMING: ("UPDATE incoming SET released = 1 WHERE client_id = ? AND packet_id = ?",)},
+        None,
+        0,
+        None,
+    ),
 }
 
 
