@@ -49,7 +49,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -539,13 +539,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--window must be at least 1")
     if not 1 <= args.messages <= MAX_MESSAGES:
         parser.error(f"--messages must be 1 to {MAX_MESSAGES} (packet ids are not reused)")
-    seed = args.seed if args.seed is not None else random.randrange(2**31)
-    config = SoakConfig(
-        kills=args.kills, seed=seed, messages=args.messages, duration=args.duration,
-        window=args.window, up=args.up, down=args.down, stall=args.stall,
-        subscriber=args.subscriber, slow_ms=args.slow_ms, trace=args.trace,
-        workdir=args.workdir, keep=args.keep,
-    )  # fmt: skip
+    args.seed = args.seed if args.seed is not None else random.randrange(2**31)
+    options = {f.name: getattr(args, f.name) for f in fields(SoakConfig) if hasattr(args, f.name)}
+    config = SoakConfig(**options)
+    seed = config.seed
     print(
         f"crash soak: seed {seed}, {config.kills} kills, {config.messages} messages per QoS, "
         f"subscriber {config.subscriber}",

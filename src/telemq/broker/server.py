@@ -352,10 +352,10 @@ class Broker:
         orphans: list[IncomingRecord] = []
         released: list[IncomingRecord] = []
         for incoming in state.incoming:
-            holder = self.sessions.get(incoming.client_id)
             if incoming.released:
                 released.append(incoming)
                 continue
+            holder = self.sessions.get(incoming.client_id)
             held = Message.from_stored(incoming.message)
             held.store_id = 0
             if holder is None:
@@ -401,10 +401,7 @@ class Broker:
                 continue
             stored = record.message
             digest = release_digest(stored.topic.encode("utf-8"), stored.payload, stored.retain)
-            forgotten = holder.flows.remember_released(record.packet_id, digest, 0)
-            if forgotten:
-                self.committer.pending.delete_incoming(record.client_id, forgotten)
-                self.committer.schedule()
+            self._remember_release(holder, record.packet_id, digest, 0)
 
     # -- client bookkeeping -------------------------------------------------
 
@@ -853,11 +850,16 @@ class Broker:
             return
         pending.release_incoming(session.client_id, packet_id)
         digest = release_digest(message.topic_bytes, message.payload, message.retain)
-        forgotten = session.flows.remember_released(
-            packet_id, digest, session.flows.connection_number
-        )
+        self._remember_release(session, packet_id, digest, session.flows.connection_number)
+
+    def _remember_release(
+        self, session: Session, packet_id: int, digest: int, connection_number: int
+    ) -> None:
+        """Into the session's released ids; the one that makes room leaves the store too."""
+        forgotten = session.flows.remember_released(packet_id, digest, connection_number)
         if forgotten:
-            pending.delete_incoming(session.client_id, forgotten)
+            self.committer.pending.delete_incoming(session.client_id, forgotten)
+            self.committer.schedule()
 
     def _run_command(self, client: Client, queue_topic: str, payload: bytes, qos: int) -> None:
         requester = Requester(client.client_id, client.user_id, client.listener.sub_point, qos)
