@@ -25,13 +25,20 @@ COMPILED = [
     "src/telemq/protocol/events.py",
     "src/telemq/protocol/flows.py",
     "src/telemq/protocol/packets.py",
+    "src/telemq/protocol/reasons.py",
     "src/telemq/protocol/topics.py",
     "src/telemq/subscriptions/registry.py",
     "src/telemq/subscriptions/topic_tree.py",
     "src/telemq/broker/client.py",
     "src/telemq/broker/committer.py",
+    "src/telemq/broker/delivery.py",
+    "src/telemq/broker/retained.py",
+    "src/telemq/broker/router.py",
     "src/telemq/broker/server.py",
     "src/telemq/broker/session.py",
+    "src/telemq/broker/sessions.py",
+    "src/telemq/broker/stats.py",
+    "src/telemq/broker/subscribe.py",
 ]
 
 

@@ -1,6 +1,23 @@
-"""telemq: an MQTT broker with the IBM MQ publish/subscribe model and a Spark data pipeline."""
+"""telemq: an MQTT broker with the IBM MQ publish/subscribe model and a Spark data pipeline.
+
+`telemq.Broker` and `telemq.BrokerConfig` embed a broker in an asyncio program
+(docs/architecture.md, "Embedding"). They are imported on first use, so that the pipeline's
+Spark workers, which import `telemq`, never load the broker.
+"""
+
+from typing import Any
 
 __version__ = "0.1.0"
+
+_EMBEDDING = {"Broker", "BrokerConfig", "Hook", "MemoryListener"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EMBEDDING:
+        from . import broker
+
+        return getattr(broker, name)
+    raise AttributeError(f"module 'telemq' has no attribute {name!r}")
 
 
 def compiled() -> bool:

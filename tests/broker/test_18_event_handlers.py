@@ -7,6 +7,7 @@ table is checked against the core's `Event` union.
 
 from __future__ import annotations
 
+import asyncio
 from typing import get_args
 
 from telemq.broker import BrokerConfig, ListenerConfig
@@ -17,5 +18,14 @@ from telemq.store import MemoryStore
 
 def test_every_protocol_event_has_a_handler() -> None:
     config = BrokerConfig(listeners=[ListenerConfig(host="127.0.0.1", port=0)])
-    broker = Broker(config, store=MemoryStore())
-    assert set(broker._event_handlers) == set(get_args(Event))
+    config.sys.interval = 0
+
+    async def main() -> None:
+        broker = Broker(config, store=MemoryStore())
+        await broker.start()
+        try:
+            assert set(broker._event_handlers) == set(get_args(Event))
+        finally:
+            await broker.stop()
+
+    asyncio.run(main())

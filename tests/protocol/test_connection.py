@@ -39,6 +39,7 @@ from telemq.protocol import (
     Publish,
     PubRec,
     PubRel,
+    ReasonCode,
     SubAck,
     Subscribe,
     SubscribeRequested,
@@ -213,7 +214,12 @@ def test_3_1_1_long_client_identifier_is_accepted() -> None:
 def test_refuse_sends_the_connack_code_and_closes(code: ConnectReturnCode, raw: bytes) -> None:
     connection = open_connection()
     closed = connection.refuse(code, "bad credentials")
-    assert closed == ConnectionClosed("bad credentials", graceful=False)
+    reason = {
+        ConnectReturnCode.SERVER_UNAVAILABLE: ReasonCode.SERVER_UNAVAILABLE,
+        ConnectReturnCode.BAD_USERNAME_OR_PASSWORD: ReasonCode.BAD_USER_NAME_OR_PASSWORD,
+        ConnectReturnCode.NOT_AUTHORIZED: ReasonCode.NOT_AUTHORIZED,
+    }[code]
+    assert closed == ConnectionClosed("bad credentials", False, reason)
     assert connection.data_to_send() == raw
     assert_dead(connection)
 
@@ -254,7 +260,7 @@ def test_disconnect_is_graceful() -> None:
     events = connection.receive_data(b"\xe0\x00", 5.0)
     assert events == [
         DisconnectRequested(),
-        ConnectionClosed("client sent DISCONNECT", graceful=True),
+        ConnectionClosed("client sent DISCONNECT", True, ReasonCode.NORMAL_DISCONNECTION),
     ]
     assert connection.closed_reason == "client sent DISCONNECT"
     assert_dead(connection)
@@ -274,7 +280,7 @@ def test_bytes_after_disconnect_are_ignored_even_when_malformed() -> None:
     events = connection.receive_data(b"\xe0\x00" + b"\x00\x00", 5.0)
     assert events == [
         DisconnectRequested(),
-        ConnectionClosed("client sent DISCONNECT", graceful=True),
+        ConnectionClosed("client sent DISCONNECT", True, ReasonCode.NORMAL_DISCONNECTION),
     ]
 
 
@@ -316,6 +322,7 @@ def test_oversized_packet_closes_from_its_header() -> None:
     connection, _ = accepted(max_packet_size=1024)
     closed = only_closed(connection.receive_data(b"\x30\xff\xff\x7f", 1.0))
     assert "exceeds the maximum packet size of 1024 bytes" in closed.reason
+    assert closed.code is ReasonCode.MALFORMED_PACKET
 
 
 def test_default_max_packet_size_is_one_mebibyte() -> None:
@@ -327,7 +334,12 @@ def test_default_max_packet_size_is_one_mebibyte() -> None:
 
 def test_close_and_connection_lost_are_abnormal_ends() -> None:
     connection, _ = accepted()
-    assert connection.close("session taken over") == ConnectionClosed("session taken over")
+    assert connection.close("shutting down") == ConnectionClosed(
+        "shutting down", False, ReasonCode.ADMINISTRATIVE_ACTION
+    )
+    assert connection.close("again", ReasonCode.SESSION_TAKEN_OVER) == ConnectionClosed(
+        "again", False, ReasonCode.SESSION_TAKEN_OVER
+    )
     assert_dead(connection)
     connection, _ = accepted()
     assert connection.connection_lost() == [ConnectionClosed("connection lost", graceful=False)]
@@ -595,7 +607,7 @@ def test_an_acknowledgement_of_the_wrong_kind_for_an_id_in_flight_closes_the_con
     events: list[object] = []
     for answer in answers:
         events += connection.receive_data(encode(answer(packet_id)), 2.0)
-    assert events[-1] == ConnectionClosed(reason, graceful=False)
+    assert events[-1] == ConnectionClosed(reason, False, ReasonCode.PROTOCOL_ERROR)
     assert connection.closed
     assert packet_id in flows.outbound  # the session keeps it: re-sent on reconnection
 

@@ -40,6 +40,7 @@ from telemq.protocol import (
     Publish,
     PubRec,
     PubRel,
+    ReasonCode,
     Subscribe,
     SubscribeRequested,
     Unsubscribe,
@@ -162,9 +163,12 @@ class ConnectionMachine(RuleBasedStateMachine):
             assert isinstance(events[0], ConnectionClosed)
             assert case.message in events[0].reason
             assert not events[0].graceful
+            assert events[0].code is ReasonCode.MALFORMED_PACKET
         elif how == "server close":
-            closed = self.connection.close("session taken over")
-            assert closed == ConnectionClosed("session taken over", graceful=False)
+            closed = self.connection.close("session taken over", ReasonCode.SESSION_TAKEN_OVER)
+            assert closed == ConnectionClosed(
+                "session taken over", False, ReasonCode.SESSION_TAKEN_OVER
+            )
         else:
             assert self.connection.connection_lost() == [ConnectionClosed("connection lost")]
         assert self.connection.closed
@@ -226,7 +230,8 @@ class ConnectionMachine(RuleBasedStateMachine):
         if isinstance(packet, PingReq):
             return [], [PingResp()]
         assert isinstance(packet, Disconnect)
-        return [DisconnectRequested(), ConnectionClosed("client sent DISCONNECT", True)], []
+        closed = ConnectionClosed("client sent DISCONNECT", True, ReasonCode.NORMAL_DISCONNECTION)
+        return [DisconnectRequested(), closed], []
 
     def expect_acknowledgement(
         self, packet: PubAck | PubRec | PubComp
@@ -250,7 +255,7 @@ class ConnectionMachine(RuleBasedStateMachine):
         name = type(packet).__name__.upper()
         step = "awaiting PUBCOMP" if entry.released else "published"
         reason = f"{name} for packet id {packet_id}, a QoS {entry.qos} message {step}"
-        return [ConnectionClosed(reason, graceful=False)], []
+        return [ConnectionClosed(reason, False, ReasonCode.PROTOCOL_ERROR)], []
 
     # -- the broker's side ----------------------------------------------------
 
@@ -293,6 +298,7 @@ class ConnectionMachine(RuleBasedStateMachine):
             assert isinstance(events[0], ConnectionClosed)
             assert "keep-alive expired" in events[0].reason
             assert not events[0].graceful
+            assert events[0].code is ReasonCode.KEEP_ALIVE_TIMEOUT
             assert self.connection.data_to_send() == b""
             return
         assert events == []
@@ -377,7 +383,9 @@ def test_valid_client_streams_never_raise_and_ignore_how_they_are_split(
     assert events[0] == ConnectRequested(connect_packet(level))
     closed = [event for event in events if isinstance(event, ConnectionClosed)]
     if Disconnect() in packets:
-        assert closed == [ConnectionClosed("client sent DISCONNECT", graceful=True)]
+        assert closed == [
+            ConnectionClosed("client sent DISCONNECT", True, ReasonCode.NORMAL_DISCONNECTION)
+        ]
         assert events[-1] == closed[0]
     else:
         assert closed == []

@@ -1,10 +1,11 @@
 """The broker: the only asyncio code of telemq.
 
-Theory of operation: see `server.py`. `client.py` is the asyncio edge (one
-protocol object per TCP connection around a sans-IO `protocol.Connection`),
-`session.py` holds messages, deliveries and sessions, `topic_tree.py` the
-subscription trie, `committer.py` the group commit, `config.py` the settings, `tuning.py` the
-interpreter settings of a broker process.
+Theory of operation: see `server.py`, which wires the rooms (sessions, router, delivery,
+subscribe, retained, stats, housekeeping) and lists what each owns. `client.py` is the asyncio
+edge (one protocol object per connection around a sans-IO `protocol.Connection`),
+`listeners.py` where connections come from, `hooks.py` the extension points, `session.py`
+messages, deliveries and sessions, `committer.py` the group commit, `config.py` the settings,
+`tuning.py` the interpreter settings of a broker process.
 """
 
 from .config import (
@@ -17,6 +18,8 @@ from .config import (
     SysConfig,
     load_config,
 )
+from .hooks import Hook
+from .listeners import Listener, MemoryListener, TcpListener
 from .server import Broker, run_broker
 from .tuning import tune_interpreter
 
@@ -24,11 +27,15 @@ __all__ = [
     "Broker",
     "BrokerConfig",
     "ConfigError",
+    "Hook",
     "JournalConfig",
     "LimitsConfig",
+    "Listener",
     "ListenerConfig",
+    "MemoryListener",
     "StoreConfig",
     "SysConfig",
+    "TcpListener",
     "load_config",
     "run_broker",
     "tune_interpreter",

@@ -14,7 +14,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, cast
 
-from ..protocol import Connection, ConnectionClosed, ConnectionState
+from ..protocol import Connection, ConnectionClosed, ConnectionState, PacketType, ReasonCode
 from ..protocol.packets import Will
 from .tls import certificate_identity
 
@@ -128,8 +128,14 @@ class Client(asyncio.Protocol):
         """Bytes were queued outside this client's own callback: flush this iteration."""
         if not self._dirty:
             self._dirty = True
-            self.broker.dirty_clients.append(self)
-            self.broker.schedule_flush()
+            self.broker.mark_dirty(self)
+
+    def acknowledge(self, packet_type: PacketType, packet_id: int) -> None:
+        """PUBACK, PUBREC, PUBREL or PUBCOMP, unless the connection has ended meanwhile."""
+        connection = self.connection
+        if connection is not None and not connection.closed:
+            connection.acknowledge(packet_type, packet_id)
+            self.mark_dirty()
 
     def flush(self) -> None:
         self._dirty = False
@@ -145,12 +151,12 @@ class Client(asyncio.Protocol):
         else:
             self._arm_timer()
 
-    def close(self, reason: str) -> None:
+    def close(self, reason: str, code: ReasonCode = ReasonCode.ADMINISTRATIVE_ACTION) -> None:
         """Close from the server side (takeover, limits, shutdown): an abnormal end."""
         connection = self.connection
         if connection is None or connection.closed:
             return
-        event: ConnectionClosed = connection.close(reason)
+        event: ConnectionClosed = connection.close(reason, code)
         self.broker.handle_events(self, [event])
         self.flush()
 

@@ -1,4 +1,10 @@
-"""The broker side of the MQ commands: a `commands.Host` over the broker's state."""
+"""The broker side of the MQ commands: a `commands.Host` over the broker's operations.
+
+A command message (a PUBLISH to `SYSTEM.BROKER.*`) is parsed, authorized and executed by
+`commands`, which changes the registry itself and asks the host for everything else. The
+host only calls the broker's operations (`Broker.may`, `Broker.publish_as`, ...), never its
+fields. The reply is published once the command's effects are durable.
+"""
 
 from __future__ import annotations
 
@@ -23,6 +29,7 @@ from ..commands import (
 from ..subscriptions import Subscription
 
 if TYPE_CHECKING:
+    from .client import Client
     from .server import Broker
 
 log = logging.getLogger("telemq.broker")
@@ -34,6 +41,29 @@ class CommandHost:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.qmgr_name = broker.config.name
+
+    def run_for(self, client: Client, queue_topic: str, payload: bytes, qos: int) -> None:
+        """A command a client published."""
+        requester = Requester(client.client_id, client.user_id, client.listener.sub_point, qos)
+        self.run_as(requester, queue_topic, payload)
+
+    def run_as(self, requester: Requester, queue_topic: str, payload: bytes) -> None:
+        """Execute an MQ command; its reply is published once its effects are durable."""
+        broker = self.broker
+        broker.count_command()
+        reply, command = run_command(broker, self, queue_topic, payload, requester)
+        if not wants_reply(reply, command):
+            return
+        client_id = requester.client_id
+        topic = reply_topic(command, client_id)
+        if topic != RESPONSE_PREFIX + client_id and not broker.may(
+            "publish", topic, requester.user_id, client_id
+        ):
+            # The requester chooses the reply topic: it must not be a way to write anywhere.
+            log.info("client %r: no reply to %r: not authorized", client_id, topic)
+            return
+        body = reply_payload(reply, command, payload)
+        broker.publish_when_durable(topic, body, requester.qos, requester.sub_point)
 
     def now(self) -> float:
         return time.time()
@@ -74,12 +104,7 @@ class CommandHost:
         return [m.topic for m in self.broker.matching_retained(sub_point, topic_filter)]
 
     def delete_retained(self, sub_point: str, topic: str) -> bool:
-        broker = self.broker
-        if broker.retained.get(sub_point, {}).pop(topic, None) is None:
-            return False
-        broker.committer.pending.delete_retained(sub_point, topic)
-        broker.committer.schedule()
-        return True
+        return self.broker.delete_retained(sub_point, topic)
 
     def put_to_queue(
         self, requester: Requester, queue: str, topic: str, body: bytes, qos: int

@@ -11,7 +11,7 @@ deliveries waiting for a connection or for room in the in-flight window.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..protocol import Flows, encode_publish
 from ..store import StoredMessage
@@ -118,8 +118,21 @@ class Delivery:
         self.delivery_id = delivery_id
 
 
+class DeliveryTarget(Protocol):
+    """Something other than a client connection that takes a session's deliveries: an
+    in-process subscriber (`embedded.py`), later a link to another broker.
+
+    `take` returns True when the message is delivered (for QoS 1/2: acknowledged), False when
+    the target cannot take it now; it then stays queued until the session is pumped again
+    (`Deliveries.pump`). It runs on the event loop and must not block.
+    """
+
+    def take(self, message: Message, qos: int, retain: bool) -> bool: ...
+
+
 class Session:
-    """State of one client id (see module docstring)."""
+    """State of one client id (see module docstring). Deliveries go to `client` while one is
+    connected, or to `target` (a session with a target has no client)."""
 
     __slots__ = (
         "client",
@@ -130,6 +143,7 @@ class Session:
         "queue",
         "sub_point",
         "subscriptions",
+        "target",
         "user_id",
     )
 
@@ -144,4 +158,5 @@ class Session:
         self.flows = Flows(max_inflight)
         self.queue: deque[Delivery] = deque()
         self.client: Client | None = None
+        self.target: DeliveryTarget | None = None
         self.dropped = 0

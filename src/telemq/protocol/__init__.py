@@ -63,6 +63,7 @@ from .packets import (
     Unsubscribe,
     Will,
 )
+from .reasons import ReasonCode
 from .topics import is_wildcard_filter, topic_filter_error, topic_matches, topic_name_error
 
 __all__ = [
@@ -101,6 +102,7 @@ __all__ = [
     "PubRec",
     "PubRel",
     "Publish",
+    "ReasonCode",
     "RemoteProtocolError",
     "SubAck",
     "Subscribe",

@@ -67,6 +67,7 @@ from .packets import (
     Subscribe,
     Unsubscribe,
 )
+from .reasons import REFUSAL_REASONS, ReasonCode
 
 MAX_CLIENT_ID_3_1 = 23
 
@@ -143,7 +144,7 @@ class Connection:
             if self.closed:
                 return events
         if error is not None and self.state is not ConnectionState.CONNECTING:
-            events.append(self._fail(f"malformed packet: {error}"))
+            events.append(self._fail(f"malformed packet: {error}", ReasonCode.MALFORMED_PACKET))
         return events
 
     @property
@@ -156,7 +157,9 @@ class Connection:
         if kind is Publish:
             assert isinstance(packet, Publish)
             if self.state is not ConnectionState.CONNECTED:
-                events.append(self._fail("the first packet is not CONNECT"))
+                events.append(
+                    self._fail("the first packet is not CONNECT", ReasonCode.PROTOCOL_ERROR)
+                )
                 return
             duplicate = False
             flows = self.flows
@@ -174,7 +177,9 @@ class Connection:
                 assert isinstance(packet, Connect)
                 self._handle_connect(packet, events)
             else:
-                events.append(self._fail("the first packet is not CONNECT"))
+                events.append(
+                    self._fail("the first packet is not CONNECT", ReasonCode.PROTOCOL_ERROR)
+                )
             return
         flows = self.flows
         if kind is PubAck:
@@ -216,11 +221,19 @@ class Connection:
         elif kind is Disconnect:
             events.append(DisconnectRequested())
             self._close("client sent DISCONNECT")
-            events.append(ConnectionClosed(self._closed_reason, graceful=True))
+            events.append(
+                ConnectionClosed(self._closed_reason, True, ReasonCode.NORMAL_DISCONNECTION)
+            )
         elif kind is Connect:
-            events.append(self._fail("a second CONNECT on the same connection"))
+            events.append(
+                self._fail("a second CONNECT on the same connection", ReasonCode.PROTOCOL_ERROR)
+            )
         else:
-            events.append(self._fail(f"a client may not send {packet.packet_type.name}"))
+            events.append(
+                self._fail(
+                    f"a client may not send {packet.packet_type.name}", ReasonCode.PROTOCOL_ERROR
+                )
+            )
 
     def _check_ack_kind(self, name: str, packet_id: int, events: list[Event]) -> bool:
         """An acknowledgement that did not fit its id: True (and the connection failed) when
@@ -232,7 +245,10 @@ class Connection:
             return False
         step = "awaiting PUBCOMP" if inflight.state is InflightState.RELEASED else "published"
         events.append(
-            self._fail(f"{name} for packet id {packet_id}, a QoS {inflight.qos} message {step}")
+            self._fail(
+                f"{name} for packet id {packet_id}, a QoS {inflight.qos} message {step}",
+                ReasonCode.PROTOCOL_ERROR,
+            )
         )
         return True
 
@@ -240,19 +256,31 @@ class Connection:
         level = packet.protocol_level
         if level not in (ProtocolLevel.MQTT_3_1, ProtocolLevel.MQTT_3_1_1):
             self._out.append(encode(ConnAck(ConnectReturnCode.UNACCEPTABLE_PROTOCOL_VERSION)))
-            events.append(self._fail(f"unsupported protocol level {level}"))
+            events.append(
+                self._fail(
+                    f"unsupported protocol level {level}", ReasonCode.UNSUPPORTED_PROTOCOL_VERSION
+                )
+            )
             return
         self.protocol_level = level
         client_id = packet.client_id
         if level == ProtocolLevel.MQTT_3_1 and not 0 < len(client_id) <= MAX_CLIENT_ID_3_1:
             self._out.append(encode(ConnAck(ConnectReturnCode.IDENTIFIER_REJECTED)))
             events.append(
-                self._fail(f"MQTT 3.1 client identifier must be 1 to 23 characters: {client_id!r}")
+                self._fail(
+                    f"MQTT 3.1 client identifier must be 1 to 23 characters: {client_id!r}",
+                    ReasonCode.CLIENT_IDENTIFIER_NOT_VALID,
+                )
             )
             return
         if not client_id and not packet.clean_session:
             self._out.append(encode(ConnAck(ConnectReturnCode.IDENTIFIER_REJECTED)))
-            events.append(self._fail("empty client identifier without clean session"))
+            events.append(
+                self._fail(
+                    "empty client identifier without clean session",
+                    ReasonCode.CLIENT_IDENTIFIER_NOT_VALID,
+                )
+            )
             return
         self.state = ConnectionState.CONNECTING
         self._connect_deadline = None
@@ -276,7 +304,7 @@ class Connection:
     def refuse(self, return_code: ConnectReturnCode, reason: str) -> ConnectionClosed:
         """Send CONNACK with a failure code; the owner closes the transport after flushing."""
         self._out.append(encode(ConnAck(return_code, False)))
-        return self._fail(reason)
+        return self._fail(reason, REFUSAL_REASONS.get(return_code, ReasonCode.UNSPECIFIED_ERROR))
 
     def resend_inflight(self, now: float) -> None:
         """Re-send every unfinished outbound flow in order: PUBLISH with DUP=1, or PUBREL."""
@@ -349,9 +377,11 @@ class Connection:
             inflight.topic, inflight.payload, inflight.qos, inflight.retain, False, packet_id
         )
 
-    def close(self, reason: str) -> ConnectionClosed:
+    def close(
+        self, reason: str, code: ReasonCode = ReasonCode.ADMINISTRATIVE_ACTION
+    ) -> ConnectionClosed:
         """Close from the server side (takeover, shutdown, limits): an abnormal end."""
-        return self._fail(reason)
+        return self._fail(reason, code)
 
     def connection_lost(self, reason: str = "connection lost") -> list[Event]:
         """The transport is gone; reports the end unless it was already reported."""
@@ -359,9 +389,11 @@ class Connection:
             return []
         return [self._fail(reason)]
 
-    def _fail(self, reason: str) -> ConnectionClosed:
+    def _fail(
+        self, reason: str, code: ReasonCode = ReasonCode.UNSPECIFIED_ERROR
+    ) -> ConnectionClosed:
         self._close(reason)
-        return ConnectionClosed(reason, graceful=False)
+        return ConnectionClosed(reason, False, code)
 
     def _close(self, reason: str) -> None:
         self.state = ConnectionState.CLOSED
@@ -409,11 +441,18 @@ class Connection:
             return []
         if self.state is ConnectionState.AWAIT_CONNECT:
             if self._connect_deadline is not None and now >= self._connect_deadline:
-                return [self._fail("no CONNECT within the connect timeout")]
+                return [
+                    self._fail(
+                        "no CONNECT within the connect timeout", ReasonCode.KEEP_ALIVE_TIMEOUT
+                    )
+                ]
             return []
         if self._keepalive_window and now >= self.last_received + self._keepalive_window:
             return [
-                self._fail(f"keep-alive expired: nothing received for {self._keepalive_window:g} s")
+                self._fail(
+                    f"keep-alive expired: nothing received for {self._keepalive_window:g} s",
+                    ReasonCode.KEEP_ALIVE_TIMEOUT,
+                )
             ]
         if (
             self.protocol_level == ProtocolLevel.MQTT_3_1

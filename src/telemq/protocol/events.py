@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from .flows import OwnerRef
 from .packets import Connect, Publish, Subscribe, Unsubscribe
+from .reasons import ReasonCode
 
 
 @dataclass(slots=True)
@@ -79,7 +80,8 @@ class DisconnectRequested:
 
 @dataclass(slots=True)
 class ConnectionClosed:
-    """The connection is over. `reason` explains why, for the log.
+    """The connection is over. `reason` explains why, for the log, and `code` says it as
+    an MQTT 5.0 reason code (`reasons.ReasonCode`).
 
     `graceful` is True only after a DISCONNECT packet; every other end
     (protocol error, keep-alive expiry, transport loss, server close) is
@@ -88,6 +90,7 @@ class ConnectionClosed:
 
     reason: str
     graceful: bool = False
+    code: ReasonCode = ReasonCode.UNSPECIFIED_ERROR
 
 
 Event = (

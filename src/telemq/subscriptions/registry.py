@@ -24,7 +24,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from ..filters import Filter, FilterSet, compile_filter
+from ..filters import Filter, FilterError, FilterSet, compile_filter
+from ..filters import Message as FilterMessage
 from .topic_tree import SubscriptionTree
 
 FILTER_SET_MIN = 4  # filtered subscriptions on one topic from which a FilterSet pays off
@@ -104,6 +105,12 @@ class Subscription:
     def has(self, option: str) -> bool:
         return option in self.options
 
+    def admits(self, payload: bytes, properties: dict[str, object]) -> bool:
+        """Does the content filter (if any) select this message? `properties`: the
+        message's Topic, QoS, Retain, ClientId, UserId and SubPoint."""
+        compiled = self.compiled
+        return compiled is None or compiled.evaluate(payload, properties) is True
+
     def locked_by(self) -> str | None:
         for member, exclusive in self.members.items():
             if exclusive:
@@ -134,7 +141,8 @@ class Subscription:
 
     @classmethod
     def from_data(cls, data: dict[str, Any]) -> Subscription:
-        """Rebuild from `to_data`; raises ValueError/KeyError/FilterError on bad data."""
+        """Rebuild from `to_data`; raises ValueError, KeyError or TypeError on bad data (a
+        filter that does not compile is a ValueError)."""
         filter_text = str(data.get("filter", ""))
         subscription = cls(
             id=int(data["id"]),
@@ -158,7 +166,10 @@ class Subscription:
         if subscription.qos not in (0, 1, 2):
             raise ValueError(f"qos {subscription.qos} out of range")
         if filter_text:
-            subscription.compiled = compile_filter(filter_text)
+            try:
+                subscription.compiled = compile_filter(filter_text)
+            except FilterError as error:
+                raise ValueError(f"filter {filter_text!r}: {error}") from None
         return subscription
 
 
@@ -307,6 +318,50 @@ class Registry:
         self._routes[cache_key] = route
         return route
 
+    def targets(
+        self,
+        sub_point: str,
+        topic: str,
+        payload: bytes,
+        qos: int,
+        retain: bool,
+        client_id: str,
+        user_id: str,
+    ) -> dict[str, tuple[int, int]] | None:
+        """The queues one publication goes to: queue -> (highest granted QoS, highest
+        persistence rank), content filters evaluated (the payload parsed once for all).
+
+        Without filtered subscriptions this is the cached `Route.plain`: read it, never
+        change it.
+        """
+        route = self.route(sub_point, topic)
+        if route is None:
+            return None
+        if not route.filtered:
+            return route.plain
+        targets = dict(route.plain)
+        view = FilterMessage.prepared(
+            payload,
+            {  # already what filters see: str, bool and float values
+                "Topic": topic,
+                "QoS": float(qos),
+                "Retain": bool(retain),
+                "ClientId": client_id,
+                "UserId": user_id,
+                "SubPoint": sub_point,
+            },
+        )
+        filtered = route.filtered
+        if route.filter_set is not None:
+            for position in route.filter_set.matching_message(view):
+                _merge_target(targets, filtered[position], qos)
+        else:
+            for subscription in filtered:
+                compiled = subscription.compiled
+                if compiled is not None and compiled.evaluate_message(view) is True:
+                    _merge_target(targets, subscription, qos)
+        return targets
+
     def expired(self, now: float) -> list[Subscription]:
         return [s for s in self._by_id.values() if s.expiry_at is not None and s.expiry_at <= now]
 
@@ -320,3 +375,17 @@ class Registry:
     def load(self, subscriptions: Iterable[Subscription]) -> None:
         for subscription in subscriptions:
             self.add(subscription)
+
+
+def _merge_target(
+    targets: dict[str, tuple[int, int]], subscription: Subscription, msg_qos: int
+) -> None:
+    """One copy per queue: the highest QoS and the most durable persistence win."""
+    qos = subscription.qos if subscription.qos < msg_qos else msg_qos
+    rank = PERSISTENCE_RANK[subscription.persistence]
+    queue = subscription.queue
+    current = targets.get(queue)
+    if current is None:
+        targets[queue] = (qos, rank)
+    else:
+        targets[queue] = (max(current[0], qos), max(current[1], rank))

@@ -1,0 +1,301 @@
+"""Delivery: queues, the in-flight window and subscribers' acknowledgements.
+
+Theory of operation
+-------------------
+A routed copy of a message is a `Delivery` owed to one session. QoS 0 copies go out at once
+to a connected client that is reading, and are dropped otherwise (as Mosquitto does). QoS
+1/2 copies join the session's queue, and `pump` moves them into the in-flight window
+(`protocol.Flows`) while the client is connected, writable and the window has room. A
+delivery to a persistent session is durable: its message is stored once (`Message.store_id`,
+reference-counted by `Message.refs`) with one row per delivery, whose state follows the
+exchange (queued, in flight under a packet id, released after PUBREC) and which the final
+acknowledgement deletes, with the message when no delivery needs it any more.
+
+A durable QoS 2 delivery is written only once its packet id is committed: after a crash it
+must come back under that id with DUP=1, or the subscriber could take it for a new message
+[MQTT-4.3.3]. The same reasoning makes the PUBREL of a durable delivery wait for the commit
+of its "released" state.
+
+`Deliveries` owns the ids of stored messages and deliveries; everything else it touches
+belongs to the session it is given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ..protocol import (
+    Connection,
+    DeliveryAcknowledged,
+    DeliveryReceived,
+    PacketIdsExhausted,
+    PacketType,
+)
+from ..store import DeliveryRecord, DeliveryState
+from .committer import Committer
+from .session import Delivery, Message, Session
+
+if TYPE_CHECKING:
+    from .client import Client
+    from .stats import BrokerStats
+
+log = logging.getLogger("telemq.broker")
+
+
+class Deliveries:
+    """Outbound QoS state of every session (see module docstring)."""
+
+    __slots__ = (
+        "_committer",
+        "_loop",
+        "_max_queued",
+        "_stats",
+        "next_delivery_id",
+        "next_message_id",
+    )
+
+    def __init__(
+        self,
+        committer: Committer,
+        loop: asyncio.AbstractEventLoop,
+        stats: BrokerStats,
+        max_queued: int,
+    ) -> None:
+        self._committer = committer
+        self._loop = loop
+        self._stats = stats
+        self._max_queued = max_queued  # per session; 0 = unlimited
+        self.next_message_id = 1
+        self.next_delivery_id = 1
+
+    def send_qos0(self, client: Client, message: Message, retain: bool) -> bool:
+        """Send a QoS 0 copy; False when it is dropped (the client is not reading)."""
+        if not client.writable:
+            self._stats.messages_dropped += 1
+            return False
+        connection = client.connection
+        if connection is None:
+            return False
+        connection.send_bytes(message.frame_qos0(retain))  # a no-op once closed
+        self._stats.messages_sent += 1
+        client.mark_dirty()
+        return True
+
+    def enqueue(
+        self, session: Session, message: Message, qos: int, retain: bool, durable: bool
+    ) -> Delivery | None:
+        """Queue a QoS 1/2 delivery (in the store when durable); the caller pumps.
+        None: the session's queue is full and the delivery was dropped."""
+        limit = self._max_queued
+        if limit and len(session.queue) >= limit:
+            session.dropped += 1
+            self._stats.messages_dropped += 1
+            return None
+        delivery = Delivery(message, qos, retain)
+        if durable:
+            pending = self._committer.pending
+            if message.store_id == 0:
+                message.store_id = self.next_message_id
+                self.next_message_id += 1
+                pending.put_message(message.to_stored())
+            message.refs += 1
+            delivery.delivery_id = self.next_delivery_id
+            self.next_delivery_id += 1
+            pending.put_delivery(
+                DeliveryRecord(
+                    delivery.delivery_id,
+                    session.client_id,
+                    message.store_id,
+                    qos,
+                    DeliveryState.QUEUED,
+                    0,
+                    retain,
+                )
+            )
+        session.queue.append(delivery)
+        return delivery
+
+    def hand_off_all(self, hand_offs: list[tuple[Session, Delivery]]) -> None:
+        for session, delivery in hand_offs:
+            self.hand_off(session, delivery)
+
+    def hand_off(self, session: Session, delivery: Delivery) -> None:
+        """A delivery held back until a commit (a QoS 2 release) goes out now."""
+        if delivery.qos == 0:
+            if session.client is not None:
+                self.send_qos0(session.client, delivery.message, delivery.retain)
+            elif session.target is not None:
+                self.to_target(session, delivery)
+            return
+        self.pump(session)
+
+    def to_target(self, session: Session, delivery: Delivery) -> bool:
+        """Offer one delivery to the session's `DeliveryTarget`; True when it took it. A
+        durable delivery it took is finished (deleted with its message's last reference)."""
+        target = session.target
+        if target is None:
+            return False
+        try:
+            taken = target.take(delivery.message, delivery.qos, delivery.retain)
+        except Exception:
+            log.exception("delivery target of %r failed; the message is dropped", session.client_id)
+            taken = True  # never offered again: a failing target must not loop on it
+            self._stats.messages_dropped += 1
+        if not taken:
+            if delivery.qos == 0:
+                self._stats.messages_dropped += 1  # QoS 0 is never queued
+            return False
+        self._stats.messages_sent += 1
+        if delivery.delivery_id:
+            self._committer.pending.delete_delivery(delivery.delivery_id)
+            self.release_message(delivery)
+            self._committer.schedule()
+        return True
+
+    def _pump_to_target(self, session: Session) -> None:
+        queue = session.queue
+        while queue:
+            # Out of the queue before the target sees it: a target that publishes (and so
+            # pumps this session again) must not be offered the same delivery twice.
+            delivery = queue.popleft()
+            if not self.to_target(session, delivery):
+                queue.appendleft(delivery)
+                break
+
+    def pump(self, session: Session) -> None:
+        """Send queued deliveries while the client is connected and the window allows."""
+        client = session.client
+        queue = session.queue
+        if client is None:
+            if queue and session.target is not None:
+                self._pump_to_target(session)
+            return
+        if not queue or not client.writable:
+            return
+        connection = client.connection
+        if connection is None or connection.closed:
+            return
+        flows = session.flows
+        now = self._loop.time()
+        committer = self._committer
+        sent = 0
+        wrote = False
+        while queue and flows.has_window():
+            delivery = queue.popleft()
+            message = delivery.message
+            deferred = delivery.qos == 2 and bool(delivery.delivery_id)  # see module docstring
+            try:
+                packet_id = connection.deliver(
+                    message.topic_bytes,
+                    message.payload,
+                    delivery.qos,
+                    delivery.retain,
+                    delivery,
+                    now,
+                    send=not deferred,
+                )
+            except PacketIdsExhausted:
+                queue.appendleft(delivery)
+                break
+            sent += 1
+            if delivery.delivery_id:
+                wrote = True
+                committer.pending.put_delivery(
+                    DeliveryRecord(
+                        delivery.delivery_id,
+                        session.client_id,
+                        message.store_id,
+                        delivery.qos,
+                        DeliveryState.INFLIGHT,
+                        packet_id,
+                        delivery.retain,
+                    )
+                )
+            if deferred:
+                committer.after(_send_publish_later(client, connection, packet_id))
+        if sent:
+            self._stats.messages_sent += sent
+            client.mark_dirty()
+            if wrote:
+                committer.schedule()
+
+    def on_acknowledged(self, client: Client, event: DeliveryAcknowledged) -> None:
+        """PUBACK or PUBCOMP from a subscriber: the delivery is done; the window has room."""
+        ref = event.ref
+        if isinstance(ref, Delivery) and ref.delivery_id:
+            self._committer.pending.delete_delivery(ref.delivery_id)
+            self.release_message(ref)
+            self._committer.schedule()
+        session = client.session
+        if session is not None and session.queue:
+            self.pump(session)
+
+    def on_received(self, client: Client, event: DeliveryReceived) -> None:
+        """PUBREC from a subscriber: PUBREL, once a durable delivery's new state is stored."""
+        ref = event.ref
+        session = client.session
+        packet_id = event.packet_id
+        if not (isinstance(ref, Delivery) and ref.delivery_id and session is not None):
+            client.acknowledge(PacketType.PUBREL, packet_id)
+            return
+        self._committer.pending.put_delivery(
+            DeliveryRecord(
+                ref.delivery_id,
+                session.client_id,
+                ref.message.store_id,
+                ref.qos,
+                DeliveryState.RELEASED,
+                packet_id,
+                ref.retain,
+            )
+        )
+        self._committer.after(lambda: client.acknowledge(PacketType.PUBREL, packet_id))
+
+    def release_message(self, delivery: Delivery) -> None:
+        """A durable delivery is gone: its stored message goes with the last of them."""
+        message = delivery.message
+        if not delivery.delivery_id or not message.store_id:
+            return
+        message.refs -= 1
+        if message.refs <= 0:
+            self._committer.pending.delete_message(message.store_id)
+            message.store_id = 0
+            message.refs = 0
+
+    def drop(self, session: Session, dropped: list[Delivery]) -> None:
+        """Deliveries taken out of a session (not authorized any more): forgotten for good."""
+        pending = self._committer.pending
+        for delivery in dropped:
+            self._stats.messages_dropped += 1
+            if delivery.delivery_id:
+                pending.delete_delivery(delivery.delivery_id)
+                self.release_message(delivery)
+        if dropped:
+            self._committer.schedule()
+
+    def forget_session(self, session: Session) -> None:
+        """A session is discarded: its durable deliveries' messages lose a reference each
+        (their rows go with the session's record)."""
+        for delivery in session.queue:
+            self.release_message(delivery)
+        for inflight in session.flows.outbound.values():
+            ref = inflight.ref
+            if isinstance(ref, Delivery):
+                self.release_message(ref)
+
+
+def _send_publish_later(
+    client: Client, connection: Connection, packet_id: int
+) -> Callable[[], None]:
+    def send() -> None:
+        if connection.closed or client.connection is not connection:
+            return  # re-sent with DUP=1 when the session reconnects
+        frame = connection.publish_bytes(packet_id)
+        if frame is not None:
+            connection.send_bytes(frame)
+            client.mark_dirty()
+
+    return send

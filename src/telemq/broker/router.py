@@ -1,0 +1,416 @@
+"""The router: publications in, retained, journaled and routed to the sessions that match.
+
+Theory of operation
+-------------------
+For one PUBLISH from a client (`on_publish`):
+
+1. A command topic (`SYSTEM.BROKER.*`) runs the MQ command instead (`mq.CommandHost`); a
+   QoS 2 command runs on PUBREL, like any QoS 2 publication.
+2. The hooks may deny it: it is acknowledged as usual and dropped (MQTT 3.1.1 has no way to
+   say no to a PUBLISH), and counted in `$SYS/broker/publish/messages/denied`.
+3. QoS 0/1: `accept` retains it (`RetainedMessages`), appends its journal row and routes it:
+   the registry gives the matching queues with their granted QoS (content filters included);
+   each session gets one `Delivery` at min(publish QoS, granted QoS) (`Deliveries`).
+   PUBACK waits for the commit of the journal row and the durable deliveries.
+4. QoS 2 follows the seed's receiver rule: the message is stored (PUBREC after commit) but
+   made available only on PUBREL (`on_release`), when it is journaled and routed in one
+   transaction. Persistent subscribers get it, and a persistent publisher its PUBCOMP, after
+   that commit. Clean sessions do not wait for it: a crash before it leaves the stored
+   message unreleased, and it is released at restart (the clean publisher's session is gone,
+   and so are the clean subscribers' that had it), so nobody gets it twice and the journal
+   has it once. That commit comes within `RELEASE_COMMIT_WITHIN` seconds, or with the next
+   one. A persistent session remembers the ids it released (`Flows.released`): a client may
+   lose the PUBCOMP with its connection and re-send the PUBLISH instead of the PUBREL.
+
+The router owns the journal's sequence numbers; sessions are read from the `Sessions` room.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from ..commands import COMMAND_TOPICS, PutResult, Requester
+from ..protocol import MessageReceived, MessageReleased, PacketType, Publish, topic_matches
+from ..protocol.flows import release_digest
+from ..store import IncomingRecord
+from ..subscriptions import Registry
+from .auth import Action
+from .committer import Committer
+from .delivery import Deliveries
+from .hooks import Hooks
+from .retained import RetainedMessages
+from .session import Delivery, Message, Session
+
+if TYPE_CHECKING:
+    from .client import Client
+    from .config import JournalConfig
+    from .mq import CommandHost
+    from .stats import BrokerStats
+
+log = logging.getLogger("telemq.broker")
+
+# Seconds within which a clean session's QoS 2 release (its journal row) is committed when
+# nothing waits for it: soon, and usually sooner with the next publication's commit.
+RELEASE_COMMIT_WITHIN = 0.002
+
+JOURNAL_CACHE_SIZE = 16384  # topics whose journal exclusion is remembered
+
+
+def now_us() -> int:
+    """UTC microseconds: the timestamps of messages and store records."""
+    return time.time_ns() // 1000
+
+
+class Router:
+    """Accepts publications and routes them (see module docstring)."""
+
+    __slots__ = (
+        "_committer",
+        "_deliveries",
+        "_hooks",
+        "_journal_cache",
+        "_journal_exclude",
+        "_journal_on",
+        "_on_accepted",
+        "_publish_checked",
+        "_received_us",
+        "_registry",
+        "_retained",
+        "_sessions",
+        "_stats",
+        "commands",
+        "next_seq",
+    )
+
+    def __init__(
+        self,
+        committer: Committer,
+        stats: BrokerStats,
+        hooks: Hooks,
+        registry: Registry,
+        sessions: dict[str, Session],
+        deliveries: Deliveries,
+        retained: RetainedMessages,
+        journal: JournalConfig,
+        commands: CommandHost,
+    ) -> None:
+        self._committer = committer
+        self._stats = stats
+        self._hooks = hooks
+        # Resolved once (hooks never change after start): read natively per message.
+        self._publish_checked = bool(hooks.authorizers)
+        self._on_accepted = hooks.accepted
+        self._registry = registry
+        self._sessions = sessions  # owned by the Sessions room: read only here
+        self._deliveries = deliveries
+        self._retained = retained
+        self.commands = commands
+        self._journal_on = journal.enabled
+        self._journal_exclude = list(journal.exclude)
+        self._journal_cache: dict[str, bool] = {}
+        self._received_us = 0  # UTC microseconds of the read being handled
+        self.next_seq = 1  # the journal's next sequence number
+
+    def start_read(self) -> None:
+        """One clock reading per read: the packets of one read arrived together."""
+        self._received_us = time.time_ns() // 1000
+
+    # -- publications from clients -------------------------------------------
+
+    def on_publish(self, client: Client, event: MessageReceived) -> None:
+        publish = event.publish
+        connection = client.connection
+        session = client.session
+        if session is None or connection is None:
+            return
+        committer = self._committer
+        self._stats.publish_received += 1
+        qos = publish.qos
+        packet_id = publish.packet_id
+        if publish.topic in COMMAND_TOPICS and qos < 2:
+            self.commands.run_for(client, publish.topic, publish.payload, qos)
+            if qos == 1:
+                committer.after(lambda: client.acknowledge(PacketType.PUBACK, packet_id))
+            return
+        if self._publish_checked and not self._hooks.may(
+            Action.PUBLISH, publish.topic, client.user_id, client.client_id
+        ):
+            self._stats.publish_denied += 1
+            log.info("client %r: publish to %r denied", client.client_id, publish.topic)
+            if qos == 1:
+                committer.after(lambda: client.acknowledge(PacketType.PUBACK, packet_id))
+            elif qos == 2:
+                committer.after(lambda: client.acknowledge(PacketType.PUBREC, packet_id))
+            return
+        if qos == 2:
+            if not event.duplicate:
+                message = self._message_from(client, publish)
+                session.flows.hold_incoming(packet_id, message)
+                committer.pending.put_incoming(
+                    IncomingRecord(session.client_id, packet_id, message.to_stored())
+                )
+            committer.after(lambda: client.acknowledge(PacketType.PUBREC, packet_id))
+            return
+        message = self._message_from(client, publish)
+        self.accept(message, hand_off_now=True)
+        if qos == 1:
+            committer.after(lambda: client.acknowledge(PacketType.PUBACK, packet_id))
+        elif committer.pending:
+            committer.schedule_lazy()  # nothing waits for a QoS 0 journal row
+
+    def on_release(self, client: Client, event: MessageReleased) -> None:
+        session = client.session
+        if session is None:
+            return
+        packet_id = event.packet_id
+        message = event.message
+        committer = self._committer
+        if not isinstance(message, Message):
+            # Nothing held under this id (released before, or never received): PUBCOMP.
+            committer.after(lambda: client.acknowledge(PacketType.PUBCOMP, packet_id))
+            return
+        self._record_release(session, packet_id, message)
+        if message.topic in COMMAND_TOPICS:
+            self.commands.run_for(client, message.topic, message.payload, 2)
+            committer.after(lambda: client.acknowledge(PacketType.PUBCOMP, packet_id))
+            return
+        hand_offs = self.accept(message, hand_off_now=False)
+        # The release is durable once this commit ends. Until then a crash leaves the stored
+        # message unreleased, and it is released again (at restart for a clean publisher, on
+        # the PUBREL it re-sends for a persistent one): a persistent subscriber must not have
+        # had it yet, or it would get it twice. A clean one may: its session ends with the
+        # crash. Likewise only a persistent publisher must wait for PUBCOMP: a clean one's
+        # held message is released at restart.
+        deliveries = self._deliveries
+        waiting: list[tuple[Session, Delivery]] = []
+        for target, delivery in hand_offs:
+            if target.persistent:
+                waiting.append((target, delivery))
+            else:
+                deliveries.hand_off(target, delivery)
+        if session.persistent:
+
+            def after_commit() -> None:
+                deliveries.hand_off_all(waiting)
+                client.acknowledge(PacketType.PUBCOMP, packet_id)
+
+            committer.after(after_commit)
+        else:
+            client.acknowledge(PacketType.PUBCOMP, packet_id)
+            if waiting:
+                committer.after(lambda: deliveries.hand_off_all(waiting))
+            else:
+                committer.schedule_lazy(RELEASE_COMMIT_WITHIN)
+
+    def _record_release(self, session: Session, packet_id: int, message: Message) -> None:
+        """The held message leaves the store in the release's commit. A persistent session
+        keeps its id, marked released, instead: the client may lose the PUBCOMP with its
+        connection, and re-send the PUBLISH rather than the PUBREL (`Flows.released`)."""
+        pending = self._committer.pending
+        if not session.persistent:
+            pending.delete_incoming(session.client_id, packet_id)
+            return
+        pending.release_incoming(session.client_id, packet_id)
+        digest = release_digest(message.topic_bytes, message.payload, message.retain)
+        self.remember_release(session, packet_id, digest, session.flows.connection_number)
+
+    def remember_release(
+        self, session: Session, packet_id: int, digest: int, connection_number: int
+    ) -> None:
+        """Into the session's released ids; the one that makes room leaves the store too."""
+        forgotten = session.flows.remember_released(packet_id, digest, connection_number)
+        if forgotten:
+            self._committer.pending.delete_incoming(session.client_id, forgotten)
+            self._committer.schedule()
+
+    def _message_from(self, client: Client, publish: Publish) -> Message:
+        """The accepted publication of a PUBLISH being handled."""
+        self._stats.messages_received += 1
+        return Message(
+            publish.topic,
+            publish.payload,
+            publish.qos,
+            publish.retain,
+            client.listener.sub_point,
+            client.client_id,
+            client.user_id,
+            self._received_us,
+            frame_qos0=publish.frame,
+        )
+
+    # -- publications from inside the broker ----------------------------------
+
+    def publish(
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int = 0,
+        retain: bool = False,
+        sub_point: str = "",
+        journal: bool = True,
+    ) -> None:
+        """Publish from inside the broker ($SYS, command replies), routed like any message."""
+        message = Message(topic, payload, qos, retain, sub_point, "", "", now_us())
+        self.accept(message, hand_off_now=True, journal=journal)
+        if self._committer.pending:
+            self._committer.schedule_lazy()
+
+    def publish_as(
+        self,
+        requester: Requester,
+        topic: str,
+        body: bytes,
+        retain: bool,
+        exclude_queue: str | None,
+        expiry: float | None = None,
+    ) -> None:
+        """A Publish command's publication, routed like the requester's own PUBLISH.
+
+        `expiry` (seconds, from <mqmd><Expiry>) bounds the life of its retained copy.
+        """
+        message = message_of(requester, topic, body, requester.qos, retain)
+        if expiry is not None:
+            message.expiry_at = time.time() + expiry
+        self._stats.messages_received += 1
+        self.accept(message, hand_off_now=True, exclude_queue=exclude_queue)
+        self._committer.schedule()
+
+    def put_to_queue(
+        self, requester: Requester, queue: str, topic: str, body: bytes, qos: int
+    ) -> PutResult:
+        """Put one message on one queue only (a backfill): not retained, journaled or routed.
+
+        QoS 0 goes out only while the queue's client is connected and reading (else
+        NOT_CONNECTED, or FULL for a client that does not read); QoS 1/2 wait in the queue
+        (in the store when the session is persistent) like any routed delivery.
+        """
+        session = self._sessions.get(queue)
+        if session is None:
+            return PutResult.NO_QUEUE
+        message = message_of(requester, topic, body, qos, False)
+        deliveries = self._deliveries
+        if qos == 0:
+            client = session.client
+            if client is None:
+                return PutResult.NOT_CONNECTED
+            return PutResult.PUT if deliveries.send_qos0(client, message, False) else PutResult.FULL
+        if deliveries.enqueue(session, message, qos, False, session.persistent) is None:
+            return PutResult.FULL
+        deliveries.pump(session)
+        self._committer.schedule()
+        return PutResult.PUT
+
+    # -- accept and route -----------------------------------------------------
+
+    def accept(
+        self,
+        message: Message,
+        hand_off_now: bool,
+        journal: bool = True,
+        exclude_queue: str | None = None,
+    ) -> list[tuple[Session, Delivery]]:
+        """Retain, journal and route an accepted publication. With `hand_off_now` False the
+        deliveries are returned instead of sent (a QoS 2 release sends them after its commit)."""
+        if message.retain:
+            self._retained.keep(message)
+        if journal and self._journal_on:
+            journaled = self._journal_cache.get(message.topic)
+            if journaled is None:
+                journaled = self._journaled(message.topic)
+            if journaled:
+                seq = self.next_seq
+                self.next_seq = seq + 1
+                # WriteBatch.append_journal_row, inlined: once per publication.
+                self._committer.pending.journal += (
+                    seq,
+                    message.ts_us,
+                    message.topic,
+                    message.sub_point,
+                    message.qos,
+                    1 if message.retain else 0,
+                    bytearray(message.payload),  # see JournalRow
+                    message.client_id,
+                    message.user_id,
+                )
+        if self._on_accepted:
+            self._hooks.notify(self._on_accepted, message)
+        return self._route(message, hand_off_now, exclude_queue)
+
+    def _journaled(self, topic: str) -> bool:
+        cached = self._journal_cache.get(topic)
+        if cached is None:
+            cached = not any(topic_matches(f, topic) for f in self._journal_exclude)
+            if len(self._journal_cache) > JOURNAL_CACHE_SIZE:
+                self._journal_cache.clear()
+            self._journal_cache[topic] = cached
+        return cached
+
+    def _route(
+        self, message: Message, hand_off_now: bool, exclude_queue: str | None
+    ) -> list[tuple[Session, Delivery]]:
+        """Deliver to every matching queue once, at its highest matching QoS."""
+        msg_qos = message.qos
+        targets = self._registry.targets(
+            message.sub_point,
+            message.topic,
+            message.payload,
+            msg_qos,
+            message.retain,
+            message.client_id,
+            message.user_id,
+        )
+        if not targets:
+            return []
+        sessions = self._sessions
+        deliveries = self._deliveries
+        later: list[tuple[Session, Delivery]] = []
+        for queue, (granted, rank) in targets.items():
+            if queue == exclude_queue:
+                continue
+            qos = granted if granted < msg_qos else msg_qos
+            session = sessions.get(queue)
+            if session is None:
+                continue
+            durable = session.persistent and durable_rank(rank, qos)
+            if durable and qos == 0:
+                qos = 1  # Pers / PersAsQueue: kept until acknowledged
+            if qos == 0:
+                client = session.client
+                if client is None and session.target is None:
+                    continue  # QoS 0 is not queued for offline sessions (as Mosquitto)
+                if not hand_off_now:
+                    later.append((session, Delivery(message, 0, False)))
+                elif client is not None:
+                    deliveries.send_qos0(client, message, False)
+                else:
+                    deliveries.to_target(session, Delivery(message, 0, False))
+                continue
+            delivery = deliveries.enqueue(session, message, qos, False, durable)
+            if delivery is None:
+                continue
+            if hand_off_now:
+                deliveries.pump(session)
+            else:
+                later.append((session, delivery))
+        return later
+
+
+def message_of(requester: Requester, topic: str, body: bytes, qos: int, retain: bool) -> Message:
+    """A publication made by an MQ command on behalf of its requester."""
+    return Message(
+        topic,
+        body,
+        qos,
+        retain,
+        requester.sub_point,
+        requester.client_id,
+        requester.user_id,
+        now_us(),
+    )
+
+
+def durable_rank(rank: int, qos: int) -> bool:
+    """Design §5: Pers and PersAsQueue (on a durable session) always; PersAsPub at QoS >= 1."""
+    return rank >= 2 or (rank == 1 and qos >= 1)

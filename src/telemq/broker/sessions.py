@@ -1,0 +1,391 @@
+"""Sessions: CONNECT, takeover, wills and the end of connections.
+
+Theory of operation
+-------------------
+`Sessions` owns the map of client id -> `Session`, the set of open client connections and
+the count of connected ones. A CONNECT is authenticated by the hooks (on a worker thread when
+a hook says its check is slow, reading paused meanwhile), refused with the CONNACK code the
+protocol gives, or accepted: a session with the same client id is taken over (its old
+connection closed, its will published), a clean session starts empty and a persistent one
+resumes with its subscriptions, queue and in-flight messages. A persistent session taken up
+by a user other than the one who owned it keeps only what that user may read.
+
+When a connection ends without DISCONNECT its will is published (through the hooks'
+authorization, like any PUBLISH); a clean session ends with its connection, a persistent one
+waits for the next. An MQ queue is a session too (`ensure_queue`), persistent and unowned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections import deque
+from typing import TYPE_CHECKING
+
+from ..protocol import (
+    ConnectionClosed,
+    ConnectRequested,
+    ConnectReturnCode,
+    DisconnectRequested,
+    ReasonCode,
+)
+from ..protocol.flows import InflightState
+from ..protocol.packets import Will
+from ..store import SessionRecord
+from ..subscriptions import Registry
+from .auth import Action
+from .committer import Committer
+from .delivery import Deliveries
+from .hooks import Hooks
+from .router import Router, now_us
+from .session import Delivery, DeliveryTarget, Message, Session
+from .subscribe import SubscriptionManager
+
+if TYPE_CHECKING:
+    from .client import Client
+    from .config import LimitsConfig
+    from .stats import BrokerStats
+
+log = logging.getLogger("telemq.broker")
+
+
+class Sessions:
+    """Every session and connection (see module docstring)."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        limits: LimitsConfig,
+        committer: Committer,
+        stats: BrokerStats,
+        hooks: Hooks,
+        registry: Registry,
+        deliveries: Deliveries,
+    ) -> None:
+        self._loop = loop
+        self._limits = limits
+        self._committer = committer
+        self._stats = stats
+        self._hooks = hooks
+        self._registry = registry
+        self.by_id: dict[str, Session] = {}
+        self.clients: set[Client] = set()
+        self.connected = 0  # clients past CONNECT
+        self._local_count = 0  # in-process sessions opened (their client ids)
+        self.deliveries = deliveries
+        self.router: Router  # see attach
+        self.subscriptions: SubscriptionManager
+
+    def attach(self, router: Router, subscriptions: SubscriptionManager) -> None:
+        """The rooms that read `by_id` (and so are made after this one), for wills and for
+        the subscriptions of sessions that end."""
+        self.router = router
+        self.subscriptions = subscriptions
+
+    # -- connections ----------------------------------------------------------
+
+    def opened(self, client: Client) -> None:
+        self.clients.add(client)
+
+    def gone(self, client: Client) -> None:
+        self.clients.discard(client)
+        self._stats.connection_ended(client)
+
+    def on_connect_requested(self, client: Client, event: ConnectRequested) -> None:
+        if not self._authenticate_later(client, event):
+            self._connect(client, event)
+
+    def on_disconnect(self, client: Client, event: DisconnectRequested) -> None:
+        client.will = None
+
+    def _authenticate_later(self, client: Client, event: ConnectRequested) -> bool:
+        """Check a password off the event loop (a key derivation takes a while).
+
+        The connection buffers whatever follows CONNECT until it is answered; reading
+        pauses meanwhile, and resumes with those bytes once the client is accepted.
+        """
+        hooks = self._hooks
+        packet = event.packet
+        if (
+            not hooks.authenticate_off_loop
+            or packet.username is None
+            or client.listener.use_identity_as_username
+        ):
+            return False
+        if client.transport is not None:
+            client.transport.pause_reading()
+        future = self._loop.run_in_executor(
+            None, hooks.authenticate, packet.client_id, packet.username, packet.password
+        )
+
+        def done(result: asyncio.Future[bool]) -> None:
+            if client.transport is not None and not client.transport.is_closing():
+                client.transport.resume_reading()
+            ok = not result.cancelled() and result.exception() is None and result.result()
+            if client.connection is None or client.connection.closed:
+                return
+            if ok:
+                self._connect(client, event, authenticated=True)
+                client.data_received(b"")
+            else:
+                self._refuse(
+                    client,
+                    ConnectReturnCode.BAD_USERNAME_OR_PASSWORD,
+                    f"bad user name or password for {packet.username!r}",
+                )
+            client.flush()
+
+        future.add_done_callback(done)
+        return True
+
+    def _refuse(self, client: Client, code: ConnectReturnCode, reason: str) -> None:
+        connection = client.connection
+        assert connection is not None
+        closed = connection.refuse(code, reason)
+        self.on_closed(client, closed)
+
+    def _connect(
+        self, client: Client, event: ConnectRequested, authenticated: bool = False
+    ) -> None:
+        packet = event.packet
+        connection = client.connection
+        assert connection is not None
+        limits = self._limits
+        if limits.max_connections and self.connected >= limits.max_connections:
+            self._refuse(
+                client,
+                ConnectReturnCode.SERVER_UNAVAILABLE,
+                f"connection limit of {limits.max_connections} reached",
+            )
+            return
+        hooks = self._hooks
+        user_id = packet.username or ""
+        if client.listener.use_identity_as_username:
+            # The certificate vouches for the user; the password is not asked for.
+            if client.certificate_user is None:
+                self._refuse(
+                    client, ConnectReturnCode.NOT_AUTHORIZED, "no client certificate identity"
+                )
+                return
+            user_id = client.certificate_user
+            authenticated = True
+        if (
+            not authenticated
+            and hooks.authenticators
+            and not hooks.authenticate(packet.client_id, packet.username, packet.password)
+        ):
+            if packet.username is None:
+                self._refuse(client, ConnectReturnCode.NOT_AUTHORIZED, "anonymous access is off")
+            else:
+                self._refuse(
+                    client,
+                    ConnectReturnCode.BAD_USERNAME_OR_PASSWORD,
+                    f"bad user name or password for {packet.username!r}",
+                )
+            return
+        client_id = packet.client_id or f"telemq-{uuid.uuid4().hex[:16]}"
+        client.client_id = client_id
+        client.user_id = user_id
+        client.will = packet.will
+        session = self.by_id.get(client_id)
+        if session is not None and session.client is not None and session.client is not client:
+            log.info("client %r taken over by a new connection from %s", client_id, client.peer)
+            session.client.close(
+                "session taken over by a new connection with the same client id",
+                ReasonCode.SESSION_TAKEN_OVER,
+            )
+        session = self.by_id.get(client_id)
+        present = False
+        if packet.clean_session:
+            if session is not None:
+                self.discard(session)
+            session = Session(client_id, False, limits.max_inflight, client.listener.sub_point)
+            self.by_id[client_id] = session
+        elif session is not None and session.persistent:
+            present = True
+        else:
+            if session is not None:
+                self.discard(session)
+            session = self._new_persistent(client_id, client.listener.sub_point, user_id)
+        if present and hooks.authorizers:
+            self._recheck(session, client)
+        session.client = client
+        client.session = session
+        self.connected += 1
+        self._stats.clients_total_ever += 1
+        connection.accept(present, session.flows, self._loop.time())
+        log.debug(
+            "client %r connected from %s (level %d, clean %s, keepalive %d)",
+            client_id,
+            client.peer,
+            packet.protocol_level,
+            packet.clean_session,
+            packet.keepalive,
+        )
+        if hooks.session_up:
+            hooks.notify(hooks.session_up, client_id, user_id, present)
+        if session.queue:
+            self.deliveries.pump(session)
+
+    def _new_persistent(self, client_id: str, sub_point: str, user_id: str) -> Session:
+        session = Session(client_id, True, self._limits.max_inflight, sub_point)
+        session.user_id = user_id
+        self.by_id[client_id] = session
+        self._committer.pending.put_session(
+            SessionRecord(
+                client_id, {"sub_point": sub_point, "user_id": user_id, "created_us": now_us()}
+            )
+        )
+        self._committer.schedule()
+        return session
+
+    def open_local(self, target: DeliveryTarget, sub_point: str) -> Session:
+        """A clean session without a connection, delivering to `target` (embedded.py)."""
+        self._local_count += 1
+        client_id = f"telemq-local-{self._local_count}"
+        while client_id in self.by_id:
+            self._local_count += 1
+            client_id = f"telemq-local-{self._local_count}"
+        session = Session(client_id, False, self._limits.max_inflight, sub_point)
+        session.target = target
+        self.by_id[client_id] = session
+        return session
+
+    def ensure_queue(self, queue: str) -> None:
+        """An MQ queue = a session: RegSub for a queue with no session creates a durable one."""
+        if queue not in self.by_id:
+            self._new_persistent(queue, "", "")
+
+    def restore(self, session: Session) -> None:
+        """A persistent session loaded from the store."""
+        self.by_id[session.client_id] = session
+
+    def _recheck(self, session: Session, client: Client) -> None:
+        """A session resumed by a user other than the owner of its subscriptions: keep only
+        what this user may read, so a client id is never a way around the ACL."""
+        user = client.user_id
+        hooks = self._hooks
+        for subscription in self._registry.of_queue(session.client_id):
+            if subscription.owner != user and not hooks.may(
+                Action.SUBSCRIBE, subscription.topic, user, client.client_id
+            ):
+                log.info(
+                    "client %r (user %r): subscription to %r removed: not authorized",
+                    client.client_id,
+                    user,
+                    subscription.topic,
+                )
+                self.subscriptions.remove(subscription)
+        # Queued and in-flight messages too, whoever the session belonged to: a queue made
+        # by RegSub has no user, and in-flight PUBLISHes are re-sent on resume.
+        readable: dict[str, bool] = {}
+
+        def may_read(topic: str) -> bool:
+            allowed = readable.get(topic)
+            if allowed is None:
+                allowed = readable[topic] = hooks.may(
+                    Action.SUBSCRIBE, topic, user, client.client_id
+                )
+            return allowed
+
+        dropped: list[Delivery] = []
+        if session.queue:
+            kept: deque[Delivery] = deque()
+            for delivery in session.queue:
+                if may_read(delivery.message.topic):
+                    kept.append(delivery)
+                else:
+                    dropped.append(delivery)
+            session.queue = kept
+        outbound = session.flows.outbound
+        for packet_id, inflight in list(outbound.items()):
+            # A QoS 2 message whose PUBREC came is already the client's: PUBREL goes on.
+            if inflight.state is InflightState.PUBLISHED and not may_read(
+                inflight.topic.decode("utf-8", "replace")
+            ):
+                del outbound[packet_id]
+                if isinstance(inflight.ref, Delivery):
+                    dropped.append(inflight.ref)
+        self.deliveries.drop(session, dropped)
+        if dropped:
+            log.info(
+                "client %r (user %r): %d queued or in-flight messages dropped: not authorized",
+                client.client_id,
+                user,
+                len(dropped),
+            )
+        session.user_id = user
+
+    def discard(self, session: Session) -> None:
+        """Forget a session entirely (clean session start, or clean session end)."""
+        self.subscriptions.remove_queue(session.client_id)
+        committer = self._committer
+        if session.persistent:
+            self.deliveries.forget_session(session)
+            committer.pending.delete_session(session.client_id)
+            committer.schedule()
+        elif session.flows.incoming:
+            # QoS 2 messages received but never released: a clean session's state ends
+            # with it, so they are dropped, as the client drops its side.
+            for packet_id in session.flows.incoming:
+                committer.pending.delete_incoming(session.client_id, packet_id)
+            committer.schedule()
+        session.flows.incoming.clear()
+        session.queue.clear()
+        session.flows.outbound.clear()
+        if self.by_id.get(session.client_id) is session:
+            del self.by_id[session.client_id]
+
+    # -- the end of a connection ------------------------------------------------
+
+    def on_closed(self, client: Client, event: ConnectionClosed) -> None:
+        session = client.session
+        if event.graceful:
+            log.debug("client %r disconnected", client.client_id)
+        else:
+            log.info(
+                "closed connection %s (client %r): %s [%s]",
+                client.peer,
+                client.client_id or "-",
+                event.reason,
+                event.code.label,
+            )
+        will = client.will
+        client.will = None
+        if will is not None and session is not None and not event.graceful:
+            self._publish_will(client, will)
+        if session is not None:
+            self.connected -= 1
+            hooks = self._hooks
+            if hooks.session_down:
+                hooks.notify(hooks.session_down, client.client_id, event.graceful, event.reason)
+            if session.client is client:
+                session.client = None
+                if not session.persistent:
+                    self.discard(session)
+        client.session = None
+
+    def _publish_will(self, client: Client, will: Will) -> None:
+        if not self._hooks.may(Action.PUBLISH, will.topic, client.user_id, client.client_id):
+            self._stats.publish_denied += 1
+            log.info("client %r: will to %r denied", client.client_id, will.topic)
+            return
+        message = Message(
+            will.topic,
+            will.payload,
+            will.qos,
+            will.retain,
+            client.listener.sub_point,
+            client.client_id,
+            client.user_id,
+            now_us(),
+        )
+        self.router.accept(message, hand_off_now=True)
+        self._committer.schedule()
+
+    def close_all(self, reason: str) -> None:
+        """Close every connection (a store failure: their acknowledgements will not come, so
+        they retry on reconnection instead of waiting forever)."""
+        for client in list(self.clients):
+            client.close(reason, ReasonCode.UNSPECIFIED_ERROR)

@@ -1,0 +1,150 @@
+"""Statistics and `$SYS`: the counters every room increments, and what they publish.
+
+Theory of operation
+-------------------
+`BrokerStats` is a bag of counters; each room increments its own, on the event loop, so they
+need no lock. `SysReporter` reads the counters and the rooms' sizes every `sys.interval`
+seconds and publishes them as retained QoS 0 messages under `$SYS/broker/` (the 20 topics of
+README.md), the way Mosquitto does. It only reads: nothing in the broker depends on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import Executor
+from typing import TYPE_CHECKING
+
+from .. import __version__
+from ..store import Store, StoreStats
+
+if TYPE_CHECKING:
+    from ..subscriptions import Registry
+    from .client import Client
+    from .config import BrokerConfig
+    from .retained import RetainedMessages
+    from .router import Router
+    from .sessions import Sessions
+
+log = logging.getLogger("telemq.broker")
+
+SYS_PREFIX = "$SYS/broker/"
+
+
+class BrokerStats:
+    """Counters published under $SYS."""
+
+    __slots__ = (
+        "bytes_received_closed",
+        "bytes_sent_closed",
+        "clients_total_ever",
+        "commands",
+        "journal_trimmed",
+        "messages_dropped",
+        "messages_received",
+        "messages_sent",
+        "publish_denied",
+        "publish_received",
+        "publish_sent",
+    )
+
+    def __init__(self) -> None:
+        self.messages_received = 0  # PUBLISH packets accepted from clients
+        self.messages_sent = 0  # PUBLISH packets sent to clients
+        self.messages_dropped = 0  # deliveries dropped (queue full, slow consumer)
+        self.publish_received = 0
+        self.publish_sent = 0
+        self.clients_total_ever = 0
+        self.publish_denied = 0  # PUBLISH packets dropped by the ACL
+        self.commands = 0  # MQ command messages executed
+        self.journal_trimmed = 0  # journal rows deleted by retention
+        self.bytes_received_closed = 0  # bytes of connections that have ended
+        self.bytes_sent_closed = 0
+
+    def connection_ended(self, client: Client) -> None:
+        if client.connection is not None:
+            self.bytes_received_closed += client.connection.bytes_received
+            self.bytes_sent_closed += client.connection.bytes_sent
+
+
+class SysReporter:
+    """Publishes `$SYS/broker/...` (see module docstring)."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        stats: BrokerStats,
+        sessions: Sessions,
+        registry: Registry,
+        retained: RetainedMessages,
+        router: Router,
+        store: Store,
+        executor: Executor | None,
+        quarantined: Callable[[], int],
+    ) -> None:
+        self._config = config
+        self._stats = stats
+        self._sessions = sessions
+        self._registry = registry
+        self._retained = retained
+        self._router = router
+        self._store = store
+        self._executor = executor
+        self._quarantined = quarantined
+        self.store_stats = StoreStats()
+        self.started_at = time.monotonic()
+
+    async def run(self) -> None:
+        interval = self._config.sys.interval
+        while True:
+            try:
+                await self.publish()
+            except Exception:
+                log.exception("$SYS update failed")
+            await asyncio.sleep(interval)
+
+    async def publish(self) -> None:
+        if self._executor is not None:
+            loop = asyncio.get_running_loop()
+            self.store_stats = await loop.run_in_executor(self._executor, self._store.stats)
+        else:
+            self.store_stats = self._store.stats()
+        for topic, value in self.values().items():
+            self._router.publish(topic, value.encode("utf-8"), 0, True)
+
+    def values(self) -> dict[str, str]:
+        stats = self._stats
+        sessions = self._sessions
+        clients: Iterable[Client] = sessions.clients
+        bytes_received = stats.bytes_received_closed + sum(
+            c.connection.bytes_received for c in clients if c.connection is not None
+        )
+        bytes_sent = stats.bytes_sent_closed + sum(
+            c.connection.bytes_sent for c in clients if c.connection is not None
+        )
+        store_stats = self.store_stats
+        values = {
+            "version": f"telemq {__version__}",
+            "uptime": f"{int(time.monotonic() - self.started_at)} seconds",
+            "clients/connected": str(sessions.connected),
+            "clients/total": str(len(sessions.by_id)),
+            "clients/maximum": str(self._config.limits.max_connections),
+            "messages/received": str(stats.messages_received),
+            "messages/sent": str(stats.messages_sent),
+            "messages/dropped": str(stats.messages_dropped),
+            "publish/messages/received": str(stats.publish_received),
+            "publish/messages/denied": str(stats.publish_denied),
+            "commands/received": str(stats.commands),
+            "bytes/received": str(bytes_received),
+            "bytes/sent": str(bytes_sent),
+            "subscriptions/count": str(len(self._registry)),
+            "retained messages/count": str(self._retained.count()),
+            "store/bytes": str(store_stats.bytes_on_disk),
+            "store/quarantined": str(max(self._quarantined(), store_stats.quarantined)),
+            "journal/rows": str(store_stats.journal_rows),
+            "journal/last_seq": str(self._router.next_seq - 1),
+            "journal/trimmed": str(stats.journal_trimmed),
+        }
+        return {SYS_PREFIX + key: value for key, value in values.items()}

@@ -1,0 +1,240 @@
+"""SUBSCRIBE and UNSUBSCRIBE, and what every subscription change entails.
+
+Theory of operation
+-------------------
+The registry (`subscriptions.Registry`) is pure data; `SubscriptionManager` is the broker's
+side of it. MQTT SUBSCRIBE and UNSUBSCRIBE are handled here; MQ RegSub and DeregSub change the
+registry in `commands`, whose host reports each change here (`saved`, `removed`). Either way a
+change of a persistent session's subscription goes into the pending batch at once, hooks
+hear of it, and a new subscription gets the retained messages it matches (`send_retained`).
+
+The retained messages are taken and queued when the subscription is made, before any later
+publication can be routed to it: a live message never overtakes the retained one it
+replaced, nor arrives twice [MQTT-4.6.0-5], and a persistent session keeps them if the
+client goes before the SUBACK [MQTT-3.3.1-6]. A clean session's SUBACK goes first, as
+Mosquitto's does; a persistent session's waits until its subscriptions are durable, and the
+retained messages may precede it (MQTT 3.1.1 §3.8.4 allows it).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from ..protocol import (
+    SUBACK_FAILURE,
+    ProtocolLevel,
+    SubAck,
+    SubscribeRequested,
+    UnsubAck,
+    UnsubscribeRequested,
+    topic_filter_error,
+)
+from ..store import SubscriptionRecord
+from ..subscriptions import PERSISTENCE_RANK, Identity, Registry, Subscription
+from .auth import Action
+from .committer import Committer
+from .delivery import Deliveries
+from .hooks import Hooks
+from .retained import RetainedMessages
+from .router import durable_rank
+from .session import Session
+
+if TYPE_CHECKING:
+    from .client import Client
+
+log = logging.getLogger("telemq.broker")
+
+
+class SubscriptionManager:
+    """The broker's side of the subscription registry (see module docstring)."""
+
+    def __init__(
+        self,
+        qmgr_name: str,
+        committer: Committer,
+        hooks: Hooks,
+        registry: Registry,
+        sessions: dict[str, Session],
+        deliveries: Deliveries,
+        retained: RetainedMessages,
+    ) -> None:
+        self._qmgr_name = qmgr_name
+        self._committer = committer
+        self._hooks = hooks
+        self._registry = registry
+        self._sessions = sessions  # owned by the Sessions room: read only here
+        self._deliveries = deliveries
+        self._retained = retained
+
+    # -- MQTT -----------------------------------------------------------------
+
+    def on_subscribe(self, client: Client, event: SubscribeRequested) -> None:
+        session = client.session
+        connection = client.connection
+        if session is None or connection is None:
+            return
+        packet = event.packet
+        codes: list[int] = []
+        accepted: list[Subscription] = []
+        registry = self._registry
+        hooks = self._hooks
+        identity = Identity(self._qmgr_name, session.client_id, "")
+        for topic_filter, qos in packet.topics:
+            problem = topic_filter_error(topic_filter)
+            if problem is None and not hooks.may(
+                Action.SUBSCRIBE, topic_filter, client.user_id, client.client_id
+            ):
+                problem = "not authorized"
+            if problem:
+                log.info("client %r: refused subscription: %s", session.client_id, problem)
+                if connection.protocol_level >= ProtocolLevel.MQTT_3_1_1:
+                    codes.append(SUBACK_FAILURE)
+                else:
+                    # MQTT 3.1 has no failure code: grant, and deliver nothing.
+                    codes.append(qos)
+                continue
+            key = (identity, topic_filter, session.sub_point, "")
+            subscription = registry.get(key)
+            if subscription is None:
+                subscription = Subscription(
+                    id=registry.new_id(),
+                    identity=identity,
+                    topic=topic_filter,
+                    sub_point=session.sub_point,
+                    owner=client.user_id,
+                    qos=qos,
+                    created_at=time.time(),
+                    mqtt=True,
+                )
+                registry.add(subscription)
+            else:
+                subscription.qos = qos  # an identical filter replaces [MQTT-3.8.4-3]
+                registry.changed(subscription)
+            self.saved(subscription)
+            codes.append(qos)
+            accepted.append(subscription)
+        packet_id = packet.packet_id
+
+        def acknowledge() -> None:
+            if connection.closed or client.session is not session:
+                return
+            connection.send(SubAck(packet_id, codes))
+            client.mark_dirty()
+
+        # See the module docstring for the order of SUBACK and retained messages.
+        if session.persistent:
+            for subscription in accepted:
+                self.send_retained(subscription)
+            self._committer.after(acknowledge)
+        else:
+            acknowledge()
+            for subscription in accepted:
+                self.send_retained(subscription)
+
+    def on_unsubscribe(self, client: Client, event: UnsubscribeRequested) -> None:
+        session = client.session
+        connection = client.connection
+        if session is None or connection is None:
+            return
+        identity = Identity(self._qmgr_name, session.client_id, "")
+        for topic_filter in event.packet.topics:
+            subscription = self._registry.get((identity, topic_filter, session.sub_point, ""))
+            if subscription is not None:
+                self.remove(subscription)
+        packet_id = event.packet.packet_id
+
+        def answer() -> None:
+            if not connection.closed:
+                connection.send(UnsubAck(packet_id))
+                client.mark_dirty()
+
+        self._committer.after(answer)
+
+    # -- every subscription change --------------------------------------------
+
+    def saved(self, subscription: Subscription) -> None:
+        """A subscription was added or changed in the registry."""
+        session = self._sessions.get(subscription.queue)
+        if session is not None and session.persistent:
+            self._committer.pending.put_subscription(
+                SubscriptionRecord(subscription.queue, str(subscription.id), subscription.to_data())
+            )
+            self._committer.schedule()
+        if self._hooks.subscribed:
+            self._hooks.notify(self._hooks.subscribed, subscription)
+
+    def removed(self, subscription: Subscription) -> None:
+        """A subscription was taken out of the registry."""
+        session = self._sessions.get(subscription.queue)
+        if session is not None and session.persistent:
+            self._committer.pending.delete_subscription(subscription.queue, str(subscription.id))
+            self._committer.schedule()
+        if self._hooks.unsubscribed:
+            self._hooks.notify(self._hooks.unsubscribed, subscription)
+
+    def remove(self, subscription: Subscription) -> None:
+        self._registry.remove(subscription)
+        self.removed(subscription)
+
+    def remove_queue(self, queue: str) -> None:
+        """Every subscription of a session that ends (its records go with the session's)."""
+        removed = self._registry.remove_queue(queue)
+        if removed and self._hooks.unsubscribed:
+            for subscription in removed:
+                self._hooks.notify(self._hooks.unsubscribed, subscription)
+
+    def expire(self, now: float) -> int:
+        """Remove the subscriptions whose MQ expiry (UTC seconds) has passed."""
+        expired = self._registry.expired(now)
+        for subscription in expired:
+            self.remove(subscription)
+            log.info(
+                "subscription %r of queue %r on %r expired",
+                subscription.name or subscription.id,
+                subscription.queue,
+                subscription.topic,
+            )
+        return len(expired)
+
+    # -- retained messages for a new subscription ----------------------------
+
+    def send_retained(self, subscription: Subscription) -> int:
+        """Send the retained messages matching the subscription (its topic and filter) to
+        its queue; returns how many."""
+        messages = self._retained.matching(subscription.sub_point, subscription.topic)
+        session = self._sessions.get(subscription.queue)
+        if not messages or session is None:
+            return 0
+        deliveries = self._deliveries
+        # MQTT always marks retained copies; MQ only for InformIfRet (IsRetainedPub).
+        mark = subscription.mqtt or "InformIfRet" in subscription.options
+        rank = PERSISTENCE_RANK[subscription.persistence]
+        sent = 0
+        for message in messages:
+            if subscription.compiled is not None and not subscription.admits(
+                message.payload,
+                {
+                    "Topic": message.topic,
+                    "QoS": message.qos,
+                    "Retain": True,
+                    "ClientId": message.client_id,
+                    "UserId": message.user_id,
+                    "SubPoint": message.sub_point,
+                },
+            ):
+                continue
+            qos = min(message.qos, subscription.qos)
+            durable = session.persistent and durable_rank(rank, qos)
+            if durable and qos == 0:
+                qos = 1
+            sent += 1
+            if qos == 0:
+                if session.client is not None:
+                    deliveries.send_qos0(session.client, message, mark)
+            else:
+                deliveries.enqueue(session, message, qos, mark, durable)
+        if session.queue:
+            deliveries.pump(session)
+        return sent
