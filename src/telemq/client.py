@@ -32,26 +32,8 @@ from .commands import (
     reply_correl_id,
 )
 from .commands.codec import MAX_COMMAND_BYTES
-from .protocol import (
-    ConnAck,
-    Connect,
-    ConnectReturnCode,
-    Decoder,
-    Disconnect,
-    Packet,
-    PingReq,
-    PingResp,
-    PubAck,
-    PubComp,
-    Publish,
-    PubRec,
-    PubRel,
-    SubAck,
-    Subscribe,
-    encode,
-    encode_publish,
-    topic_name_error,
-)
+from .protocol import ConnectReturnCode, MalformedPacket, Publish
+from .protocol.client import ClientConnection, ConnectAnswered, SubscribeAnswered, publish_error
 
 __all__ = ["MqttClient", "MqttError", "PutRefusal", "QueuePutter"]
 
@@ -63,7 +45,11 @@ class MqttError(Exception):
 
 
 class MqttClient:
-    """One MQTT 3.1.1 connection (see the module docstring). Not thread-safe."""
+    """One MQTT 3.1.1 connection (see the module docstring). Not thread-safe.
+
+    The socket edge of `protocol.ClientConnection`, which keeps the packet ids, the window
+    in flight and `completed`; this class only reads, writes, waits and keeps alive.
+    """
 
     def __init__(
         self,
@@ -86,21 +72,22 @@ class MqttClient:
         self.clean_session = clean_session
         self.keepalive = keepalive
         self.timeout = timeout
-        self.window = max(1, window)
-        self.completed = 0
         self.session_present = False
+        self._core = ClientConnection(window)
         self._sock: socket.socket | None = None
-        self._decoder = Decoder()
-        self._next_id = 1
-        self._inflight: dict[int, int] = {}  # packet id -> position in the publish order
-        self._order: collections.deque[int] = collections.deque()  # positions not yet counted
-        self._done: set[int] = set()  # positions done, waiting for those before them
-        self._published = 0
-        self._connack: ConnAck | None = None
-        self._subacks: dict[int, SubAck] = {}
+        self._connack: ConnectAnswered | None = None
+        self._subacks: dict[int, SubscribeAnswered] = {}
         self._received: collections.deque[Publish] = collections.deque()
-        self._held_qos2: set[int] = set()  # incoming QoS 2 ids received, PUBREL not yet seen
         self._last_sent = time.monotonic()
+
+    @property
+    def window(self) -> int:
+        return self._core.window
+
+    @property
+    def completed(self) -> int:
+        """Publications done with, in order (see the module docstring)."""
+        return self._core.completed
 
     # -- connection ------------------------------------------------------------------------
 
@@ -111,26 +98,23 @@ class MqttClient:
         except OSError as exc:
             raise MqttError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._send(
-            encode(
-                Connect(
-                    client_id=self.client_id,
-                    clean_session=self.clean_session,
-                    keepalive=self.keepalive,
-                    username=self.username,
-                    password=None if self.password is None else self.password.encode("utf-8"),
-                )
-            )
+        self._core.connect(
+            self.client_id,
+            clean_session=self.clean_session,
+            keepalive=self.keepalive,
+            username=self.username,
+            password=None if self.password is None else self.password.encode("utf-8"),
         )
+        self._send()
         self._wait(lambda: self._connack is not None, "CONNACK")
-        packet = self._connack
-        assert packet is not None
-        if packet.return_code != ConnectReturnCode.ACCEPTED:
-            reason = ConnectReturnCode(packet.return_code).name.lower().replace("_", " ")
+        answer = self._connack
+        assert answer is not None
+        if answer.return_code != ConnectReturnCode.ACCEPTED:
+            reason = ConnectReturnCode(answer.return_code).name.lower().replace("_", " ")
             self.close()
             raise MqttError(f"{self.host}:{self.port} refused the connection: {reason}")
-        self.session_present = packet.session_present
-        return packet.session_present
+        self.session_present = answer.session_present
+        return answer.session_present
 
     def disconnect(self) -> None:
         """Wait for outstanding publications, send DISCONNECT and close."""
@@ -138,7 +122,8 @@ class MqttClient:
             return
         try:
             self.flush()
-            self._send(encode(Disconnect()))
+            self._core.disconnect()
+            self._send()
         finally:
             self.close()
 
@@ -164,51 +149,29 @@ class MqttClient:
 
     def publish(self, topic: str, payload: bytes, qos: int = 0, retain: bool = False) -> None:
         """Send one PUBLISH, waiting first while `window` messages are in flight."""
-        error = topic_name_error(topic)
-        if error is not None:
-            raise ValueError(error)
-        if qos not in (0, 1, 2):
-            raise ValueError(f"QoS must be 0, 1 or 2, got {qos}")
-        while len(self._inflight) >= self.window:
-            self._read(self.timeout, "acknowledgements")
-        position = self._published
-        self._published += 1
-        self._order.append(position)
-        packet_id = self._allocate() if qos else 0
-        if qos:
-            self._inflight[packet_id] = position
-        self._send(encode_publish(topic.encode("utf-8"), payload, qos, retain, False, packet_id))
-        if not qos:
-            self._finish(position)
+        problem = publish_error(topic, qos)
+        if problem is not None:
+            raise ValueError(problem)
+        if qos and self._core.window_full:
+            while self._core.window_full:
+                self._read(self.timeout, "acknowledgements")
+        self._core.publish(topic, payload, qos, retain)
+        self._send()
         self._poll(0.0)
 
     def flush(self) -> None:
         """Wait until every publication is acknowledged."""
-        while self._inflight:
+        while self._core.in_flight:
             self._read(self.timeout, "acknowledgements")
-
-    def _allocate(self) -> int:
-        while True:
-            packet_id = self._next_id
-            self._next_id = packet_id % 65535 + 1
-            if packet_id not in self._inflight and packet_id not in self._subacks:
-                return packet_id
-
-    def _finish(self, position: int) -> None:
-        """Publication `position` is done; count it once all before it are done too."""
-        self._done.add(position)
-        while self._order and self._order[0] in self._done:
-            self._done.discard(self._order.popleft())
-            self.completed += 1
 
     # -- subscribing and receiving ---------------------------------------------------------
 
     def subscribe(self, filters: Iterable[tuple[str, int]]) -> list[int]:
         """SUBSCRIBE and return SUBACK's return codes (granted QoS, or 0x80 refused)."""
-        packet_id = self._allocate()
-        self._send(encode(Subscribe(packet_id, list(filters))))
+        packet_id = self._core.subscribe(filters)
+        self._send()
         self._wait(lambda: packet_id in self._subacks, "SUBACK")
-        return list(self._subacks.pop(packet_id).return_codes)
+        return self._subacks.pop(packet_id).return_codes
 
     def receive(self, timeout: float) -> Publish | None:
         """The next PUBLISH from the broker (acknowledged), or None after `timeout` seconds.
@@ -225,7 +188,10 @@ class MqttClient:
 
     # -- I/O -------------------------------------------------------------------------------
 
-    def _send(self, data: bytes) -> None:
+    def _send(self) -> None:
+        data = self._core.data_to_send()
+        if not data:
+            return
         if self._sock is None:
             raise MqttError("not connected")
         try:
@@ -252,7 +218,8 @@ class MqttClient:
         if sock is None:
             raise MqttError("not connected")
         if self.keepalive and time.monotonic() - self._last_sent > self.keepalive / 2:
-            self._send(encode(PingReq()))
+            self._core.ping()
+            self._send()
         sock.settimeout(timeout if timeout > 0 else 0.0)
         try:
             data = sock.recv(65536)
@@ -264,38 +231,19 @@ class MqttClient:
             sock.settimeout(self.timeout)
         if not data:
             raise MqttError(f"{self.host}:{self.port} closed the connection")
-        for packet in self._decoder.feed(data):
-            self._handle(packet)
+        try:
+            events = self._core.receive_data(data)
+        except MalformedPacket as exc:
+            raise MqttError(f"{self.host}:{self.port} sent a malformed packet: {exc}") from exc
+        for event in events:
+            if isinstance(event, ConnectAnswered):
+                self._connack = event
+            elif isinstance(event, SubscribeAnswered):
+                self._subacks[event.packet_id] = event
+            else:
+                self._received.append(event.publish)
+        self._send()  # the acknowledgements the core queued
         return True
-
-    def _handle(self, packet: Packet) -> None:
-        if isinstance(packet, ConnAck):
-            self._connack = packet
-        elif isinstance(packet, PubAck | PubComp):
-            position = self._inflight.pop(packet.packet_id, None)
-            if position is not None:
-                self._finish(position)
-        elif isinstance(packet, PubRec):
-            self._send(encode(PubRel(packet.packet_id)))
-        elif isinstance(packet, SubAck):
-            self._subacks[packet.packet_id] = packet
-        elif isinstance(packet, Publish):
-            self._on_publish(packet)
-        elif isinstance(packet, PubRel):
-            self._held_qos2.discard(packet.packet_id)
-            self._send(encode(PubComp(packet.packet_id)))
-        elif isinstance(packet, PingResp):
-            pass
-
-    def _on_publish(self, packet: Publish) -> None:
-        if packet.qos == 1:
-            self._send(encode(PubAck(packet.packet_id)))
-        elif packet.qos == 2:
-            self._send(encode(PubRec(packet.packet_id)))
-            if packet.packet_id in self._held_qos2:
-                return  # a re-sent copy of one already received: exactly once
-            self._held_qos2.add(packet.packet_id)
-        self._received.append(packet)
 
 
 @dataclass(frozen=True, slots=True)
