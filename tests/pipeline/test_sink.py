@@ -20,15 +20,12 @@ pytestmark = pytest.mark.spark
 
 def broker_journal(data: Path, prefix: str) -> list[tuple[str, bytes, int, bool]]:
     """What the broker journaled under `prefix`, in order (read-only, broker running)."""
-    conn = open_reader(data)
-    try:
-        rows = conn.execute(
-            "SELECT topic, payload, qos, retain FROM journal WHERE topic LIKE ? ORDER BY seq",
-            (prefix + "%",),
-        ).fetchall()
-    finally:
-        conn.close()
-    return [(t, bytes(p), q, bool(r)) for t, p, q, r in rows]
+    with open_reader(data) as reader:
+        first, last = reader.bounds()
+        rows = reader.rows(first, last)
+    return [
+        (row[2], bytes(row[6]), row[4], bool(row[5])) for row in rows if row[2].startswith(prefix)
+    ]
 
 
 def test_batch_write_publishes_every_row(spark: Any, broker: Any) -> None:

@@ -18,6 +18,7 @@ import telemq
 from telemq.store import (
     DeliveryRecord,
     IncomingRecord,
+    JournalReader,
     JournalRecord,
     SessionRecord,
     SqliteStore,
@@ -544,3 +545,36 @@ def test_message_count_is_exact_with_duplicate_puts(tmp_path: Path) -> None:
         assert connection(store).execute("SELECT COUNT(*) FROM messages").fetchone()[0] == 2
     finally:
         store.close()
+
+
+def test_the_journal_reader_reads_ranges_packed_and_row_by_row(tmp_path: Path) -> None:
+    """`JournalReader`: the store's read-only API for the pipeline (no SQL outside the store)."""
+    store = SqliteStore(tmp_path / "telemq.db", SyncMode.OFF)
+    store.load()
+    batch = WriteBatch()
+    for seq in range(1, 6):
+        batch.append_journal(
+            JournalRecord(
+                seq, 1000 + seq, f"t/{seq}", "", seq % 3, seq == 2, b"p%d" % seq, "c", "u"
+            )
+        )
+    batch.put_subscription(SubscriptionRecord("q1", "7", {"topic": "a/#", "queue": "q1"}))
+    store.commit(batch)
+    store.trim_journal(2)  # seq 1 goes
+    store.close()
+    with JournalReader(tmp_path) as reader:
+        assert reader.bounds() == (2, 5)
+        assert reader.packed_in_order
+        packed = reader.packed(2, 4)
+        assert (packed.count, packed.low, packed.high) == (3, 2, 4)
+        assert packed.topic.split(b"\x00") == [b"t/2", b"t/3", b"t/4"]
+        assert packed.flags == b"502"  # qos * 2 + retain per row
+        assert packed.lengths == b"2,2,2" and packed.payload == b"p2p3p4"
+        assert packed.ts_us == b"1002,1003,1004"
+        assert reader.packed(10, 20).count == 0
+        assert reader.seqs(1, 9) == b"2,3,4,5"
+        assert reader.rows(5, 5) == [(5, 1005, "t/5", "", 2, 0, b"p5", "c", "u")]
+        (row,) = reader.subscriptions()
+        assert (row.client_id, row.key) == ("q1", "7") and '"a/#"' in row.data
+    with pytest.raises(StoreError, match="no store file"):
+        JournalReader(tmp_path / "nowhere")

@@ -1,23 +1,13 @@
 """The journal as Arrow: seq ranges of a broker's SQLite store read into record batches.
 
-Pure Python with pyarrow and the stdlib `sqlite3`; no pyspark, so it runs (and is tested)
-without a JVM. The Spark source calls `read_range` inside each task.
+Pure Python with pyarrow over the store's `JournalReader`; no pyspark, so it runs (and is
+tested) without a JVM. The Spark source calls `read_range` inside each task.
 
-Reading fast. Python's `sqlite3` builds a tuple and one object per value, which costs more
-than everything else a task does. A chunk of rows is therefore fetched as *one* row of
-aggregates: every column is concatenated by SQLite in C (`group_concat`) and split back into
-Arrow arrays by pyarrow, so Python touches a handful of objects per chunk, not per row:
-
-- text columns (`topic`, `sub_point`, `client_id`, `user_id`) joined by U+0000, which MQTT
-  forbids in UTF-8 strings; a chunk whose split count is off falls back to the row path;
-- `payload` (any bytes) concatenated as is, with its lengths beside it;
-- `ts_us` as decimal text; `qos * 2 + retain` as one digit per row;
-- `seq` from `min`/`max` when the chunk has no gap (the usual case), else concatenated too.
-
-Every aggregate of the query sees the rows in the same order, so the columns line up. That
-order is ascending `seq` because the plan is a range search on the integer primary key (the
-rowid B-tree, walked in order); `_fast_path_ok` checks the plan once per connection and the
-row path (`ORDER BY seq`) is used if SQLite ever plans it otherwise.
+The store reads (`telemq.store.JournalReader`): a chunk of rows comes back as one row of
+concatenated columns (`PackedRange`), which pyarrow splits into Arrow arrays, so Python
+touches a handful of objects per chunk, not per row. A chunk whose text columns do not split
+into its row count (a U+0000 inside a value), whose payloads exceed Arrow's 2 GiB offsets,
+or a store that does not plan the packed read in seq order, takes the row path instead.
 
 Each chunk is one short read transaction of a read-only connection (WAL): the broker never
 waits for a reader, and the WAL checkpoints between chunks.
@@ -27,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -36,7 +25,7 @@ import pyarrow.compute as pc  # type: ignore[import-untyped]
 
 from ..filters import Filter
 from ..protocol import topic_filter_error, topic_matches
-from ..store import DB_FILENAME, open_journal_reader
+from ..store import DB_FILENAME, JournalReader, PackedRange
 
 __all__ = [
     "JOURNAL_COLUMNS",
@@ -90,14 +79,6 @@ _TARGET_CHUNK_BYTES = 32 << 20  # payload bytes per chunk once the average row s
 _FIRST_CHUNK_ROWS = 1024  # before that: small, in case payloads are large
 _MAX_BINARY = 2**31 - 1  # Arrow `binary` has 32-bit offsets
 
-_CHUNK_SQL = """SELECT count(*), min(seq), max(seq), group_concat(ts_us, ','),
- group_concat(qos * 2 + retain, ''), group_concat(topic, char(0)),
- group_concat(sub_point, char(0)), group_concat(client_id, char(0)),
- group_concat(user_id, char(0)), group_concat(length(payload), ','), group_concat(payload, '')
- FROM journal WHERE seq >= ? AND seq <= ?"""
-_SEQ_SQL = "SELECT group_concat(seq, ',') FROM journal WHERE seq >= ? AND seq <= ?"
-_ROWS_SQL = """SELECT seq, ts_us, topic, sub_point, qos, retain, payload, client_id, user_id
- FROM journal WHERE seq >= ? AND seq <= ? ORDER BY seq"""
 _TEXT_COLUMNS = ("topic", "sub_point", "client_id", "user_id")
 
 
@@ -107,31 +88,22 @@ def data_dir_of(path: str | os.PathLike[str]) -> Path:
     return p.parent if p.name == DB_FILENAME or p.is_file() else p
 
 
-def open_reader(path: str | os.PathLike[str]) -> sqlite3.Connection:
-    """A read-only journal connection (see `telemq.store.open_journal_reader`)."""
-    return open_journal_reader(path)
+def open_reader(path: str | os.PathLike[str]) -> JournalReader:
+    """A read-only reader of the store at `path` (`telemq.store.JournalReader`)."""
+    return JournalReader(path)
 
 
-def journal_bounds(conn: sqlite3.Connection) -> tuple[int, int]:
-    """``(first, last)``: the first seq still in the journal and the last seq ever written.
-
-    An empty journal gives ``(last + 1, last)``; `last` survives trimming (the store keeps
-    its high-water mark), so offsets never move backwards.
-    """
-    low, high = conn.execute("SELECT MIN(seq), MAX(seq) FROM journal").fetchone()
-    row = conn.execute("SELECT value FROM meta WHERE key = 'next_seq'").fetchone()
-    last = max(high or 0, (row[0] - 1) if row and isinstance(row[0], int) else 0)
-    return (last + 1 if low is None else low), last
+def journal_bounds(reader: JournalReader) -> tuple[int, int]:
+    """``(first, last)``: the first seq still in the journal and the last seq ever written
+    (`JournalReader.bounds`)."""
+    return reader.bounds()
 
 
 def read_bounds(path: str | os.PathLike[str]) -> tuple[int, int]:
-    """`journal_bounds` of the store at `path`, on a connection opened for it; raises
+    """`journal_bounds` of the store at `path`, on a reader opened for it; raises
     `telemq.store.StoreError` when `path` holds no store."""
-    conn = open_reader(path)
-    try:
-        return journal_bounds(conn)
-    finally:
-        conn.close()
+    with JournalReader(path) as reader:
+        return reader.bounds()
 
 
 def split_range(
@@ -214,13 +186,6 @@ def _filter_mask(batch: pa.RecordBatch, flt: Filter) -> pa.Array:
     return pa.array(flags, pa.bool_())
 
 
-def _fast_path_ok(conn: sqlite3.Connection) -> bool:
-    """Whether SQLite plans the chunk query as an in-order range search of the rowid."""
-    plan = conn.execute("EXPLAIN QUERY PLAN " + _CHUNK_SQL, (1, 1)).fetchall()
-    details = " ".join(str(row[-1]) for row in plan)
-    return "INTEGER PRIMARY KEY" in details and "SCAN" not in details
-
-
 def _split(data: bytes, separator: bytes) -> pa.Array:
     return pc.split_pattern(pa.array([data], pa.binary()), pattern=separator).flatten()
 
@@ -229,12 +194,14 @@ def _decimal(data: bytes, kind: pa.DataType) -> pa.Array:
     return pc.cast(_split(data, b",").cast(pa.string()), kind)
 
 
-def _chunk_fast(conn: sqlite3.Connection, a: int, b: int) -> pa.RecordBatch | None:
-    """Rows ``a..b`` via the aggregate query; None if they must take the row path."""
-    row = conn.execute(_CHUNK_SQL, (a, b)).fetchone()
-    count, low, high, ts, flags, *texts, lengths, payload = row
+def _chunk_fast(reader: JournalReader, a: int, b: int) -> pa.RecordBatch | None:
+    """Rows ``a..b`` from one packed read; None if they must take the row path."""
+    packed: PackedRange = reader.packed(a, b)
+    count, low, high = packed.count, packed.low, packed.high
     if not count:
         return _empty_batch()
+    texts = (packed.topic, packed.sub_point, packed.client_id, packed.user_id)
+    flags, ts, lengths, payload = packed.flags, packed.ts_us, packed.lengths, packed.payload
     columns: dict[str, pa.Array] = {}
     for name, data in zip(_TEXT_COLUMNS, texts, strict=True):
         array = _split(data, b"\x00")
@@ -246,7 +213,7 @@ def _chunk_fast(conn: sqlite3.Connection, a: int, b: int) -> pa.RecordBatch | No
     if high - low + 1 == count:
         seq = pc.add(pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int64()), count)), low - 1)
     else:
-        seq = _decimal(conn.execute(_SEQ_SQL, (a, b)).fetchone()[0], pa.int64())
+        seq = _decimal(reader.seqs(a, b), pa.int64())
     digits = pc.subtract(pa.Array.from_buffers(pa.uint8(), count, [None, pa.py_buffer(flags)]), 48)
     ends = pc.cumulative_sum(_decimal(lengths, pa.int64()))
     if ends[-1].as_py() > _MAX_BINARY:
@@ -271,14 +238,9 @@ def _chunk_fast(conn: sqlite3.Connection, a: int, b: int) -> pa.RecordBatch | No
     )
 
 
-def _chunk_rows(conn: sqlite3.Connection, a: int, b: int) -> Iterator[pa.RecordBatch]:
+def _chunk_rows(reader: JournalReader, a: int, b: int) -> Iterator[pa.RecordBatch]:
     """Rows ``a..b`` one tuple at a time (slow, always right), in batches that fit Arrow."""
-    factory = conn.text_factory
-    conn.text_factory = str
-    try:
-        rows = conn.execute(_ROWS_SQL, (a, b)).fetchall()
-    finally:
-        conn.text_factory = factory
+    rows = reader.rows(a, b)
     start = 0
     while start < len(rows):
         size = 0
@@ -310,7 +272,7 @@ def _empty_batch() -> pa.RecordBatch:
 
 
 def read_range(
-    conn: sqlite3.Connection,
+    reader: JournalReader,
     first: int,
     last: int,
     *,
@@ -321,28 +283,23 @@ def read_range(
     """The journal rows with ``first <= seq <= last``, in seq order, as record batches.
 
     `topics` keeps the rows whose topic matches; `flt` keeps those the filter is TRUE for
-    (Python evaluator). Empty batches are not yielded. The connection is left as it was.
+    (Python evaluator). Empty batches are not yielded.
     """
-    factory = conn.text_factory
-    conn.text_factory = bytes
-    try:
-        fast = _fast_path_ok(conn)
-        rows = min(chunk_rows, _FIRST_CHUNK_ROWS)
-        a = first
-        while a <= last:
-            b = min(last, a + rows - 1)
-            chunk = _chunk_fast(conn, a, b) if fast else None
-            batches = [chunk] if chunk is not None else list(_chunk_rows(conn, a, b))
-            for batch in batches:
-                if batch.num_rows and topics is not None:
-                    batch = batch.filter(topics.mask(batch.column("topic")))
-                if batch.num_rows and flt is not None:
-                    batch = batch.filter(_filter_mask(batch, flt))
-                if batch.num_rows:
-                    yield batch
-            if chunk is not None and chunk.num_rows:
-                per_row = max(1, chunk.column("payload").nbytes // chunk.num_rows)
-                rows = max(1, min(chunk_rows, _TARGET_CHUNK_BYTES // per_row))
-            a = b + 1
-    finally:
-        conn.text_factory = factory
+    fast = reader.packed_in_order
+    rows = min(chunk_rows, _FIRST_CHUNK_ROWS)
+    a = first
+    while a <= last:
+        b = min(last, a + rows - 1)
+        chunk = _chunk_fast(reader, a, b) if fast else None
+        batches = [chunk] if chunk is not None else list(_chunk_rows(reader, a, b))
+        for batch in batches:
+            if batch.num_rows and topics is not None:
+                batch = batch.filter(topics.mask(batch.column("topic")))
+            if batch.num_rows and flt is not None:
+                batch = batch.filter(_filter_mask(batch, flt))
+            if batch.num_rows:
+                yield batch
+        if chunk is not None and chunk.num_rows:
+            per_row = max(1, chunk.column("payload").nbytes // chunk.num_rows)
+            rows = max(1, min(chunk_rows, _TARGET_CHUNK_BYTES // per_row))
+        a = b + 1

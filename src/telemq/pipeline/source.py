@@ -179,14 +179,14 @@ class SourceOptions:
         """Read one partition: what `read` does for both readers, on an executor."""
         if not isinstance(partition, SeqRange) or partition.first > partition.last:
             return
-        conn = open_reader(self.path)
+        reader = open_reader(self.path)
         try:
             if self.fail_on_data_loss:
-                first, _ = journal_bounds(conn)
+                first, _ = journal_bounds(reader)
                 if first > partition.first:
                     raise _data_loss(partition.first, first)
             yield from read_range(
-                conn,
+                reader,
                 partition.first,
                 partition.last,
                 topics=TopicMatcher(self.topics) if self.topics else None,
@@ -194,7 +194,7 @@ class SourceOptions:
                 chunk_rows=DEFAULT_CHUNK_ROWS,
             )
         finally:
-            conn.close()
+            reader.close()
 
 
 def _data_loss(wanted: int, first: int) -> RuntimeError:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from ..filters import compile_filter
 from ..protocol import topic_filter_error
-from .journal import open_reader
+from ..store import JournalReader
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -50,13 +50,11 @@ def _text(data: dict[str, object], *keys: str) -> str | None:
 
 def find_subscriptions(data_dir: str | os.PathLike[str], name: str) -> list[StoredSubscription]:
     """The subscriptions named `name` (SubName), else those of queue `name`; maybe none."""
-    conn = open_reader(data_dir)
-    try:
-        rows = conn.execute("SELECT client_id, key, data FROM subscriptions").fetchall()
-    finally:
-        conn.close()
+    with JournalReader(data_dir) as reader:
+        rows = reader.subscriptions()
     found: list[StoredSubscription] = []
-    for client_id, key, raw in rows:
+    for row in rows:
+        client_id, key, raw = row.client_id, row.key, row.data
         try:
             data = json.loads(raw) if raw else {}
         except ValueError:

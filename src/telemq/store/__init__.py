@@ -52,6 +52,7 @@ from .base import (
     SyncMode,
     WriteBatch,
 )
+from .journal_reader import JournalReader, JournalRowValues, PackedRange, SubscriptionRow
 from .memory import MemoryStore
 from .sqlite import DB_FILENAME, SqliteStore, open_journal_reader
 
@@ -61,10 +62,13 @@ __all__ = [
     "DeliveryRecord",
     "DeliveryState",
     "IncomingRecord",
+    "JournalReader",
     "JournalRecord",
     "JournalRow",
+    "JournalRowValues",
     "MemoryStore",
     "Op",
+    "PackedRange",
     "RetainedRecord",
     "SessionRecord",
     "SqliteStore",
@@ -74,6 +78,7 @@ __all__ = [
     "StoreStats",
     "StoredMessage",
     "SubscriptionRecord",
+    "SubscriptionRow",
     "SyncMode",
     "WriteBatch",
     "open_journal_reader",
