@@ -769,6 +769,38 @@ def test_dereg_all_removes_what_matches(
     assert_error(reply, 3073)
 
 
+def test_dereg_all_without_a_topic_removes_every_registration_of_the_queue(
+    broker: BrokerProcess, clients: ClientFactory, form: str
+) -> None:
+    """Registrations made under two CorrelIds and none: DeregAll alone removes them all
+    (mq-reference §2.2); with CorrelAsId it removes only that CorrelId's."""
+    client = clients(broker.port)
+    queue = unique("q")
+    topics = [unique("rs/dq/") for _ in range(4)]
+    correl_a, correl_b = "0A0A", "0B0B"
+    for topic, correl in zip(topics, (correl_a, correl_b, None, correl_a), strict=True):
+        if correl is None:
+            assert_ok(
+                client.command({"Command": "RegSub", "Topic": topic, "QName": queue}, form=form)
+            )
+        else:
+            command = {"Command": "RegSub", "Topic": topic, "QName": queue, "RegOpt": "CorrelAsId"}
+            assert_ok(client.command(command, form=form, mqmd={"CorrelId": correl}))
+    assert len(client.list_subs(QName=queue)) == 4
+    assert_ok(
+        client.command(
+            {"Command": "DeregSub", "QName": queue, "RegOpt": ["DeregAll", "CorrelAsId"]},
+            form=form,
+            mqmd={"CorrelId": correl_a},
+        )
+    )
+    assert sorted(s["Topic"][0] for s in client.list_subs(QName=queue)) == sorted(topics[1:3])
+    assert_ok(
+        client.command({"Command": "DeregSub", "QName": queue, "RegOpt": "DeregAll"}, form=form)
+    )
+    assert client.list_subs(QName=queue) == []
+
+
 def test_dereg_sub_must_name_the_filter(
     broker: BrokerProcess, clients: ClientFactory, form: str
 ) -> None:

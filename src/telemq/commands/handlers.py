@@ -609,10 +609,12 @@ def dereg_sub(command: Command, requester: Requester, registry: Registry, host: 
         if deregister_all:
             if topics:
                 _check_filters(topics)
+            # Without CorrelAsId: every CorrelId's registrations of the queue.
+            any_correl = "CorrelAsId" not in options
             targets = [
                 s
                 for s in registry.of_queue(identity.queue)
-                if s.identity == identity
+                if (s.identity == identity or (any_correl and s.identity.qmgr == identity.qmgr))
                 and not s.mqtt
                 and (not topics or s.topic in topics)
                 and ("SubPoint" not in command.psc or s.sub_point == sub_point)
