@@ -7,10 +7,10 @@
   expensive configured user;
 * ACL rules cannot be bypassed with wildcards or `$` topics: a permitted filter only ever
   delivers permitted topics (checked exhaustively over a small topic universe);
-* no super-linear work on adversarial input: LIKE patterns, topic matching, the
-  subscription trie, the filter-size limits. Work is measured by counting operations (a
-  step-counting model of the LIKE regex, counting level lists, counting trie nodes), never
-  by timing.
+* no super-linear work on adversarial input: LIKE patterns, topic matching, the filter-size
+  limits (the subscription trie's are in tests/subscriptions/test_topic_tree.py). Work is
+  measured by counting operations (a step-counting model of the LIKE regex, counting level
+  lists), never by timing.
 """
 
 from __future__ import annotations
@@ -41,8 +41,6 @@ from telemq.filters.errors import FilterError
 from telemq.filters.like import parse_like
 from telemq.protocol import topics as topics_module
 from telemq.protocol.topics import topic_filter_error, topic_matches
-from telemq.subscriptions import topic_tree
-from telemq.subscriptions.topic_tree import SubscriptionTree
 
 FAST = 1000  # iterations for tests; real hashes use 600,000
 
@@ -493,97 +491,6 @@ def test_topic_matching_work_grows_linearly(
 def test_counting_topics_match_like_plain_ones() -> None:
     for topic_filter, topic in [("+/+/#", "a/b/c"), ("+/x", "a/y"), ("#", "$SYS/x"), ("a", "a")]:
         assert matching_steps(topic_filter, topic)[0] is topic_matches(topic_filter, topic)
-
-
-class CountingNode(topic_tree._Node):
-    """A trie node that counts how often `match` looks at its children."""
-
-    visits: ClassVar[list[int]] = [0]
-    __slots__ = ("_children",)
-
-    def __init__(self) -> None:
-        self._children: dict[str, topic_tree._Node] = {}
-        self.subscribers = {}
-
-    @property
-    def children(self) -> dict[str, topic_tree._Node]:
-        CountingNode.visits[0] += 1
-        return self._children
-
-    @children.setter
-    def children(self, value: dict[str, topic_tree._Node]) -> None:
-        self._children = value
-
-
-def _node_count(tree: SubscriptionTree) -> int:
-    stack = [tree._root]
-    count = 0
-    while stack:
-        node = stack.pop()
-        count += 1
-        stack.extend(node._children.values())  # type: ignore[attr-defined]
-    return count
-
-
-def _trie_visits(
-    monkeypatch: pytest.MonkeyPatch, filters: list[str], topic: str
-) -> tuple[int, int, dict[Any, int]]:
-    monkeypatch.setattr(topic_tree, "_Node", CountingNode)
-    tree = SubscriptionTree()
-    for index, topic_filter in enumerate(filters):
-        tree.add(topic_filter, index, 1)
-    CountingNode.visits[0] = 0
-    result = dict(tree.match(topic))
-    return CountingNode.visits[0], _node_count(tree), result
-
-
-def _deep_filters(n: int) -> list[str]:
-    return [
-        "+/" * n + "#",
-        "/".join(["+"] * n),
-        "a/" * n + "#",
-        "/".join(["a"] * n),
-        "#",
-        "+/" * (n - 1) + "b",
-    ]
-
-
-@pytest.mark.pure_python  # counts visits with an instrumented node class
-@pytest.mark.parametrize("topic_levels", [lambda n: n, lambda n: 2 * n, lambda n: n // 2])
-def test_trie_work_grows_linearly_with_depth(
-    monkeypatch: pytest.MonkeyPatch, topic_levels: Callable[[int], int]
-) -> None:
-    counts = []
-    for n in (200, 400, 800):
-        topic = "/".join(["a"] * topic_levels(n))
-        visits, nodes, result = _trie_visits(monkeypatch, _deep_filters(n), topic)
-        assert visits <= nodes, (visits, nodes)
-        counts.append(visits)
-        # The answer is still right: compare with the plain matcher.
-        expected = {i for i, f in enumerate(_deep_filters(n)) if topic_matches(f, topic)}
-        assert set(result) == expected
-    for smaller, larger in itertools.pairwise(counts):
-        assert larger <= 2.2 * smaller + 10, counts
-
-
-@pytest.mark.pure_python  # counts visits with an instrumented node class
-def test_trie_work_is_bounded_by_its_size_even_for_every_combination(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The worst a subscriber can do is make a publication visit its own subscriptions:
-    the filters {a,+}^d x {b} all share the topic's path and none matches it."""
-    depth = 10
-    filters = ["/".join(combo) + "/b" for combo in itertools.product(("a", "+"), repeat=depth)]
-    visits, nodes, result = _trie_visits(monkeypatch, filters, "/".join(["a"] * (depth + 1)))
-    assert result == {}
-    assert visits <= nodes
-
-
-def test_the_dollar_rule_holds_in_the_trie() -> None:
-    tree = SubscriptionTree()
-    for index, topic_filter in enumerate(["#", "+/broker/#", "+/+/+", "$SYS/#", "$SYS/+/uptime"]):
-        tree.add(topic_filter, index, 1)
-    assert set(dict(tree.match("$SYS/broker/uptime"))) == {3, 4}
 
 
 # ---------------------------------------------------------------------------------------

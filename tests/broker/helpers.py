@@ -2,11 +2,10 @@
 
 Everything here talks to a broker only through a subprocess and TCP sockets on 127.0.0.1:
 
-* ``BrokerProcess`` starts ``python -m telemq serve`` and stops it (SIGTERM, then SIGKILL).
+* ``BrokerProcess`` and ``PahoClient`` come from ``testsupport`` (shared with the MQ tests);
 * a tiny raw MQTT 3.1 / 3.1.1 codec and ``RawClient``, written from the specification and
   deliberately independent of telemq's own codec, for the cases a client library would hide
   (CONNACK codes, DUP flags, packet ids, malformed input);
-* ``PahoClient``, a blocking wrapper around paho-mqtt's threaded client;
 * ``MosquittoSub``, a ``mosquitto_sub`` subprocess whose output is parsed line by line.
 """
 
@@ -17,19 +16,25 @@ import signal
 import socket
 import struct
 import subprocess
-import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import paho.mqtt.client as paho
-from paho.mqtt.enums import CallbackAPIVersion
-
 from telemq.store import SqliteStore, SyncMode, WriteBatch
+
+# Shared with every black-box test (tests/testsupport), re-exported for this area's modules.
+from testsupport.paho import MQTT31, MQTT311, Will
+from testsupport.paho import PahoClient as PahoClient
+from testsupport.paho import Received as Received
+from testsupport.process import LIVE_BROKERS as LIVE_BROKERS
+from testsupport.process import BrokerProcess as BrokerProcess
+from testsupport.process import BrokerStartError as BrokerStartError
+from testsupport.process import free_port as free_port
+from testsupport.process import unique, wait_until
 
 HOST = "127.0.0.1"
 
@@ -66,8 +71,6 @@ PACKET_NAMES = {
     DISCONNECT: "DISCONNECT",
 }
 
-MQTT31 = 3
-MQTT311 = 4
 PROTOCOL_NAMES = {MQTT31: b"MQIsdp", MQTT311: b"MQTT"}
 
 PINGREQ_BYTES = b"\xc0\x00"
@@ -75,28 +78,6 @@ DISCONNECT_BYTES = b"\xe0\x00"
 
 START_DEADLINE = 10.0
 STOP_DEADLINE = 10.0
-
-
-def unique(prefix: str = "t") -> str:
-    """A short unique name (fits the 23-character MQTT 3.1 client id limit)."""
-    return f"{prefix}{uuid.uuid4().hex[:12]}"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.02) -> bool:
-    """Poll ``predicate`` until it is true or ``timeout`` seconds pass; return its last value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if predicate():
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(interval)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -120,14 +101,6 @@ def encode_str(s: str | bytes) -> bytes:
 
 def fixed(first_byte: int, body: bytes) -> bytes:
     return bytes([first_byte]) + encode_varint(len(body)) + body
-
-
-@dataclass(frozen=True)
-class Will:
-    topic: str
-    payload: bytes
-    qos: int = 0
-    retain: bool = False
 
 
 def connect_packet(
@@ -467,303 +440,9 @@ def raw_connected(port: int, client_id: str | None = None, **kwargs: Any) -> Raw
     return client
 
 
-# ---------------------------------------------------------------------------------------------
-# The broker subprocess
-# ---------------------------------------------------------------------------------------------
-
-LIVE_BROKERS: list[BrokerProcess] = []
-
-
-class BrokerStartError(RuntimeError):
-    pass
-
-
-@dataclass
-class BrokerProcess:
-    """``python -m telemq serve`` on 127.0.0.1 with its own data dir and log files."""
-
-    workdir: Path
-    port: int = field(default_factory=free_port)
-    args: list[str] = field(default_factory=list)
-    config: Path | None = None
-    pass_port: bool = True
-    ready_ports: list[int] | None = None
-    proc: subprocess.Popen[bytes] | None = None
-    starts: int = 0
-
-    def __post_init__(self) -> None:
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self.data_dir = self.workdir / "data"
-        self.stderr_path = self.workdir / "broker.stderr.log"
-        self.stdout_path = self.workdir / "broker.stdout.log"
-
-    def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "telemq", "serve"]
-        if self.pass_port:
-            cmd += ["--host", HOST, "--port", str(self.port), "--data-dir", str(self.data_dir)]
-        if self.config is not None:
-            cmd += ["--config", str(self.config)]
-        return cmd + self.args
-
-    def start(self, *, wait: bool = True) -> BrokerProcess:
-        assert self.proc is None or self.proc.poll() is not None, "broker already running"
-        self.starts += 1
-        with self.stderr_path.open("ab") as err, self.stdout_path.open("ab") as out:
-            marker = f"--- start {self.starts}: {' '.join(self.command())}\n".encode()
-            err.write(marker)
-            err.flush()
-            self.proc = subprocess.Popen(
-                self.command(),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                cwd=self.workdir,
-            )
-        if self not in LIVE_BROKERS:
-            LIVE_BROKERS.append(self)
-        if wait:
-            for port in self.ready_ports or [self.port]:
-                self.wait_ready(port)
-        return self
-
-    def wait_ready(self, port: int | None = None, timeout: float = START_DEADLINE) -> None:
-        """Poll until TCP connect + CONNECT gets a CONNACK."""
-        port = self.port if port is None else port
-        deadline = time.monotonic() + timeout
-        last_error: Exception | None = None
-        while time.monotonic() < deadline:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise BrokerStartError(
-                    f"broker exited with {self.proc.returncode} during start\n{self.log_tail()}"
-                )
-            try:
-                with RawClient(port, timeout=2.0) as probe:
-                    ack = probe.connect(unique("ready"), keepalive=0)
-                    probe.send(DISCONNECT_BYTES)
-                    if ack.return_code == 0:
-                        return
-            except (OSError, ConnectionClosed, TimeoutError, AssertionError) as exc:
-                last_error = exc
-            time.sleep(0.05)
-        raise BrokerStartError(
-            f"broker not ready on port {port} within {timeout} s ({last_error!r})\n"
-            + self.log_tail()
-        )
-
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self, sig: int = signal.SIGTERM) -> int:
-        """Ask the broker to stop; SIGKILL it if it has not exited within 10 s."""
-        proc = self.proc
-        if proc is None:
-            return 0
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(sig)
-            try:
-                proc.wait(STOP_DEADLINE)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(STOP_DEADLINE)
-                raise AssertionError(
-                    f"broker ignored signal {sig} for {STOP_DEADLINE} s\n{self.log_tail()}"
-                ) from None
-        return int(proc.returncode)
-
-    def kill(self) -> None:
-        """SIGKILL: a crash."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(STOP_DEADLINE)
-
-    def restart(self) -> BrokerProcess:
-        self.stop()
-        return self.start()
-
-    def finalize(self) -> None:
-        try:
-            if self.running:
-                self.stop()
-        except AssertionError:
-            pass
-        finally:
-            if self in LIVE_BROKERS:
-                LIVE_BROKERS.remove(self)
-
-    def log_text(self) -> str:
-        try:
-            return self.stderr_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
-
-    def log_tail(self, lines: int = 60) -> str:
-        tail = self.log_text().splitlines()[-lines:]
-        return f"--- broker stderr ({self.stderr_path.name}, last {len(tail)} lines) ---\n" + (
-            "\n".join(tail)
-        )
-
-
 def write_config(path: Path, text: str) -> Path:
     path.write_text(text, encoding="utf-8")
     return path
-
-
-# ---------------------------------------------------------------------------------------------
-# paho-mqtt
-# ---------------------------------------------------------------------------------------------
-
-PAHO_PROTOCOLS = {MQTT31: paho.MQTTv31, MQTT311: paho.MQTTv311}
-
-
-@dataclass(frozen=True)
-class Received:
-    topic: str
-    payload: bytes
-    qos: int
-    retain: bool
-    dup: bool
-
-
-class PahoClient:
-    """paho-mqtt (v2 callback API) run by its network thread, with blocking helpers."""
-
-    def __init__(
-        self,
-        port: int,
-        client_id: str | None = None,
-        *,
-        version: int = MQTT311,
-        clean: bool = True,
-        will: Will | None = None,
-        keepalive: int = 60,
-        reconnect: bool = False,
-    ) -> None:
-        self.port = port
-        self.client_id = unique("paho") if client_id is None else client_id
-        self.client = paho.Client(
-            callback_api_version=CallbackAPIVersion.VERSION2,
-            client_id=self.client_id,
-            protocol=PAHO_PROTOCOLS[version],
-            clean_session=clean,
-            reconnect_on_failure=reconnect,
-        )
-        self.keepalive = keepalive
-        if will is not None:
-            self.client.will_set(will.topic, will.payload, will.qos, will.retain)
-        self._cond = threading.Condition()
-        self.messages: list[Received] = []
-        self.connacks: list[tuple[bool, int]] = []
-        self.disconnects = 0
-        self._subacks: dict[int, list[int]] = {}
-        self._published: set[int] = set()
-        self.client.on_connect = self._on_connect
-        self.client.on_disconnect = self._on_disconnect
-        self.client.on_message = self._on_message
-        self.client.on_subscribe = self._on_subscribe
-        self.client.on_publish = self._on_publish
-
-    # -- callbacks (network thread) -------------------------------------------------------------
-
-    def _on_connect(self, client: Any, userdata: Any, flags: Any, rc: Any, props: Any) -> None:
-        with self._cond:
-            self.connacks.append((bool(flags.session_present), int(rc.value)))
-            self._cond.notify_all()
-
-    def _on_disconnect(self, client: Any, userdata: Any, flags: Any, rc: Any, props: Any) -> None:
-        with self._cond:
-            self.disconnects += 1
-            self._cond.notify_all()
-
-    def _on_message(self, client: Any, userdata: Any, msg: paho.MQTTMessage) -> None:
-        with self._cond:
-            self.messages.append(
-                Received(msg.topic, bytes(msg.payload), msg.qos, bool(msg.retain), bool(msg.dup))
-            )
-            self._cond.notify_all()
-
-    def _on_subscribe(self, client: Any, userdata: Any, mid: int, codes: Any, props: Any) -> None:
-        with self._cond:
-            self._subacks[mid] = [int(c.value) for c in codes]
-            self._cond.notify_all()
-
-    def _on_publish(self, client: Any, userdata: Any, mid: int, rc: Any, props: Any) -> None:
-        with self._cond:
-            self._published.add(mid)
-            self._cond.notify_all()
-
-    # -- blocking API -------------------------------------------------------------------------
-
-    def _wait(self, predicate: Callable[[], bool], timeout: float, what: str) -> None:
-        with self._cond:
-            if not self._cond.wait_for(predicate, timeout):
-                raise TimeoutError(f"{self.client_id}: {what} did not happen within {timeout} s")
-
-    def connect(self, timeout: float = 10.0) -> bool:
-        """Connect and wait for the CONNACK; returns the session-present flag."""
-        seen = len(self.connacks)
-        self.client.connect(HOST, self.port, keepalive=self.keepalive)
-        self.client.loop_start()
-        self._wait(lambda: len(self.connacks) > seen, timeout, "CONNACK")
-        session_present, rc = self.connacks[-1]
-        assert rc == 0, f"{self.client_id}: CONNECT refused with return code {rc}"
-        return session_present
-
-    def subscribe(self, topic: str | list[tuple[str, int]], qos: int = 0) -> list[int]:
-        """Subscribe and wait for the SUBACK; returns the granted QoS / failure codes."""
-        rc, mid = (
-            self.client.subscribe(topic)
-            if isinstance(topic, list)
-            else self.client.subscribe(topic, qos)
-        )
-        assert rc == paho.MQTT_ERR_SUCCESS and mid is not None, f"subscribe failed: {rc}"
-        self._wait(lambda: mid in self._subacks, 10.0, f"SUBACK {mid}")
-        return self._subacks[mid]
-
-    def unsubscribe(self, topic: str) -> None:
-        info = self.client.unsubscribe(topic)
-        assert info[0] == paho.MQTT_ERR_SUCCESS
-
-    def publish(self, topic: str, payload: bytes | str, qos: int = 0, retain: bool = False) -> None:
-        """Publish and, for QoS 1/2, wait for PUBACK / PUBCOMP."""
-        info = self.client.publish(topic, payload, qos=qos, retain=retain)
-        assert info.rc == paho.MQTT_ERR_SUCCESS, f"publish failed locally: {info.rc}"
-        if qos > 0:
-            self._wait(lambda: info.mid in self._published, 10.0, f"ack of message {info.mid}")
-
-    def wait_messages(
-        self, n: int, timeout: float = 10.0, topic: str | None = None
-    ) -> list[Received]:
-        """Wait until at least ``n`` messages (on ``topic`` if given) have arrived."""
-
-        def matching() -> list[Received]:
-            return [m for m in self.messages if topic is None or m.topic == topic]
-
-        self._wait(lambda: len(matching()) >= n, timeout, f"{n} message(s) on {topic!r}")
-        with self._cond:
-            return matching()
-
-    def received(self, topic: str | None = None) -> list[Received]:
-        with self._cond:
-            return [m for m in self.messages if topic is None or m.topic == topic]
-
-    def wait_disconnected(self, timeout: float = 10.0) -> None:
-        self._wait(lambda: self.disconnects > 0, timeout, "disconnect")
-
-    def disconnect(self) -> None:
-        self.client.disconnect()
-        self.client.loop_stop()
-
-    def kill_socket(self) -> None:
-        """End the TCP connection without DISCONNECT (an abnormal end for the broker)."""
-        sock = self.client.socket()
-        self.client.loop_stop()
-        if isinstance(sock, socket.socket):
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
 
 
 def roundtrip(client: PahoClient, qos: int = 1) -> None:

@@ -346,6 +346,20 @@ def test_invalid_filters_get_suback_0x80_in_311(port: int, raw_factory: RawFacto
     assert sorted(m.payload for m in got) == [b"a", b"b"]
 
 
+def test_invalid_filters_are_granted_and_silent_in_31(port: int, raw_factory: RawFactory) -> None:
+    """3.1 has no failure code: an invalid filter is granted the QoS asked for and delivers
+    nothing (README, "What is supported"); the valid filters beside it work."""
+    prefix = unique("inv31")
+    client = raw_factory(port, connected=True, version=MQTT31)
+    codes = client.subscribe([(f"{prefix}/a/#/b", 1), (f"{prefix}/ok/#", 1), (f"{prefix}/x+", 2)])
+    assert codes == [1, 1, 2]
+    pub = raw_factory(port, connected=True)
+    pub.publish(f"{prefix}/a/x/b", b"never", qos=1)  # what a/#/b would match, read literally
+    pub.publish(f"{prefix}/ok/1", b"sentinel", qos=1)
+    got = collect_until(client, b"sentinel")
+    assert [m.payload for m in got] == [b"sentinel"]
+
+
 def test_publisher_receives_its_own_messages(port: int, paho_client: PahoMaker) -> None:
     """MQTT 3.x has no No Local: a subscriber gets what it publishes itself."""
     topic = unique("self/")

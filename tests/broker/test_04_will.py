@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable
 
 import pytest
@@ -10,6 +11,7 @@ from .helpers import (
     DISCONNECT_BYTES,
     MQTT31,
     MQTT311,
+    BrokerProcess,
     PahoClient,
     RawClient,
     Will,
@@ -135,3 +137,42 @@ def test_paho_no_will_on_disconnect(
     other.publish(topic, b"sentinel", qos=1)
     got = watch.wait_messages(1)
     assert [m.payload for m in got] == [b"sentinel"]
+
+
+@VERSIONS
+def test_will_published_when_the_session_is_taken_over(
+    port: int, raw_factory: RawFactory, version: int
+) -> None:
+    """A second connection with the same client id closes the first: an abnormal end of the
+    first, whose will is published (as Mosquitto does)."""
+    topic = unique("twill/")
+    client_id = unique("tk")
+    watch = watcher(raw_factory, port, topic)
+    first = raw_factory(
+        port, connected=True, client_id=client_id, version=version, will=Will(topic, b"taken", 1)
+    )
+    second = raw_factory(port, connected=True, client_id=client_id, version=version)
+    assert first.wait_closed()
+    (msg,) = watch.collect(1)
+    assert (msg.topic, msg.payload) == (topic, b"taken")
+    assert second.is_open()
+
+
+@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGINT"])
+def test_no_will_when_the_broker_shuts_down(
+    broker_factory: Callable[..., BrokerProcess], raw_factory: RawFactory, signal_name: str
+) -> None:
+    """Stopping the broker ends its connections without publishing their wills: the clients
+    did nothing wrong. Checked after a restart: no retained will was stored, and a retained
+    sentinel was."""
+    broker = broker_factory()
+    topic = unique("swill/")
+    raw_factory(broker.port, connected=True, will=Will(f"{topic}/will", b"w", 1, retain=True))
+    publisher = raw_factory(broker.port, connected=True)
+    publisher.publish(f"{topic}/sentinel", b"s", qos=1, retain=True)
+    assert broker.stop(getattr(signal, signal_name)) == 0
+    broker.start()
+    late = raw_factory(broker.port, connected=True)
+    late.subscribe([(f"{topic}/#", 1)])
+    got = collect_until(late, b"s")
+    assert [(m.topic, m.payload) for m in got] == [(f"{topic}/sentinel", b"s")]

@@ -33,7 +33,9 @@ def start_broker(
 ) -> BrokerProcess:
     """Start a broker with the given TOML text (listeners are added, one per sub point)."""
     broker = BrokerProcess(
-        factory.mktemp("mqbroker"), config_text, sub_points_of_ports=sub_points_of_ports
+        factory.mktemp("mqbroker"),
+        config_text=config_text,
+        sub_points_of_ports=sub_points_of_ports,
     )
     return broker.start()
 

@@ -2,73 +2,44 @@
 
 Everything here talks to a broker only through a subprocess and MQTT over TCP on 127.0.0.1:
 
-* ``BrokerProcess`` runs ``python -m telemq serve`` with a TOML file written by the test and
-  stops it (SIGTERM, then SIGKILL);
+* ``BrokerProcess`` (from ``testsupport``, shared with the broker tests) runs ``python -m
+  telemq serve`` with a TOML file written by the test (``config_text``) and stops it;
 * ``xml_command`` / ``json_command`` build command messages (``<mqmd>``, ``<psc>``, body; or
   the JSON form) and ``parse_reply`` reads ``<pscr>`` responses. Both are written from the
   contract, independently of telemq's own codec;
-* ``MQClient`` is a blocking wrapper around paho-mqtt that sends commands and waits for their
+* ``MQClient`` extends ``testsupport``'s paho wrapper: it sends commands and waits for their
   replies, and collects publications delivered to its session (its queue).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import signal
-import socket
-import struct
-import subprocess
-import sys
-import threading
-import time
 import uuid
 import xml.etree.ElementTree as ElementTree
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape
 
-import paho.mqtt.client as paho
-from paho.mqtt.enums import CallbackAPIVersion
-
 from telemq.broker.auth import hash_password
+from testsupport.paho import WAIT, PahoClient
+from testsupport.paho import Received as Received
+from testsupport.process import LIVE_BROKERS as LIVE_BROKERS
+from testsupport.process import BrokerProcess as BrokerProcess
+from testsupport.process import BrokerStartError as BrokerStartError
+from testsupport.process import free_port as free_port
+from testsupport.process import unique
+from testsupport.process import wait_until as wait_until
 
 HOST = "127.0.0.1"
 CONTROL_QUEUE = "SYSTEM.BROKER.CONTROL.QUEUE"
 DEFAULT_STREAM = "SYSTEM.BROKER.DEFAULT.STREAM"
 RESPONSE_PREFIX = "SYSTEM.BROKER.RESPONSE/"
 
-START_DEADLINE = 15.0
-STOP_DEADLINE = 10.0
-WAIT = 10.0  # default deadline for anything the broker should do "at once"
 
 FORMS = ("xml", "json")
 
 PscValue = str | Sequence[str]
-
-
-def unique(prefix: str = "t") -> str:
-    """A short unique name (also usable as an MQTT 3.1.1 client id)."""
-    return f"{prefix}{uuid.uuid4().hex[:12]}"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
-    """Poll ``predicate`` until it is true or ``timeout`` seconds pass; return its last value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if predicate():
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(interval)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -254,180 +225,17 @@ def assert_warning(reply: Reply, *reasons: int) -> list[dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------------------------------
-# The broker subprocess
-# ---------------------------------------------------------------------------------------------
-
-
-LIVE_BROKERS: list[BrokerProcess] = []
-
-
-class BrokerStartError(RuntimeError):
-    pass
-
-
-def _probe(port: int) -> bool:
-    """True when a CONNECT on ``port`` is answered with a CONNACK (whatever its code)."""
-    client_id = unique("ready").encode()
-    body = (
-        struct.pack(">H", 4)
-        + b"MQTT"
-        + bytes([4, 0x02])
-        + struct.pack(">H", 0)
-        + struct.pack(">H", len(client_id))
-        + client_id
-    )
-    try:
-        with socket.create_connection((HOST, port), timeout=2.0) as sock:
-            sock.sendall(bytes([0x10, len(body)]) + body)
-            data = b""
-            while len(data) < 4:
-                chunk = sock.recv(4 - len(data))
-                if not chunk:
-                    return False
-                data += chunk
-            with contextlib.suppress(OSError):
-                sock.sendall(b"\xe0\x00")
-            return data[0] == 0x20
-    except OSError:
-        return False
-
-
-@dataclass
-class BrokerProcess:
-    """``python -m telemq serve --config F --data-dir D`` with listeners from the config.
-
-    ``ports`` are the listener ports written into the config (``ports[0]`` is the default
-    listener); the TOML text given by the test is appended after them.
-    """
-
-    workdir: Path
-    config_text: str = ""
-    sub_points_of_ports: Sequence[str] = ("",)
-    ports: list[int] = field(default_factory=list)
-    proc: subprocess.Popen[bytes] | None = None
-    starts: int = 0
-
-    def __post_init__(self) -> None:
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self.data_dir = self.workdir / "data"
-        self.stderr_path = self.workdir / "broker.stderr.log"
-        self.config_path = self.workdir / "telemq.toml"
-        if not self.ports:
-            self.ports = [free_port() for _ in self.sub_points_of_ports]
-        listeners = "".join(
-            f'\n[[listeners]]\nhost = "{HOST}"\nport = {port}\nsub_point = "{point}"\n'
-            for port, point in zip(self.ports, self.sub_points_of_ports, strict=True)
-        )
-        # Top-level keys first (the test's text), then the listener tables.
-        self.config_path.write_text(self.config_text + "\n" + listeners, encoding="utf-8")
-
-    @property
-    def port(self) -> int:
-        return self.ports[0]
-
-    def command(self) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "telemq",
-            "serve",
-            "--config",
-            str(self.config_path),
-            "--data-dir",
-            str(self.data_dir),
-        ]
-
-    def start(self) -> BrokerProcess:
-        assert self.proc is None or self.proc.poll() is not None, "broker already running"
-        self.starts += 1
-        with self.stderr_path.open("ab") as err:
-            err.write(f"--- start {self.starts}\n".encode())
-            err.flush()
-            self.proc = subprocess.Popen(
-                self.command(),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-                cwd=self.workdir,
-            )
-        if self not in LIVE_BROKERS:
-            LIVE_BROKERS.append(self)
-        deadline = time.monotonic() + START_DEADLINE
-        for port in self.ports:
-            while not _probe(port):
-                if self.proc.poll() is not None:
-                    raise BrokerStartError(
-                        f"broker exited with {self.proc.returncode}\n{self.log_tail()}"
-                    )
-                if time.monotonic() > deadline:
-                    raise BrokerStartError(f"broker not ready on {port}\n{self.log_tail()}")
-                time.sleep(0.05)
-        return self
-
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self) -> int:
-        """SIGTERM, then SIGKILL if the broker has not exited within the deadline."""
-        proc = self.proc
-        if proc is None:
-            return 0
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(STOP_DEADLINE)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(STOP_DEADLINE)
-                raise AssertionError(f"broker ignored SIGTERM\n{self.log_tail()}") from None
-        return int(proc.returncode)
-
-    def restart(self) -> BrokerProcess:
-        code = self.stop()
-        assert code == 0, f"broker exited with {code}\n{self.log_tail()}"
-        return self.start()
-
-    def finalize(self) -> None:
-        try:
-            if self.running:
-                self.stop()
-        except AssertionError:
-            pass
-        finally:
-            if self in LIVE_BROKERS:
-                LIVE_BROKERS.remove(self)
-
-    def log_tail(self, lines: int = 80) -> str:
-        try:
-            text = self.stderr_path.read_text(errors="replace")
-        except FileNotFoundError:
-            text = ""
-        tail = text.splitlines()[-lines:]
-        return "--- broker stderr ---\n" + "\n".join(tail)
-
-
-# ---------------------------------------------------------------------------------------------
 # paho-mqtt
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Received:
-    topic: str
-    payload: bytes
-    qos: int
-    retain: bool
-
-
-class MQClient:
-    """A paho-mqtt (v2 API, MQTT 3.1.1) client with blocking helpers for MQ commands.
+class MQClient(PahoClient):
+    """A paho-mqtt client (MQTT 3.1.1) with blocking helpers for MQ commands.
 
     On ``connect`` it subscribes to its default reply topic
     (``SYSTEM.BROKER.RESPONSE/<client id>``) and to a private sentinel topic; every command
     gets an automatic ``CorrelId`` (unless the test gives its own mqmd) so that its reply can
-    be told apart.
+    be told apart. Subscriptions and publications default to QoS 1.
     """
 
     def __init__(
@@ -439,109 +247,32 @@ class MQClient:
         username: str | None = None,
         password: str | None = None,
     ) -> None:
-        self.port = port
-        self.client_id = unique("c") if client_id is None else client_id
-        self.clean = clean
-        self.client = paho.Client(
-            callback_api_version=CallbackAPIVersion.VERSION2,
-            client_id=self.client_id,
-            protocol=paho.MQTTv311,
-            clean_session=clean,
-            reconnect_on_failure=False,
+        super().__init__(
+            port,
+            unique("c") if client_id is None else client_id,
+            clean=clean,
+            username=username,
+            password=password,
         )
-        if username is not None:
-            self.client.username_pw_set(username, password)
         self.reply_topic = RESPONSE_PREFIX + self.client_id
         self.sentinel_topic = f"sentinel/{self.client_id}"
-        self._cond = threading.Condition()
-        self.messages: list[Received] = []
-        self.connacks: list[tuple[bool, int]] = []
-        self.disconnects = 0
-        self._subacks: dict[int, list[int]] = {}
-        self._published: set[int] = set()
-        self.client.on_connect = self._on_connect
-        self.client.on_disconnect = self._on_disconnect
-        self.client.on_message = self._on_message
-        self.client.on_subscribe = self._on_subscribe
-        self.client.on_publish = self._on_publish
-
-    # -- callbacks (network thread) ------------------------------------------------------------
-
-    def _on_connect(self, client: Any, userdata: Any, flags: Any, rc: Any, props: Any) -> None:
-        with self._cond:
-            self.connacks.append((bool(flags.session_present), int(rc.value)))
-            self._cond.notify_all()
-
-    def _on_disconnect(self, client: Any, userdata: Any, flags: Any, rc: Any, props: Any) -> None:
-        with self._cond:
-            self.disconnects += 1
-            self._cond.notify_all()
-
-    def _on_message(self, client: Any, userdata: Any, msg: paho.MQTTMessage) -> None:
-        with self._cond:
-            self.messages.append(Received(msg.topic, bytes(msg.payload), msg.qos, bool(msg.retain)))
-            self._cond.notify_all()
-
-    def _on_subscribe(self, client: Any, userdata: Any, mid: int, codes: Any, props: Any) -> None:
-        with self._cond:
-            self._subacks[mid] = [int(c.value) for c in codes]
-            self._cond.notify_all()
-
-    def _on_publish(self, client: Any, userdata: Any, mid: int, rc: Any, props: Any) -> None:
-        with self._cond:
-            self._published.add(mid)
-            self._cond.notify_all()
 
     # -- plain MQTT ------------------------------------------------------------------------------
-
-    def _wait(self, predicate: Callable[[], bool], timeout: float, what: str) -> None:
-        with self._cond:
-            if not self._cond.wait_for(predicate, timeout):
-                raise TimeoutError(f"{self.client_id}: {what} did not happen within {timeout} s")
 
     def connect(self, *, replies: bool = True, timeout: float = WAIT) -> bool:
         """Connect (CONNACK 0 expected); returns session present. With ``replies``, subscribe
         to the reply topic and the sentinel topic."""
-        seen = len(self.connacks)
-        self.client.connect(HOST, self.port, keepalive=60)
-        self.client.loop_start()
-        self._wait(lambda: len(self.connacks) > seen, timeout, "CONNACK")
-        present, rc = self.connacks[-1]
-        assert rc == 0, f"{self.client_id}: CONNECT refused with return code {rc}"
+        present = super().connect(timeout)
         if replies:
             codes = self.subscribe([(self.reply_topic, 2), (self.sentinel_topic, 1)])
             assert codes == [2, 1], f"reply/sentinel SUBACK {codes}"
         return present
 
     def subscribe(self, topic: str | list[tuple[str, int]], qos: int = 1) -> list[int]:
-        """SUBSCRIBE and wait for the SUBACK; returns its return codes."""
-        rc, mid = (
-            self.client.subscribe(topic)
-            if isinstance(topic, list)
-            else self.client.subscribe(topic, qos)
-        )
-        assert rc == paho.MQTT_ERR_SUCCESS and mid is not None, f"subscribe failed: {rc}"
-        self._wait(lambda: mid in self._subacks, WAIT, f"SUBACK {mid}")
-        return self._subacks[mid]
+        return super().subscribe(topic, qos)
 
     def publish(self, topic: str, payload: bytes | str, qos: int = 1, retain: bool = False) -> None:
-        """PUBLISH and, for QoS 1/2, wait for the acknowledgement."""
-        info = self.client.publish(topic, payload, qos=qos, retain=retain)
-        assert info.rc == paho.MQTT_ERR_SUCCESS, f"publish failed locally: {info.rc}"
-        if qos > 0:
-            self._wait(lambda: info.mid in self._published, WAIT, f"ack of message {info.mid}")
-
-    def disconnect(self) -> None:
-        self.client.disconnect()
-        self.client.loop_stop()
-
-    def close(self) -> None:
-        try:
-            self.client.disconnect()
-        finally:
-            self.client.loop_stop()
-
-    # -- deliveries ----------------------------------------------------------------------------
+        super().publish(topic, payload, qos, retain)
 
     def deliveries(self, topic_prefix: str = "") -> list[Received]:
         """Messages received other than replies and sentinels (optionally under a prefix)."""

@@ -9,18 +9,19 @@ import pytest
 
 from telemq.cli.main import main
 
-from .conftest import start_broker
-from .helpers import BrokerProcess, users_and_acl
+from .conftest import ClientFactory, start_broker
+from .helpers import BrokerProcess, unique, users_and_acl
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(60)]
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    # carol may send commands, but not read the replies.
-    acl = [("*", "command", "#", True), ("*", "all", "subs/#", True)]
+    # carol may send commands, but not read the replies; dave may do everything.
+    acl = [("dave", "all", "#", True), ("*", "command", "#", True), ("*", "all", "subs/#", True)]
     config = 'name = "QM.SUBSCLI"\n[sys]\ninterval = 0\n'
-    process = start_broker(tmp_path_factory, config + users_and_acl({"carol": "carol-pw"}, acl))
+    users = {"carol": "carol-pw", "dave": "dave-pw"}
+    process = start_broker(tmp_path_factory, config + users_and_acl(users, acl))
     yield process
     process.finalize()
 
@@ -52,3 +53,41 @@ def test_a_refused_reply_topic_is_named_at_once(
     assert code == 2
     err = capsys.readouterr().err
     assert "refused the subscription to the reply topic" in err, err
+
+
+def dave(*args: str) -> list[str]:
+    return [*args, "-u", "dave", "-P", "dave-pw"]
+
+
+def test_deregister_removes_the_subscription_and_then_says_it_is_gone(
+    broker: BrokerProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    port = str(broker.port)
+    queue, topic = unique("q"), unique("subs/dereg/")
+    assert main(dave("subs", "register", "-p", port, "-q", queue, "-t", topic)) == 0
+    assert main(dave("subs", "list", "-p", port, "-q", queue)) == 0
+    assert f"Topic: {topic}" in capsys.readouterr().out
+    assert main(dave("subs", "deregister", "-p", port, "-q", queue, "-t", topic)) == 0
+    assert main(dave("subs", "list", "-p", port, "-q", queue)) == 0
+    assert topic not in capsys.readouterr().out
+    assert main(dave("subs", "deregister", "-p", port, "-q", queue, "-t", topic)) == 2
+    assert "completion: error\n  reason 3073" in capsys.readouterr().out
+
+
+def test_request_update_sends_the_retained_publication_or_fails_without_one(
+    broker: BrokerProcess, clients: ClientFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    port = str(broker.port)
+    queue, topic = unique("q"), unique("subs/upd/")
+    register = ("subs", "register", "-p", port, "-q", queue, "-t", topic, "-o", "PubOnReqOnly")
+    assert main(dave(*register)) == 0
+    update = ("subs", "request-update", "-p", port, "-q", queue, "-t", topic)
+    assert main(dave(*update)) == 2  # nothing retained: MQRCCF_NO_RETAINED_MSG
+    assert "completion: error\n  reason 3077" in capsys.readouterr().out
+    publisher = clients(broker.port, username="dave", password="dave-pw")
+    publisher.publish(topic, b"kept", qos=1, retain=True)
+    receiver = clients(broker.port, queue, clean=False, username="dave", password="dave-pw")
+    receiver.sync()
+    assert receiver.deliveries(topic) == []  # PubOnReqOnly: nothing until asked
+    assert main(dave(*update)) == 0
+    assert [m.payload for m in receiver.wait_deliveries(1, topic)] == [b"kept"]

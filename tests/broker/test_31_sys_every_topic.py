@@ -1,0 +1,169 @@
+"""Every one of the 20 `$SYS/broker/...` topics of the README, each seen to move.
+
+In process: a broker on a SQLite store in a temporary directory, MQTT clients over in-memory
+connections, and an in-process subscriber to `$SYS/#` that reads what the broker publishes
+(`SysReporter.publish` is called where the test needs a refresh, instead of waiting for the
+interval). Each topic is read before and after something that must change it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+from telemq.broker import BrokerConfig, Hook
+from telemq.broker.auth import Action
+from telemq.broker.embedded import LocalSubscription
+from telemq.broker.listeners import MemoryListener
+from telemq.broker.server import Broker
+from telemq.protocol import Connect, Disconnect, Publish, Subscribe
+from telemq.protocol.packets import PubAck, SubAck
+from telemq.store import SessionRecord, SqliteStore, SubscriptionRecord, WriteBatch
+
+from .test_29_seams import MemoryPeer
+
+README_TOPICS = [
+    "version",
+    "uptime",
+    "clients/connected",
+    "clients/total",
+    "clients/maximum",
+    "messages/received",
+    "messages/sent",
+    "messages/dropped",
+    "publish/messages/received",
+    "publish/messages/denied",
+    "commands/received",
+    "bytes/received",
+    "bytes/sent",
+    "subscriptions/count",
+    "retained messages/count",
+    "store/bytes",
+    "store/quarantined",
+    "journal/rows",
+    "journal/last_seq",
+    "journal/trimmed",
+]
+
+
+class DenyUnderDenied(Hook):
+    def authorize(self, action: Action, topic: str, user_id: str, client_id: str) -> bool | None:
+        return not topic.startswith("denied/")
+
+
+class SysReader:
+    """The latest value of every `$SYS/broker/` topic, from an in-process subscription."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.subscription: LocalSubscription = broker.subscribe("$SYS/broker/#", qos=0)
+        self.values: dict[str, str] = {}
+
+    async def refresh(self) -> dict[str, str]:
+        await self.broker.sys.publish()
+        while True:
+            try:
+                received = await asyncio.wait_for(self.subscription.get(), 0.2)
+            except TimeoutError:
+                return dict(self.values)
+            self.values[received.topic.removeprefix("$SYS/broker/")] = received.payload.decode()
+
+    async def number(self, topic: str) -> int:
+        return int((await self.refresh())[topic])
+
+
+def damaged_store(data_dir: Path) -> None:
+    """A store holding one subscription record that cannot be read (no id, no topic)."""
+    data_dir.mkdir(parents=True)
+    store = SqliteStore(data_dir / "telemq.db", "off")
+    store.load()
+    batch = WriteBatch()
+    batch.put_session(SessionRecord("old-queue", {"sub_point": "", "user_id": ""}))
+    batch.put_subscription(SubscriptionRecord("old-queue", "1", {"queue": "old-queue"}))
+    store.commit(batch)
+    store.close()
+
+
+def test_every_sys_topic_is_published_and_moves(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    damaged_store(data_dir)
+    config = BrokerConfig()
+    config.sys.interval = 0  # refreshed by the test
+    config.store.data_dir = str(data_dir)
+    config.store.sync = "off"
+    config.limits.max_connections = 50
+    config.limits.max_queued_messages = 1
+    config.journal.max_rows = 2
+    listener = MemoryListener()
+
+    async def main() -> None:
+        async with Broker(config, hooks=[DenyUnderDenied()], listeners=[listener]) as broker:
+            sys = SysReader(broker)
+            first = await sys.refresh()
+            assert sorted(first) == sorted(README_TOPICS)
+            assert re.fullmatch(r"telemq \d+\.\d+\.\d+", first["version"])
+            assert first["clients/maximum"] == "50"
+            assert first["store/quarantined"] == "1"  # the damaged subscription record
+            uptime = int(first["uptime"].removesuffix(" seconds"))
+
+            before = dict(first)
+            subscriber, _ = await MemoryPeer.connect(listener, "sub")
+            subscriber.send(Subscribe(1, [("t/#", 1)]))
+            assert isinstance(await subscriber.next(), SubAck)
+            offline = await listener.connect()
+            offline_peer = MemoryPeer(offline)
+            offline_peer.send(Connect("offline", clean_session=False))
+            await offline_peer.next()
+            offline_peer.send(Subscribe(1, [("q/#", 1)]))
+            assert isinstance(await offline_peer.next(), SubAck)
+            offline_peer.send(Disconnect())
+            publisher, _ = await MemoryPeer.connect(listener, "pub")
+            for n in range(5):
+                publisher.send(Publish("t/x", b"%d" % n, 1, packet_id=n + 1))
+                assert await publisher.next() == PubAck(n + 1)
+                assert isinstance(await subscriber.next(), Publish)
+            publisher.send(Publish("t/kept", b"retained", 0, retain=True))
+            publisher.send(Publish("denied/x", b"no", 0))
+            for packet_id in (9, 10, 11):  # a queue of one, offline: two are dropped
+                publisher.send(Publish("q/x", b"queued", 1, packet_id=packet_id))
+                assert await publisher.next() == PubAck(packet_id)
+            publisher.send(Publish("SYSTEM.BROKER.CONTROL.QUEUE", b"not a command", 0))
+            await asyncio.sleep(0.05)
+            await broker.committer.drain()
+            after = await sys.refresh()
+            moved = {
+                "clients/connected": 2,  # sub and pub; the offline one left
+                "clients/total": 3,
+                "subscriptions/count": 2,
+                "retained messages/count": 1,
+                "publish/messages/denied": 1,
+                "commands/received": 1,
+                "messages/dropped": 2,
+                "journal/last_seq": 9,  # 5 + the retained one + 3 (denied ones and commands: not)
+            }
+            for topic, delta in moved.items():
+                assert int(after[topic]) - int(before[topic]) == delta, (topic, before, after)
+            for topic in (
+                "messages/received",
+                "messages/sent",
+                "publish/messages/received",
+                "bytes/received",
+                "bytes/sent",
+                "store/bytes",
+                "journal/rows",
+            ):
+                assert int(after[topic]) > int(before[topic]), (topic, before, after)
+            assert int(after["journal/rows"]) == 9
+
+            trimmed = await broker.apply_journal_retention()
+            assert trimmed > 0
+            after_trim = await sys.refresh()
+            assert int(after_trim["journal/trimmed"]) == trimmed
+            assert int(after_trim["journal/rows"]) == 2
+
+            await asyncio.sleep(1.1)
+            later = await sys.refresh()
+            assert int(later["uptime"].removesuffix(" seconds")) > uptime
+
+    asyncio.run(main())

@@ -1,0 +1,80 @@
+"""Every configuration key, given a value of the wrong type, stops `telemq serve` with exit
+status 2 and a one-line error naming the key (README, "Configuration file").
+
+The keys are read from the configuration's own dataclasses, so a key added later is covered
+without editing this test. In process: `telemq.cli.main`, which returns the exit status.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from telemq.broker.config import (
+    BrokerConfig,
+    JournalConfig,
+    LimitsConfig,
+    ListenerConfig,
+    StoreConfig,
+    SysConfig,
+)
+from telemq.cli.main import main
+
+TABLES: dict[str, type[Any]] = {
+    "store": StoreConfig,
+    "journal": JournalConfig,
+    "limits": LimitsConfig,
+    "sys": SysConfig,
+}
+TOP_LEVEL = {"name": "5", "sub_points": '"not a list"', "allow_anonymous": '"yes"'}
+TOP_LEVEL |= {"users": '"nobody"', "acl": "3", "listeners": '"everywhere"'}
+
+
+def wrong_value(default: object) -> str:
+    """A TOML value of another type than `default`'s."""
+    if isinstance(default, bool):
+        return '"yes"'
+    if isinstance(default, int | float):
+        return '"many"'
+    if isinstance(default, str):
+        return "5"
+    return "5"  # lists
+
+
+def cases() -> list[tuple[str, str]]:
+    """(TOML text, the key path the error must name) for every key."""
+    found: list[tuple[str, str]] = []
+    for field in dataclasses.fields(BrokerConfig):
+        if field.name in TABLES:
+            continue
+        found.append((f"{field.name} = {TOP_LEVEL[field.name]}\n", field.name))
+    for table, cls in TABLES.items():
+        defaults = cls()
+        for field in dataclasses.fields(cls):
+            value = wrong_value(getattr(defaults, field.name))
+            found.append((f"[{table}]\n{field.name} = {value}\n", f"{table}.{field.name}"))
+        found.append((f"[{table}]\nno_such_key = 1\n", f"{table}.no_such_key"))
+        found.append((f"{table} = 3\n", table))
+    listener = ListenerConfig()
+    for field in dataclasses.fields(ListenerConfig):
+        value = wrong_value(getattr(listener, field.name))
+        found.append((f"[[listeners]]\n{field.name} = {value}\n", f"listeners[0].{field.name}"))
+    return found
+
+
+@pytest.mark.parametrize(("text", "key"), cases(), ids=[key for _, key in cases()])
+def test_a_wrong_value_for_any_key_is_exit_2_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, key: str
+) -> None:
+    config = tmp_path / "telemq.toml"
+    config.write_text(text, encoding="utf-8")
+    status = main(["serve", "--config", str(config), "--data-dir", str(tmp_path / "data")])
+    err = capsys.readouterr().err
+    assert status == 2, err
+    lines = [line for line in err.splitlines() if line.startswith("telemq: configuration error")]
+    assert len(lines) == 1, err
+    assert f"{key}:" in lines[0] or f"{key} " in lines[0], lines[0]
+    assert not (tmp_path / "data").exists()  # refused before anything was created

@@ -1,0 +1,65 @@
+"""The shared broker-process helper fails a test on what a passing test could hide: a broker
+that ignores SIGTERM, or one that logged a traceback (a handler that crashed and went on)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from testsupport.process import BrokerProcess, wait_until
+
+
+class ScriptProcess(BrokerProcess):
+    """A stand-in for the broker: a Python script, started without waiting for MQTT."""
+
+    script: str = ""
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-c", self.script]
+
+
+def started(tmp_path: Path, script: str, **options: object) -> ScriptProcess:
+    process = ScriptProcess(tmp_path / "p", **options)  # type: ignore[arg-type]
+    process.script = script
+    process.start(wait=False)
+    return process
+
+
+# Printed by the script, built at run time: the logged command line must not match it.
+READY = "import sys, time; print('up and ' + 'running', file=sys.stderr, flush=True); "
+
+
+def wait_for_ready(process: ScriptProcess) -> None:
+    assert wait_until(lambda: "up and running" in process.log_text(), 10)
+
+
+def test_a_clean_stop_passes(tmp_path: Path) -> None:
+    process = started(tmp_path, READY + "time.sleep(60)")
+    wait_for_ready(process)
+    process.finalize()
+
+
+def test_a_traceback_in_the_log_fails_the_test(tmp_path: Path) -> None:
+    crash = "import traceback\ntry:\n    1 / 0\nexcept Exception:\n    traceback.print_exc()\n"
+    process = started(tmp_path, crash + READY + "time.sleep(60)")
+    wait_for_ready(process)
+    with pytest.raises(AssertionError, match="the broker logged a traceback"):
+        process.finalize()
+
+
+def test_a_test_that_expects_a_traceback_says_so(tmp_path: Path) -> None:
+    crash = "import traceback\ntry:\n    1 / 0\nexcept Exception:\n    traceback.print_exc()\n"
+    process = started(tmp_path, crash + READY + "time.sleep(60)", allow_tracebacks=True)
+    wait_for_ready(process)
+    process.finalize()
+
+
+def test_a_broker_that_ignores_sigterm_fails_the_test(tmp_path: Path) -> None:
+    script = "import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN); " + READY
+    process = started(tmp_path, script + "time.sleep(60)", stop_deadline=0.5)
+    wait_for_ready(process)
+    with pytest.raises(AssertionError, match="ignored signal"):
+        process.finalize()
+    assert not process.running  # killed all the same

@@ -1,0 +1,11 @@
+"""What every black-box test of telemq shares (imported as `testsupport`).
+
+* `process`: `BrokerProcess`, one ``python -m telemq serve`` subprocess with its own data
+  directory and logs, started and stopped the way an operator would (SIGTERM). Its
+  `finalize` fails the test when the broker ignored SIGTERM or logged a traceback;
+* `paho`: `PahoClient`, a blocking wrapper around paho-mqtt's threaded client, which the MQ
+  tests' `MQClient` extends with commands and replies.
+
+The area-specific helpers (`tests/broker/helpers.py`: a raw MQTT codec and `RawClient`;
+`tests/mq/helpers.py`: MQ command forms) build on these.
+"""
