@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import time
 from pathlib import Path
 
 import pytest
@@ -39,7 +38,15 @@ def retention_broker(factory: BrokerFactory, tmp_path: Path, settings: str) -> B
     config = write_config(
         tmp_path / "retention.toml", f"[journal]\nretention_interval = 0.2\n{settings}\n"
     )
-    return factory(config=config)
+    return factory("--log-level", "debug", config=config)
+
+
+def passes_done(broker: BrokerProcess, count: int) -> None:
+    """Wait for `count` more retention passes that deleted nothing (the broker logs each at
+    DEBUG): the evidence that nothing was trimmed, instead of a sleep."""
+    marker = "journal retention: nothing to delete"
+    seen = broker.log_text().count(marker)
+    assert wait_until(lambda: broker.log_text().count(marker) >= seen + count, 10), count
 
 
 def test_max_rows_keeps_the_newest_rows(broker_factory: BrokerFactory, tmp_path: Path) -> None:
@@ -67,12 +74,12 @@ def test_a_running_consumer_holds_rows_it_has_not_committed(
     # The record names this test process (alive), so the consumer counts as running.
     consumers.write_record(broker.data_dir, consumers.ConsumerRecord("ingest-held", None))
     publish(broker, 100, "sensors/a")
-    time.sleep(1.0)  # several retention passes
+    passes_done(broker, 2)  # two retention passes since all 100 rows were there
     assert journal_seqs(broker) == list(range(1, 101)), "position unknown: nothing trimmed"
 
     consumers.write_record(broker.data_dir, consumers.ConsumerRecord("ingest-held", 40))
     assert wait_until(lambda: journal_seqs(broker)[:1] == [41], 10)
-    time.sleep(0.6)
+    passes_done(broker, 2)
     assert journal_seqs(broker) == list(range(41, 101)), "never past the committed seq"
 
     consumers.mark_stopped(broker.data_dir, "ingest-held", 40)

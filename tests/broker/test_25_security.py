@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 import uuid
 import weakref
 from collections.abc import Callable, Iterator
@@ -292,7 +291,8 @@ def test_hash_does_not_deliver_dollar_topics(connect_as: Connect) -> None:
     sys_topics = connect_as("alice")
     assert sys_topics.subscribe("$SYS/#", 0) == [0]
     sys_topics.wait_messages(3, timeout=10.0)
-    time.sleep(1.5)  # at least one more $SYS round while `#` is subscribed
+    # A whole $SYS round (20 topics) more while `#` is subscribed: what `#` would have got.
+    sys_topics.wait_messages(len(sys_topics.received()) + 20, timeout=10.0)
     assert all(m.topic.startswith("$SYS/") for m in sys_topics.received())
     assert not [m.topic for m in everything.received() if m.topic.startswith("$")]
     # Nobody may write into $SYS: `all #` does not reach it either.
@@ -300,7 +300,7 @@ def test_hash_does_not_deliver_dollar_topics(connect_as: Connect) -> None:
     late = connect_as("alice")
     assert late.subscribe("$SYS/broker/version", 0) == [0]
     late.wait_messages(1, topic="$SYS/broker/version")
-    time.sleep(1.2)
+    sys_topics.wait_messages(len(sys_topics.received()) + 20, timeout=10.0)  # one more round
     assert b"forged" not in [m.payload for m in late.received() + sys_topics.received()]
 
 
@@ -495,12 +495,18 @@ def test_a_user_without_the_command_permission_changes_nothing(connect_as: Conne
     assert list_subs(alice, QName=mallory.client_id) == []
 
 
+DENIED = "$SYS/broker/publish/messages/denied"
+
+
 def test_a_will_is_checked_like_any_publication(broker: Broker, connect_as: Connect) -> None:
     """docs/security.md: a publication the client may not make is dropped, not delivered, not
     retained. A will is a publication made on the client's behalf."""
     alice = connect_as("alice")
     alice_replies = RESPONSE + alice.client_id
     assert alice.subscribe([("secret/#", 1), (alice_replies, 1)]) == [1, 1]
+    denied = connect_as("alice")
+    assert denied.subscribe(DENIED, 0) == [0]
+    before = int(denied.wait_messages(1, topic=DENIED)[-1].payload)  # the retained value
     for topic, retain in [("secret/will", True), (alice_replies, False)]:
         raw = RawClient(broker.port)
         ack = raw.connect(
@@ -511,9 +517,11 @@ def test_a_will_is_checked_like_any_publication(broker: Broker, connect_as: Conn
         )
         assert ack.return_code == 0
         raw.close()  # no DISCONNECT: the will is due
+    # Both wills were judged (and denied) once $SYS counts them.
+    assert wait_until(
+        lambda: any(int(m.payload) >= before + 2 for m in denied.received(DENIED)), 10.0
+    ), denied.received(DENIED)
     bob = connect_as("bob")
-    sync(alice, bob)
-    time.sleep(0.5)  # wills are published when the broker notices the closed sockets
     sync(alice, bob)
     forged = [m.topic for m in alice.received() if m.payload == b"forged by a will"]
     late = connect_as("alice")

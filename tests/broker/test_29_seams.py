@@ -168,7 +168,13 @@ def test_a_recording_hook_denies_a_publish_and_sees_every_event() -> None:
             assert isinstance(await subscriber.next(), UnsubAck)
             subscriber.send(Disconnect())
             publisher.connection.close()
-            await asyncio.sleep(0.05)
+            # Both ends are seen once the subscriber's connection is closed by the broker and
+            # the publisher's session is gone.
+            assert await subscriber.connection.read() == b""
+            for _ in range(100):
+                if sum(1 for e in hook.events if e[0] == "down") == 2:
+                    break
+                await asyncio.sleep(0.01)
 
     asyncio.run(main())
     notifications = [e for e in hook.events if e[0] != "authorize"]

@@ -129,7 +129,9 @@ def test_every_sys_topic_is_published_and_moves(tmp_path: Path) -> None:
                 publisher.send(Publish("q/x", b"queued", 1, packet_id=packet_id))
                 assert await publisher.next() == PubAck(packet_id)
             publisher.send(Publish("SYSTEM.BROKER.CONTROL.QUEUE", b"not a command", 0))
-            await asyncio.sleep(0.05)
+            publisher.send(Publish("t/sentinel", b"after the command", 1, packet_id=12))
+            assert await publisher.next() == PubAck(12)  # the command ran before it
+            assert isinstance(await subscriber.next(), Publish)
             await broker.committer.drain()
             after = await sys.refresh()
             moved = {
@@ -140,7 +142,7 @@ def test_every_sys_topic_is_published_and_moves(tmp_path: Path) -> None:
                 "publish/messages/denied": 1,
                 "commands/received": 1,
                 "messages/dropped": 2,
-                "journal/last_seq": 9,  # 5 + the retained one + 3 (denied ones and commands: not)
+                "journal/last_seq": 10,  # 5, the retained one, 3 queued, the sentinel
             }
             for topic, delta in moved.items():
                 assert int(after[topic]) - int(before[topic]) == delta, (topic, before, after)
@@ -154,7 +156,7 @@ def test_every_sys_topic_is_published_and_moves(tmp_path: Path) -> None:
                 "journal/rows",
             ):
                 assert int(after[topic]) > int(before[topic]), (topic, before, after)
-            assert int(after["journal/rows"]) == 9
+            assert int(after["journal/rows"]) == 10
 
             trimmed = await broker.apply_journal_retention()
             assert trimmed > 0

@@ -91,7 +91,7 @@ class Housekeeping:
         store = self._store
         data_dir = self._config.store.data_dir
 
-        def trim() -> int:
+        def trim() -> tuple[int, int]:
             next_seq = self._next_seq()
             before = 0  # delete seq < before
             if journal.max_rows:
@@ -102,13 +102,16 @@ class Housekeeping:
             floor = consumers.retention_floor(data_dir)
             if floor is not None:
                 before = min(before, floor + 1)  # floor: the largest seq all have processed
-            return store.trim_journal(before) if before > 1 else 0
+            return (store.trim_journal(before) if before > 1 else 0), before
 
         if self._executor is not None:
-            trimmed = await asyncio.get_running_loop().run_in_executor(self._executor, trim)
+            loop = asyncio.get_running_loop()
+            trimmed, before = await loop.run_in_executor(self._executor, trim)
         else:
-            trimmed = trim()
+            trimmed, before = trim()
         if trimmed:
             self._stats.journal_trimmed += trimmed
             log.info("journal retention: %d rows deleted", trimmed)
+        else:
+            log.debug("journal retention: nothing to delete before seq %d", before)
         return trimmed
