@@ -56,6 +56,21 @@ def test_publish_and_subscribe_in_process_without_any_listener() -> None:
     asyncio.run(main())
 
 
+def test_retained_messages_reach_an_in_process_subscriber_at_qos_0_too() -> None:
+    async def main() -> None:
+        async with telemq.Broker(quiet_config(), store=MemoryStore(), listeners=[]) as broker:
+            broker.publish("kept/0", b"zero", qos=0, retain=True)
+            broker.publish("kept/1", b"one", qos=1, retain=True)
+            subscription = broker.subscribe("kept/+", qos=0)
+            got = [await asyncio.wait_for(subscription.get(), 5) for _ in range(2)]
+            assert got == [
+                Received("kept/0", b"zero", 0, True),
+                Received("kept/1", b"one", 0, True),
+            ]
+
+    asyncio.run(main())
+
+
 def test_an_mqtt_client_and_an_in_process_subscriber_exchange_messages() -> None:
     async def main() -> None:
         async with telemq.Broker(quiet_config(), store=MemoryStore()) as broker:

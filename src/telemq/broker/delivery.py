@@ -125,12 +125,17 @@ class Deliveries:
     def hand_off(self, session: Session, delivery: Delivery) -> None:
         """A delivery held back until a commit (a QoS 2 release) goes out now."""
         if delivery.qos == 0:
-            if session.client is not None:
-                self.send_qos0(session.client, delivery.message, delivery.retain)
-            elif session.target is not None:
-                self.to_target(session, delivery)
+            self.send_qos0_to(session, delivery.message, delivery.retain)
             return
         self.pump(session)
+
+    def send_qos0_to(self, session: Session, message: Message, retain: bool) -> None:
+        """A QoS 0 copy to whatever takes the session's deliveries now (its client or its
+        target); nothing when neither is there, as QoS 0 is never queued."""
+        if session.client is not None:
+            self.send_qos0(session.client, message, retain)
+        elif session.target is not None:
+            self.to_target(session, Delivery(message, 0, retain))
 
     def to_target(self, session: Session, delivery: Delivery) -> bool:
         """Offer one delivery to the session's `DeliveryTarget`; True when it took it. A

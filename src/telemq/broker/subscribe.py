@@ -231,8 +231,7 @@ class SubscriptionManager:
                 qos = 1
             sent += 1
             if qos == 0:
-                if session.client is not None:
-                    deliveries.send_qos0(session.client, message, mark)
+                deliveries.send_qos0_to(session, message, mark)
             else:
                 deliveries.enqueue(session, message, qos, mark, durable)
         if session.queue:
