@@ -7,11 +7,18 @@ replaces the topic's message, one with an empty payload removes it (MQTT 3.1.1 Â
 MQ's DeletePub removes one by name and an MQ expiry removes it when due. Every change goes
 into the committer's pending batch in the same call, so memory and store never differ after
 a commit. `$SYS/` topics are kept in memory only: they are recomputed at every start.
+
+Finding the messages a new subscription matches costs the part of the tree its filter
+covers, not everything stored, as in Mosquitto: besides the topic -> message map of each
+subscription point, a tree of topic levels (`TopicIndex`) is walked along the filter. An
+exact level is one dictionary lookup, `+` visits the children of its level, `#` the branch
+below it; a filter whose first levels match nothing costs a lookup or two however many
+messages are retained. Matches come back in the order the topics were first retained, as
+the map keeps them.
 """
 
 from __future__ import annotations
 
-from ..protocol import topic_matches
 from ..store import RetainedRecord
 from .committer import Committer
 from .session import Message
@@ -19,28 +26,135 @@ from .session import Message
 SYS_PREFIX = "$SYS/"
 
 
+class _Level:
+    """One level of a `TopicIndex`: the deeper levels, and the topic ending here, if any."""
+
+    __slots__ = ("children", "order")
+
+    def __init__(self) -> None:
+        self.children: dict[str, _Level] = {}
+        self.order = 0  # > 0: a topic ends here, retained first as the order-th of its tree
+
+
+class TopicIndex:
+    """The topics of one subscription point as a tree of levels (see module docstring)."""
+
+    __slots__ = ("_next_order", "_root")
+
+    def __init__(self) -> None:
+        self._root = _Level()
+        self._next_order = 1
+
+    def add(self, topic: str) -> None:
+        level = self._root
+        for name in topic.split("/"):
+            child = level.children.get(name)
+            if child is None:
+                child = level.children[name] = _Level()
+            level = child
+        if not level.order:
+            level.order = self._next_order
+            self._next_order += 1
+
+    def remove(self, topic: str) -> None:
+        path: list[tuple[_Level, str]] = []
+        level = self._root
+        for name in topic.split("/"):
+            child = level.children.get(name)
+            if child is None:
+                return
+            path.append((level, name))
+            level = child
+        level.order = 0
+        for parent, name in reversed(path):  # prune the levels nothing ends under any more
+            child = parent.children[name]
+            if child.order or child.children:
+                break
+            del parent.children[name]
+
+    def match(self, topic_filter: str) -> list[str]:
+        """The topics `topic_filter` matches (`protocol.topic_matches`), oldest first."""
+        found: list[tuple[int, str]] = []
+        filter_levels = topic_filter.split("/")
+        last = len(filter_levels)
+        # (level, index of the filter level to match below it, the topic so far)
+        stack: list[tuple[_Level, int, str]] = [(self._root, 0, "")]
+        while stack:
+            level, index, prefix = stack.pop()
+            if index == last:
+                if level.order:
+                    found.append((level.order, prefix))
+                continue
+            wanted = filter_levels[index]
+            if wanted == "#":
+                if level.order and index:  # "a/#" matches "a" itself
+                    found.append((level.order, prefix))
+                self._collect(level, prefix, index == 0, found)
+            elif wanted == "+":
+                for name, child in level.children.items():
+                    if index == 0 and name.startswith("$"):
+                        continue  # wildcards do not match $ topics [MQTT-4.7.2-1]
+                    stack.append((child, index + 1, name if index == 0 else f"{prefix}/{name}"))
+            else:
+                exact = level.children.get(wanted)
+                if exact is not None:
+                    topic = wanted if index == 0 else f"{prefix}/{wanted}"
+                    stack.append((exact, index + 1, topic))
+        found.sort()
+        return [topic for _, topic in found]
+
+    @staticmethod
+    def _collect(level: _Level, prefix: str, at_root: bool, found: list[tuple[int, str]]) -> None:
+        """Every topic below `level` (for `#`)."""
+        stack: list[tuple[_Level, str, bool]] = [(level, prefix, at_root)]
+        while stack:
+            node, path, root = stack.pop()
+            for name, child in node.children.items():
+                if root and name.startswith("$"):
+                    continue
+                topic = name if root else f"{path}/{name}"
+                if child.order:
+                    found.append((child.order, topic))
+                if child.children:
+                    stack.append((child, topic, False))
+
+
 class RetainedMessages:
     """Sub point -> topic -> the retained `Message` (see module docstring)."""
 
-    __slots__ = ("_by_point", "_committer")
+    __slots__ = ("_by_point", "_committer", "_indexes")
 
     def __init__(self, committer: Committer) -> None:
         self._committer = committer
         self._by_point: dict[str, dict[str, Message]] = {}
+        self._indexes: dict[str, TopicIndex] = {}
+
+    def _store(self, message: Message) -> None:
+        retained = self._by_point.get(message.sub_point)
+        if retained is None:
+            retained = self._by_point[message.sub_point] = {}
+            self._indexes[message.sub_point] = TopicIndex()
+        if message.topic not in retained:
+            self._indexes[message.sub_point].add(message.topic)
+        retained[message.topic] = message
+
+    def _drop(self, sub_point: str, topic: str) -> bool:
+        retained = self._by_point.get(sub_point)
+        if retained is None or retained.pop(topic, None) is None:
+            return False
+        self._indexes[sub_point].remove(topic)
+        return True
 
     def keep(self, message: Message) -> None:
         """A publication with RETAIN: it replaces the topic's message, or removes it when
         its payload is empty."""
         pending = self._committer.pending
-        retained = self._by_point.get(message.sub_point)
-        if retained is None:
-            retained = self._by_point[message.sub_point] = {}
         durable = not message.topic.startswith(SYS_PREFIX)
         if not message.payload:
-            if retained.pop(message.topic, None) is not None and durable:
+            if self._drop(message.sub_point, message.topic) and durable:
                 pending.delete_retained(message.sub_point, message.topic)
             return
-        retained[message.topic] = message
+        self._store(message)
         if durable:
             pending.put_retained(
                 RetainedRecord(
@@ -59,11 +173,11 @@ class RetainedMessages:
 
     def restore(self, message: Message) -> None:
         """A retained message loaded from the store (nothing to write)."""
-        self._by_point.setdefault(message.sub_point, {})[message.topic] = message
+        self._store(message)
 
     def delete(self, sub_point: str, topic: str) -> bool:
         """Remove one retained message (MQ DeletePub); False when there was none."""
-        if self._by_point.get(sub_point, {}).pop(topic, None) is None:
+        if not self._drop(sub_point, topic):
             return False
         self._committer.pending.delete_retained(sub_point, topic)
         self._committer.schedule()
@@ -75,7 +189,7 @@ class RetainedMessages:
         if not retained:
             return []
         if "+" in topic_filter or "#" in topic_filter:
-            return [m for t, m in retained.items() if topic_matches(topic_filter, t)]
+            return [retained[t] for t in self._indexes[sub_point].match(topic_filter)]
         exact = retained.get(topic_filter)
         return [exact] if exact is not None else []
 
@@ -90,7 +204,7 @@ class RetainedMessages:
                 if message.expiry_at and message.expiry_at <= now
             ]
             for topic in doomed:
-                del retained[topic]
+                self._drop(sub_point, topic)
                 pending.delete_retained(sub_point, topic)
             count += len(doomed)
         if count:
