@@ -240,3 +240,17 @@ def test_user_repr_hides_hash() -> None:
     user = UserConfig("alice", GOOD)
     assert GOOD not in repr(user)
     assert "alice" in repr(user)
+
+
+def test_a_trailing_nul_never_matches_and_is_never_set() -> None:
+    """PBKDF2-HMAC pads the password with NUL bytes: "pw" and "pw\\0" derive the same key.
+    Only the exact bytes may match, so a password ending in NUL is refused both ways."""
+    encoded = hash_password("pw", iterations=1000)
+    assert verify_password("pw", encoded)
+    assert not verify_password("pw\x00", encoded)
+    assert not verify_password(b"pw\x00\x00", encoded)
+    authorizer = Authorizer([UserConfig("u", encoded)])
+    assert authorizer.authenticate("u", b"pw")
+    assert not authorizer.authenticate("u", b"pw\x00")
+    with pytest.raises(ValueError, match="may not end with a NUL byte"):
+        hash_password("pw\x00", iterations=1000)

@@ -10,13 +10,20 @@ Checked against the plain matcher over random topics and filters (`$` topics, em
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 
+import pytest
+
 from telemq.broker import BrokerConfig
+from telemq.broker.listeners import MemoryListener
 from telemq.broker.retained import TopicIndex
 from telemq.broker.server import Broker
-from telemq.protocol import topic_filter_error, topic_matches
+from telemq.protocol import Publish, Subscribe, topic_filter_error, topic_matches
+from telemq.protocol.packets import PubAck, SubAck
 from telemq.store import MemoryStore
+
+from .test_29_seams import MemoryPeer
 
 LEVELS = ["a", "b", "", "$SYS", "$x", "c"]
 
@@ -81,3 +88,43 @@ def test_a_broker_finds_retained_messages_through_the_index() -> None:
             assert [r.topic for r in got] == [f"r/002/{n:04d}" for n in range(2, 2000, 50)]
 
     asyncio.run(main())
+
+
+def test_retained_messages_beyond_the_queue_are_counted_and_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A QoS 1 subscription that matches more retained messages than its in-flight window
+    and queue hold gets what fits; the rest is dropped, counted in $SYS and logged."""
+    config = BrokerConfig()
+    config.sys.interval = 0
+    config.limits.max_inflight = 3
+    config.limits.max_queued_messages = 5
+    listener = MemoryListener()
+
+    async def main() -> None:
+        async with Broker(config, store=MemoryStore(), listeners=[listener]) as broker:
+            for n in range(20):
+                broker.publish(f"many/{n:02d}", b"%d" % n, qos=1, retain=True)
+            peer, _ = await MemoryPeer.connect(listener, "reader")
+            peer.send(Subscribe(1, [("many/+", 1)]))
+            assert isinstance(await peer.next(), SubAck)
+            first = [await peer.next() for _ in range(3)]  # the in-flight window
+            assert [p.payload for p in first if isinstance(p, Publish)] == [b"0", b"1", b"2"]
+            for packet in first:
+                assert isinstance(packet, Publish)
+                peer.send(PubAck(packet.packet_id))
+            rest: list[bytes] = []
+            for _ in range(5):  # then the queue, as the window frees up
+                packet = await peer.next()
+                assert isinstance(packet, Publish)
+                rest.append(packet.payload)
+                peer.send(PubAck(packet.packet_id))
+            assert rest == [b"%d" % n for n in range(3, 8)]
+            broker.publish("many/live", b"sentinel", qos=1)
+            sentinel = await peer.next()  # nothing of the 12 dropped comes before it
+            assert isinstance(sentinel, Publish) and sentinel.payload == b"sentinel"
+            assert broker.sys_values()["$SYS/broker/messages/dropped"] == "12"
+
+    with caplog.at_level(logging.WARNING, logger="telemq.broker"):
+        asyncio.run(main())
+    assert "queue 'reader': 12 of 20 retained messages matching 'many/+' dropped" in caplog.text

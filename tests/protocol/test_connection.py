@@ -389,6 +389,23 @@ def test_qos_2_duplicate_pipelined_with_connect_is_detected() -> None:
 # Timers
 
 
+def test_partial_bytes_of_a_packet_do_not_reset_keepalive() -> None:
+    """A client trickling a packet one byte at a time is not alive: only complete control
+    packets count [MQTT-3.1.2-24]."""
+    connection, _ = accepted(now=100.0, keepalive=10)
+    publish = encode(Publish("t", b"x" * 20, 0))
+    for offset, byte in enumerate(publish[:-1]):
+        assert connection.receive_data(bytes([byte]), 101.0 + offset) == []
+    assert connection.last_received == 100.0
+    assert connection.next_timer() == 115.0
+    closed = only_closed(connection.handle_timer(115.0))
+    assert closed.code is ReasonCode.KEEP_ALIVE_TIMEOUT
+    connection, _ = accepted(now=100.0, keepalive=10)
+    connection.receive_data(publish[:-1], 101.0)
+    connection.receive_data(publish[-1:], 112.0)  # the packet is complete: that counts
+    assert connection.last_received == 112.0
+
+
 def test_keepalive_deadline_is_one_and_a_half_times_the_keepalive() -> None:
     connection, _ = accepted(now=100.0, keepalive=60)
     assert connection.next_timer() == 190.0
@@ -404,10 +421,12 @@ def test_keepalive_deadline_is_one_and_a_half_times_the_keepalive() -> None:
     assert_dead(connection)
 
 
-def test_any_bytes_reset_the_keepalive() -> None:
+def test_half_a_packet_does_not_reset_the_keepalive() -> None:
     connection, _ = accepted(now=0.0, keepalive=10)
     connection.receive_data(b"\xc0", 14.0)  # half a PINGREQ
-    assert connection.next_timer() == 29.0
+    assert connection.next_timer() == 15.0
+    connection.receive_data(b"\x00", 14.5)  # the rest of it: a control packet
+    assert connection.next_timer() == 29.5
 
 
 def test_keepalive_expiry_handled_late_still_closes() -> None:

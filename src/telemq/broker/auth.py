@@ -162,6 +162,12 @@ def _secret_bytes(password: str | bytes) -> bytes:
     return password.encode("utf-8")
 
 
+def _ambiguous(secret: bytes) -> bool:
+    """PBKDF2-HMAC pads its key with NUL bytes, so "pw" and "pw\0" derive the same hash: a
+    password ending in NUL is never set and never matches, so only the exact bytes match."""
+    return secret.endswith(b"\x00")
+
+
 def _b64encode(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
@@ -212,7 +218,10 @@ def hash_password(
         salt = secrets.token_bytes(SALT_BYTES)
     if len(salt) < MIN_SALT_BYTES:
         raise ValueError(f"salt must be at least {MIN_SALT_BYTES} bytes")
-    derived = hashlib.pbkdf2_hmac("sha256", _secret_bytes(password), salt, iterations)
+    secret = _secret_bytes(password)
+    if _ambiguous(secret):
+        raise ValueError("a password may not end with a NUL byte")
+    derived = hashlib.pbkdf2_hmac("sha256", secret, salt, iterations)
     return f"{HASH_SCHEME}${iterations}${_b64encode(salt)}${_b64encode(derived)}"
 
 
@@ -228,7 +237,7 @@ def verify_password(password: str | bytes, encoded: str) -> bool:
     except (ValueError, TypeError):
         return False
     derived = hashlib.pbkdf2_hmac("sha256", secret, salt, iterations, dklen=len(expected))
-    return hmac.compare_digest(derived, expected)
+    return hmac.compare_digest(derived, expected) and not _ambiguous(secret)
 
 
 def user_name_error(name: object) -> str | None:
@@ -513,7 +522,7 @@ class Authorizer:
         iterations, salt, expected = stored
         secret = _secret_bytes(password)
         derived = hashlib.pbkdf2_hmac("sha256", secret, salt, iterations, dklen=len(expected))
-        return hmac.compare_digest(derived, expected)
+        return hmac.compare_digest(derived, expected) and not _ambiguous(secret)
 
     def _spend(self, password: bytes | None) -> None:
         """Do the work of a real verification and throw it away."""

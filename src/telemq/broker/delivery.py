@@ -71,6 +71,11 @@ class Deliveries:
         self.next_message_id = 1
         self.next_delivery_id = 1
 
+    @property
+    def max_queued(self) -> int:
+        """Deliveries a session's queue holds beyond its in-flight window (0: no limit)."""
+        return self._max_queued
+
     def send_qos0(self, client: Client, message: Message, retain: bool) -> bool:
         """Send a QoS 0 copy; False when it is dropped (the client is not reading)."""
         if not client.writable:

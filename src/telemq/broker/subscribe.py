@@ -211,7 +211,9 @@ class SubscriptionManager:
         # MQTT always marks retained copies; MQ only for InformIfRet (IsRetainedPub).
         mark = subscription.mqtt or "InformIfRet" in subscription.options
         rank = PERSISTENCE_RANK[subscription.persistence]
+        limit = deliveries.max_queued
         sent = 0
+        dropped = 0
         for message in messages:
             if subscription.compiled is not None and not subscription.admits(
                 message.payload,
@@ -232,8 +234,22 @@ class SubscriptionManager:
             sent += 1
             if qos == 0:
                 deliveries.send_qos0_to(session, message, mark)
-            else:
-                deliveries.enqueue(session, message, qos, mark, durable)
+                continue
+            if limit and len(session.queue) >= limit:
+                deliveries.pump(session)  # into the in-flight window first, if there is room
+            if deliveries.enqueue(session, message, qos, mark, durable) is None:
+                dropped += 1
         if session.queue:
             deliveries.pump(session)
+        if dropped:
+            # Counted in $SYS/broker/messages/dropped by `enqueue`; said here as well.
+            log.warning(
+                "queue %r: %d of %d retained messages matching %r dropped: the queue is full "
+                "(limits.max_queued_messages = %d)",
+                session.client_id,
+                dropped,
+                len(messages),
+                subscription.topic,
+                limit,
+            )
         return sent

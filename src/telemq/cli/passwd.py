@@ -94,6 +94,9 @@ def run(args: argparse.Namespace) -> int:
     except UnicodeEncodeError:
         print("telemq passwd: the password is not valid Unicode text", file=sys.stderr)
         return 2
+    except ValueError as error:  # a trailing NUL (see auth._ambiguous)
+        print(f"telemq passwd: {error}", file=sys.stderr)
+        return 2
     if args.iterations < DEFAULT_ITERATIONS:
         print(
             f"telemq passwd: warning: {args.iterations:,} iterations is below the "

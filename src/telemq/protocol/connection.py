@@ -130,7 +130,6 @@ class Connection:
         state = self.state
         if state is ConnectionState.CLOSED:
             return []
-        self.last_received = now
         self.bytes_received += len(data)
         if state is ConnectionState.CONNECTING:
             self._decoder.append(data)
@@ -138,6 +137,10 @@ class Connection:
         packets, error = self._decoder.feed_partial(
             data, stop_after_connect=state is ConnectionState.AWAIT_CONNECT
         )
+        if packets:
+            # Keep-alive counts control packets [MQTT-3.1.2-24], not bytes: a client that
+            # trickles a packet one byte at a time is not alive.
+            self.last_received = now
         events: list[Event] = []
         for packet in packets:
             self._handle(packet, now, events)
