@@ -13,20 +13,18 @@ from telemq.filters import compile_filter
 from telemq.pipeline.journal import (
     JOURNAL_SCHEMA,
     TopicMatcher,
-    journal_bounds,
-    open_reader,
     parse_topics,
     read_range,
     split_range,
 )
 from telemq.protocol import topic_matches
-from telemq.store import SqliteStore, consumers
+from telemq.store import JournalReader, SqliteStore, consumers
 
 from .helpers import Pub, append_journal, journal_rows, telemetry
 
 
 def _read(data: Path, first: int, last: int, **kwargs: object) -> list[tuple[object, ...]]:
-    with open_reader(data) as reader:
+    with JournalReader(data) as reader:
         batches = list(read_range(reader, first, last, **kwargs))  # type: ignore[arg-type]
     assert all(b.schema.equals(JOURNAL_SCHEMA) for b in batches)
     rows: list[tuple[object, ...]] = []
@@ -69,23 +67,23 @@ def test_gaps_in_seq_are_read_as_they_are(tmp_path: Path) -> None:
     raw.close()
     expected = [r for r in journal_rows(records) if r[0] > 10 and r[0] != 30]
     assert _read(tmp_path, 1, 50) == expected
-    with open_reader(tmp_path) as reader:
-        assert journal_bounds(reader) == (11, 50)
+    with JournalReader(tmp_path) as reader:
+        assert reader.bounds() == (11, 50)
 
 
 def test_bounds_of_an_empty_or_trimmed_journal(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "telemq.db", "off")
     store.load()
     store.close()
-    with open_reader(tmp_path) as reader:
-        assert journal_bounds(reader) == (1, 0)
+    with JournalReader(tmp_path) as reader:
+        assert reader.bounds() == (1, 0)
     append_journal(tmp_path, telemetry(20))
     store = SqliteStore(tmp_path / "telemq.db", "off")
     store.load()
     store.trim_journal(21)
     store.close()
-    with open_reader(tmp_path) as reader:
-        assert journal_bounds(reader) == (21, 20)  # the last seq survives the trim
+    with JournalReader(tmp_path) as reader:
+        assert reader.bounds() == (21, 20)  # the last seq survives the trim
 
 
 def test_topic_matcher_and_filter_in_the_reader(tmp_path: Path) -> None:

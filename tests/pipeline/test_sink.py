@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from telemq.client import MqttClient
-from telemq.pipeline.journal import open_reader
 from telemq.pipeline.sink import SinkOptions, TaskResult, _Ledger, publish_rows
 from telemq.pipeline.source import register, stream_journal
+from telemq.store import JournalReader
 
 from .helpers import append_journal, collect, drain, telemetry
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.spark
 
 def broker_journal(data: Path, prefix: str) -> list[tuple[str, bytes, int, bool]]:
     """What the broker journaled under `prefix`, in order (read-only, broker running)."""
-    with open_reader(data) as reader:
+    with JournalReader(data) as reader:
         first, last = reader.bounds()
         rows = reader.rows(first, last)
     return [

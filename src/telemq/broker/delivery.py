@@ -275,7 +275,7 @@ class Deliveries:
             message.store_id = 0
             message.refs = 0
 
-    def drop(self, session: Session, dropped: list[Delivery]) -> None:
+    def drop(self, dropped: list[Delivery]) -> None:
         """Deliveries taken out of a session (not authorized any more): forgotten for good."""
         pending = self._committer.pending
         for delivery in dropped:

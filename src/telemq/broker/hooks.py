@@ -73,9 +73,14 @@ class Hook:
         """A subscription was removed (UNSUBSCRIBE, DeregSub, expiry, end of a session)."""
 
 
-def _overridden(hooks: Sequence[Hook], name: str) -> tuple[Callable[..., Any], ...]:
+def _overriding(hooks: Sequence[Hook], name: str) -> list[Hook]:
+    """The hooks whose class overrides method `name` of `Hook`."""
     base = getattr(Hook, name)
-    return tuple(getattr(h, name) for h in hooks if getattr(type(h), name) is not base)
+    return [h for h in hooks if getattr(type(h), name) is not base]
+
+
+def _overridden(hooks: Sequence[Hook], name: str) -> tuple[Callable[..., Any], ...]:
+    return tuple(getattr(h, name) for h in _overriding(hooks, name))
 
 
 class Hooks:
@@ -86,7 +91,6 @@ class Hooks:
         "authenticate_off_loop",
         "authenticators",
         "authorizers",
-        "hooks",
         "session_down",
         "session_up",
         "subscribed",
@@ -94,11 +98,9 @@ class Hooks:
     )
 
     def __init__(self, hooks: Sequence[Hook] = ()) -> None:
-        self.hooks: tuple[Hook, ...] = tuple(hooks)
-        self.authenticators = _overridden(hooks, "authenticate")
-        self.authenticate_off_loop = any(
-            h.authenticate_off_loop for h in hooks if type(h).authenticate is not Hook.authenticate
-        )
+        authenticating = _overriding(hooks, "authenticate")
+        self.authenticators = tuple(h.authenticate for h in authenticating)
+        self.authenticate_off_loop = any(h.authenticate_off_loop for h in authenticating)
         self.authorizers = _overridden(hooks, "authorize")
         self.accepted = _overridden(hooks, "on_message_accepted")
         self.session_up = _overridden(hooks, "on_session_up")

@@ -307,7 +307,7 @@ class Sessions:
                 del outbound[packet_id]
                 if isinstance(inflight.ref, Delivery):
                     dropped.append(inflight.ref)
-        self.deliveries.drop(session, dropped)
+        self.deliveries.drop(dropped)
         if dropped:
             log.info(
                 "client %r (user %r): %d queued or in-flight messages dropped: not authorized",

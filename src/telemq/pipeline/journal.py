@@ -33,8 +33,6 @@ __all__ = [
     "JOURNAL_SCHEMA",
     "TopicMatcher",
     "data_dir_of",
-    "journal_bounds",
-    "open_reader",
     "parse_topics",
     "read_bounds",
     "read_range",
@@ -88,19 +86,8 @@ def data_dir_of(path: str | os.PathLike[str]) -> Path:
     return p.parent if p.name == DB_FILENAME or p.is_file() else p
 
 
-def open_reader(path: str | os.PathLike[str]) -> JournalReader:
-    """A read-only reader of the store at `path` (`telemq.store.JournalReader`)."""
-    return JournalReader(path)
-
-
-def journal_bounds(reader: JournalReader) -> tuple[int, int]:
-    """``(first, last)``: the first seq still in the journal and the last seq ever written
-    (`JournalReader.bounds`)."""
-    return reader.bounds()
-
-
 def read_bounds(path: str | os.PathLike[str]) -> tuple[int, int]:
-    """`journal_bounds` of the store at `path`, on a reader opened for it; raises
+    """`JournalReader.bounds` of the store at `path`, on a reader opened for it; raises
     `telemq.store.StoreError` when `path` holds no store."""
     with JournalReader(path) as reader:
         return reader.bounds()

@@ -51,14 +51,12 @@ from pyspark.sql.datasource import (
 )
 
 from ..filters import Filter, compile_filter
-from ..store import consumers
+from ..store import JournalReader, consumers
 from .journal import (
     DEFAULT_CHUNK_ROWS,
     JOURNAL_DDL,
     TopicMatcher,
     data_dir_of,
-    journal_bounds,
-    open_reader,
     parse_topics,
     read_bounds,
     read_range,
@@ -179,10 +177,10 @@ class SourceOptions:
         """Read one partition: what `read` does for both readers, on an executor."""
         if not isinstance(partition, SeqRange) or partition.first > partition.last:
             return
-        reader = open_reader(self.path)
+        reader = JournalReader(self.path)
         try:
             if self.fail_on_data_loss:
-                first, _ = journal_bounds(reader)
+                first, _ = reader.bounds()
                 if first > partition.first:
                     raise _data_loss(partition.first, first)
             yield from read_range(
