@@ -43,8 +43,9 @@ log = logging.getLogger("telemq.broker")
 class Hook:
     """Override the events you need; see the module docstring for the rules."""
 
-    # True when `authenticate` is slow (a key derivation): it then runs on a worker thread,
-    # and the client's reads wait for it.
+    # True when `authenticate` is slow (a key derivation): for a CONNECT with a user name,
+    # the whole chain of `authenticate` hooks then runs on a worker thread, and the client's
+    # reads wait for it. Such hooks must be thread-safe.
     authenticate_off_loop = False
 
     def authenticate(
