@@ -13,6 +13,7 @@ from telemq.broker.auth import (
     COMMAND_TOPICS,
     AclRule,
     Action,
+    AuthError,
     Authorizer,
     UserConfig,
     hash_password,
@@ -51,8 +52,37 @@ def cmd(authorizer: Authorizer, topic: str, user: str | None = "alice", cid: str
 
 
 def test_action_values() -> None:
-    assert [a.value for a in Action] == ["publish", "subscribe", "command"]
+    assert [a.value for a in Action] == ["publish", "subscribe", "command", "queue"]
     assert Action("publish") is PUB
+
+
+def test_another_users_queue_needs_an_explicit_grant() -> None:
+    """The `queue` action is never open by default, unlike the topic actions."""
+    open_broker = Authorizer()
+    assert not open_broker.allowed(Action.QUEUE, "q1", user="bob", client_id="b")
+    rules = [
+        AclRule(action="queue", topic="shared/#", user="bob"),
+        AclRule(action="queue", topic="%u-inbox"),
+    ]
+    authorizer = Authorizer(acl=rules)
+    assert authorizer.allowed(Action.QUEUE, "shared/q", user="bob", client_id="b")
+    assert not authorizer.allowed(Action.QUEUE, "shared/q", user="carol", client_id="c")
+    assert authorizer.allowed(Action.QUEUE, "carol-inbox", user="carol", client_id="c")
+    assert not authorizer.allowed(Action.QUEUE, "bob-inbox", user="carol", client_id="c")
+    # A queue grant grants no topic.
+    assert not authorizer.allowed(Action.SUBSCRIBE, "shared/q", user="bob", client_id="b")
+
+
+def test_admin_users() -> None:
+    user = UserConfig.from_mapping(
+        {"name": "root", "password_hash": hash_password("pw", iterations=1000), "admin": True}
+    )
+    authorizer = Authorizer(users=[user, UserConfig("eve", hash_password("pw", iterations=1000))])
+    assert authorizer.is_admin("root")
+    assert not authorizer.is_admin("eve")
+    assert not authorizer.is_admin(None)
+    with pytest.raises(AuthError, match=r"users\[0\]\.admin: expected true or false"):
+        UserConfig.from_mapping({"name": "x", "password_hash": "h", "admin": "yes"})
 
 
 def test_no_rules_allows_everything() -> None:

@@ -43,10 +43,17 @@ CONTROL_QUEUE = "SYSTEM.BROKER.CONTROL.QUEUE"
 DEFAULT_STREAM = "SYSTEM.BROKER.DEFAULT.STREAM"
 RESPONSE = "SYSTEM.BROKER.RESPONSE/"
 NOT_AUTHORIZED = 3081
+NOT_AUTHORIZED_CONNACK = 5
 FAILURE = 0x80
 
 TELEMQ = (sys.executable, "-m", "telemq")
-PASSWORDS = {"alice": "alice-pw-Zq9", "bob": "bob-pw-Xk2", "mallory": "mallory-pw-Wr7"}
+PASSWORDS = {
+    "alice": "alice-pw-Zq9",  # an admin
+    "bob": "bob-pw-Xk2",
+    "carol": "carol-pw-Vn4",
+    "mallory": "mallory-pw-Wr7",
+}
+SHARED_INBOX = "shared-inbox"  # carol's queue, which bob is granted
 
 ACL = [
     ("mallory", "command", "#", False),
@@ -56,6 +63,8 @@ ACL = [
     ("*", "command", DEFAULT_STREAM, True),
     ("*", "subscribe", "SYSTEM.BROKER.RESPONSE/%c", True),
     ("*", "all", "open/#", True),
+    ("bob", "queue", SHARED_INBOX, True),
+    ("bob", "subscribe", "bobonly/#", True),
     ("*", "publish", "devices/%u/#", True),
     ("*", "subscribe", "devices/+/secret", False),
     ("*", "subscribe", "devices/#", True),
@@ -98,9 +107,9 @@ def _config_text(point_port: int) -> str:
         f"port = {point_port}",
         'sub_point = "scores"',
         "",
-        _passwd_entry("alice", PASSWORDS["alice"]),
+        _passwd_entry("alice", PASSWORDS["alice"]) + "admin = true\n",  # ListSubs sees all
     ]
-    for user in ("bob", "mallory"):
+    for user in ("bob", "carol", "mallory"):
         encoded = hash_password(PASSWORDS[user], iterations=1000)
         lines += ["[[users]]", f'name = "{user}"', f'password_hash = "{encoded}"', ""]
     for user, action, topic, allow in ACL:
@@ -250,7 +259,7 @@ def still_serving(connect_as: Connect) -> None:
 
 def test_the_config_and_the_log_never_hold_a_password(broker: Broker, connect_as: Connect) -> None:
     text = broker.config.read_text()
-    assert text.count("pbkdf2_sha256$") == 3
+    assert text.count("pbkdf2_sha256$") == len(PASSWORDS)
     for password in PASSWORDS.values():
         assert password not in text
     connect_as("alice")  # the hash from `telemq passwd` verifies
@@ -291,7 +300,7 @@ def test_hash_does_not_deliver_dollar_topics(connect_as: Connect) -> None:
     sys_topics = connect_as("alice")
     assert sys_topics.subscribe("$SYS/#", 0) == [0]
     sys_topics.wait_messages(3, timeout=10.0)
-    # A whole $SYS round (20 topics) more while `#` is subscribed: what `#` would have got.
+    # A $SYS round (20 of its topics) more while `#` is subscribed: what `#` would have got.
     sys_topics.wait_messages(len(sys_topics.received()) + 20, timeout=10.0)
     assert all(m.topic.startswith("$SYS/") for m in sys_topics.received())
     assert not [m.topic for m in everything.received() if m.topic.startswith("$")]
@@ -382,10 +391,11 @@ def test_another_user_cannot_join_a_shared_identity(connect_as: Connect) -> None
             "RegOpt": ["JoinShared"],
         },
     )
-    assert (pscr["Completion"], reasons(pscr)) == ("warning", [NOT_AUTHORIZED]), pscr
+    # The queue is alice's: bob may not register for it at all (queue grants: docs/security.md).
+    assert (pscr["Completion"], reasons(pscr)) == ("error", [NOT_AUTHORIZED]), pscr
     (subscription,) = list_subs(alice, QName=queue)
     assert subscription["SubIdentity"] == "alice-1 (shared)"
-    # A topic bob may read, on an identity that is alice's (no VariableUserId): 3078.
+    # Not even on a topic bob may read (without the queue, the identity would answer 3078).
     readable = unique("open/shared-")
     pscr = command(
         alice,
@@ -408,7 +418,7 @@ def test_another_user_cannot_join_a_shared_identity(connect_as: Connect) -> None
             "RegOpt": ["JoinShared"],
         },
     )
-    assert (pscr["Completion"], reasons(pscr)) == ("error", [3078]), pscr
+    assert (pscr["Completion"], reasons(pscr)) == ("error", [NOT_AUTHORIZED]), pscr
     members = {s["Topic"]: s["SubIdentity"] for s in list_subs(alice, QName=queue)}
     assert members[readable] == "alice-2 (shared)"
 
@@ -487,6 +497,50 @@ def test_forged_replies_never_reach_another_client(connect_as: Connect) -> None:
     assert len(alice.received(alice_replies)) == 1
 
 
+def test_listsubs_shows_only_the_callers_subscriptions(connect_as: Connect) -> None:
+    """Each user sees the subscriptions it registered and those on its queues; an admin
+    (alice) sees every user's."""
+    bob = connect_as("bob")
+    topic = unique("open/listed-")
+    pscr = command(bob, {"Command": "RegSub", "Topic": [topic], "RegOpt": ["NewPubsOnly"]})
+    assert pscr["Completion"] == "ok", pscr
+    carol = connect_as("carol")
+    assert list_subs(carol, QName=bob.client_id) == []
+    assert topic not in [s["Topic"] for s in list_subs(carol)]
+    assert [s["Topic"] for s in list_subs(bob, QName=bob.client_id)] == [topic]
+    assert [s["Topic"] for s in list_subs(connect_as("alice"), QName=bob.client_id)] == [topic]
+
+
+def test_regsub_for_another_users_queue_needs_a_grant_and_the_owners_permission(
+    connect_as: Connect,
+) -> None:
+    """A CorrelAsId identity of bob's own on carol's queue is refused (3081) unless a `queue`
+    rule grants bob that queue; even then only topics carol may read are registered."""
+    carol = connect_as("carol", unique("carol-q"), clean=False)
+    assert carol.subscribe("open/carol", 1) == [1]
+    bob = connect_as("bob")
+    psc = {"Command": "RegSub", "QName": carol.client_id, "RegOpt": ["CorrelAsId"]}
+    pscr = command(bob, {**psc, "Topic": ["open/from-bob"]})
+    assert (pscr["Completion"], reasons(pscr)) == ("error", [NOT_AUTHORIZED]), pscr
+    assert "another user" in pscr.get("Detail", "")
+    inbox = connect_as("carol", SHARED_INBOX, clean=False)
+    granted = {**psc, "QName": SHARED_INBOX, "Topic": ["open/granted", "bobonly/x"]}
+    pscr = command(bob, granted)
+    assert (pscr["Completion"], reasons(pscr)) == ("warning", [NOT_AUTHORIZED]), pscr
+    assert [r["Topic"] for r in pscr["Response"]] == ["bobonly/x"]
+    alice = connect_as("alice")
+    listed = [(s["Topic"], s["UserId"]) for s in list_subs(alice, QName=SHARED_INBOX)]
+    assert listed == [("open/granted", "bob")]
+    bob.publish("bobonly/x", b"not for carol", qos=1)
+    bob.publish("open/granted", b"for carol", qos=1)
+    bob.publish("open/from-bob", b"nothing registered", qos=1)
+    assert [m.payload for m in inbox.wait_messages(1, topic="open/granted")] == [b"for carol"]
+    sync(inbox, bob)
+    sync(carol, bob)
+    assert inbox.received("bobonly/x") == []
+    assert carol.received("open/from-bob") == []
+
+
 def test_a_user_without_the_command_permission_changes_nothing(connect_as: Connect) -> None:
     mallory = connect_as("mallory")
     pscr = command(mallory, {"Command": "RegSub", "Topic": ["open/m"]})
@@ -531,31 +585,44 @@ def test_a_will_is_checked_like_any_publication(broker: Broker, connect_as: Conn
     assert late.received("secret/will") == [], "a will replaced a retained message"
 
 
-# -- sessions resumed under another user's name -------------------------------------------------
+# -- sessions belong to their users ------------------------------------------------------------
 
 
-def test_resuming_another_users_session_keeps_nothing_it_may_not_read(
-    connect_as: Connect,
+def _connack(broker: Broker, client_id: str, user: str | None, clean: bool = False) -> int:
+    """The CONNACK return code a user gets for this client id (the connection then closes)."""
+    raw = RawClient(broker.port)
+    try:
+        password = None if user is None else PASSWORDS[user].encode()
+        return raw.connect(client_id, clean=clean, username=user, password=password).return_code
+    finally:
+        raw.close()
+
+
+def test_another_users_client_id_is_refused_and_the_session_kept(
+    broker: Broker, connect_as: Connect
 ) -> None:
+    """docs/security.md "Sessions belong to their users": neither resuming (clean 0) nor
+    starting afresh (clean 1) under alice's client id reaches her session."""
     client_id = unique("alice-dev")
     owner = connect_as("alice", client_id, clean=False)
     assert owner.subscribe([("secret/session", 1), ("open/session", 1)]) == [1, 1]
     owner.disconnect()
     publisher = connect_as("alice")
     publisher.publish("secret/session", b"queued while offline", qos=1)
-    publisher.publish("open/session", b"readable", qos=1)
-    thief = connect_as("bob", client_id, clean=False)
-    publisher.publish("secret/session", b"after the takeover", qos=1)
-    sync(thief, publisher)
-    topics = [m.topic for m in thief.received() if not m.topic.startswith("open/sync")]
-    assert topics == ["open/session"], thief.received()
+    for user, clean in [("bob", False), ("bob", True), (None, False), (None, True)]:
+        assert _connack(broker, client_id, user, clean) == NOT_AUTHORIZED_CONNACK, (user, clean)
+    publisher.publish("open/session", b"still queued", qos=1)
+    back = connect_as("alice", client_id, clean=False)
+    got = back.wait_messages(2, topic=None)
+    assert [(m.topic, m.payload) for m in got[:2]] == [
+        ("secret/session", b"queued while offline"),
+        ("open/session", b"still queued"),
+    ]
 
 
-def test_messages_in_flight_are_not_resent_to_another_user(
-    broker: Broker, connect_as: Connect
-) -> None:
-    """A QoS 1 message sent to alice but not acknowledged is re-sent on resumption (DUP=1):
-    not to another user who resumes the session under alice's client id."""
+def test_messages_in_flight_stay_with_their_user(broker: Broker, connect_as: Connect) -> None:
+    """A QoS 1 message sent to alice but not acknowledged is re-sent (DUP=1) to alice when she
+    resumes, never to another user who asks for her client id."""
     client_id = unique("alice-inflight")
     owner = RawClient(broker.port)
     try:
@@ -568,49 +635,48 @@ def test_messages_in_flight_are_not_resent_to_another_user(
         assert owner.collect(1, ack=False)[0].payload == b"unacknowledged"
     finally:
         owner.close()  # no PUBACK: the message stays in flight in the session
-    thief = RawClient(broker.port)
+    assert _connack(broker, client_id, "bob") == NOT_AUTHORIZED_CONNACK
+    back = RawClient(broker.port)
     try:
-        ack = thief.connect(
-            client_id, clean=False, username="bob", password=PASSWORDS["bob"].encode()
+        ack = back.connect(
+            client_id, clean=False, username="alice", password=PASSWORDS["alice"].encode()
         )
         assert (ack.session_present, ack.return_code) == (1, 0)
-        thief.send(b"\xc0\x00")  # PINGREQ: whatever the broker re-sends comes before PINGRESP
-        received = []
-        while (packet := thief.recv_packet(10.0)).type != 13:
-            received.append(packet)
-        assert received == [], f"re-sent to bob: {received}"
+        (again,) = back.collect(1)
+        assert (again.payload, again.dup) == (b"unacknowledged", True)
     finally:
-        thief.close()
+        back.close()
 
 
-def test_taking_over_a_connected_session_of_another_user(connect_as: Connect) -> None:
+def test_another_user_cannot_take_over_a_connected_session(
+    broker: Broker, connect_as: Connect
+) -> None:
     client_id = unique("alice-live")
     owner = connect_as("alice", client_id, clean=False)
     assert owner.subscribe("devices/+/secret", 1) == [1]
-    thief = connect_as("bob", client_id, clean=False)
-    owner.wait_disconnected()
+    assert _connack(broker, client_id, "bob") == NOT_AUTHORIZED_CONNACK
     publisher = connect_as("alice")
     publisher.publish("devices/x/secret", b"mine", qos=1)
-    sync(thief, publisher)
-    assert thief.received("devices/x/secret") == []
+    assert [m.payload for m in owner.wait_messages(1, topic="devices/x/secret")] == [b"mine"]
+    assert owner.disconnects == 0
 
 
-def test_an_mq_queue_resumed_by_another_client_keeps_nothing_it_may_not_read(
-    connect_as: Connect,
+def test_an_mq_queue_belongs_to_the_user_whose_regsub_made_it(
+    broker: Broker, connect_as: Connect
 ) -> None:
-    """A RegSub creates a durable queue (a session nobody has connected as yet); a client that
-    later claims that client id, here anonymous, gets only what it may read."""
+    """A RegSub creates a durable queue (a session nobody has connected as yet) owned by the
+    registering user: another client claiming that client id is refused; alice reads it."""
     alice = connect_as("alice")
     queue = unique("reports")
     pscr = command(alice, {"Command": "RegSub", "Topic": ["secret/reports"], "QName": queue})
     assert pscr["Completion"] == "ok", pscr
     alice.publish("secret/reports", b"queued for the reports queue", qos=1)
+    assert _connack(broker, queue, None) == NOT_AUTHORIZED_CONNACK
+    assert _connack(broker, queue, "bob") == NOT_AUTHORIZED_CONNACK
     assert [s["Topic"] for s in list_subs(alice, QName=queue)] == ["secret/reports"]
-    claimer = connect_as(None, queue, clean=False)
-    publisher = connect_as("bob")
-    sync(claimer, publisher)
-    assert [m.topic for m in claimer.received() if not m.topic.startswith("open/sync")] == []
-    assert list_subs(alice, QName=queue) == []
+    reader = connect_as("alice", queue, clean=False)
+    got = reader.wait_messages(1, topic="secret/reports")
+    assert [m.payload for m in got] == [b"queued for the reports queue"]
 
 
 # -- resource limits ------------------------------------------------------------------------
@@ -662,13 +728,19 @@ def test_an_oversized_packet_closes_only_its_connection(
 
 
 def test_adversarial_topic_depths_are_served(connect_as: Connect) -> None:
-    """Deep filters and topics: correct answers, and the broker keeps up."""
+    """Deep filters and topics up to the level limit (200): correct answers, and the broker
+    keeps up; beyond it, refused (test_34_topic_limits.py)."""
     alice = connect_as("alice")
-    deep = "+/" * 3000 + "#"
+    deep = "+/" * 150 + "#"
     bob = connect_as("bob")
     assert bob.subscribe(deep, 1) == [FAILURE]  # no rule covers it
-    assert alice.subscribe([(deep, 1), ("/".join(["+"] * 5001), 1)]) == [1, 1]
-    topic = "open/" + "/".join(["a"] * 5000)
+    too_deep = "+/" * 3000 + "#"
+    assert alice.subscribe([(deep, 1), ("/".join(["+"] * 200), 1), (too_deep, 1)]) == [
+        1,
+        1,
+        FAILURE,
+    ]
+    topic = "open/" + "/".join(["a"] * 199)
     alice.publish(topic, b"deep", qos=1)
     sync(alice, alice)
     # Both filters match; one copy per session (the higher QoS).

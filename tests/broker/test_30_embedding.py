@@ -106,6 +106,28 @@ def test_an_mqtt_client_and_an_in_process_subscriber_exchange_messages() -> None
     asyncio.run(main())
 
 
+def test_no_mqtt_client_can_take_an_in_process_subscription_by_its_client_id() -> None:
+    """In-process sessions belong to no user a CONNECT can name: presenting their client id
+    is refused (CONNACK 5) and the subscription keeps receiving."""
+
+    async def main() -> None:
+        async with telemq.Broker(quiet_config(), store=MemoryStore()) as broker:
+            seen: list[Received] = []
+            broker.subscribe("inside", seen.append, qos=1)
+            (local_id,) = [c for c in broker.sessions_room.by_id if c.startswith("telemq-local")]
+            for clean in (True, False):
+                reader, writer = await asyncio.open_connection("127.0.0.1", broker.bound_ports[0])
+                writer.write(encode(Connect(local_id, clean_session=clean)))
+                (ack,) = Decoder().feed(await asyncio.wait_for(reader.read(65536), 5))
+                assert isinstance(ack, ConnAck) and ack.return_code == 5
+                assert await asyncio.wait_for(reader.read(65536), 5) == b""
+                writer.close()
+            broker.publish("inside", b"still mine", qos=1)
+            assert seen == [Received("inside", b"still mine", 1, False)]
+
+    asyncio.run(main())
+
+
 def test_a_target_that_cannot_take_a_message_keeps_it_queued_in_order() -> None:
     class Gate:
         """A delivery target that takes messages only while open (a busy link)."""

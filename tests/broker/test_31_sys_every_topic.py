@@ -1,4 +1,4 @@
-"""Every one of the 20 `$SYS/broker/...` topics of the README, each seen to move.
+"""Every one of the 25 `$SYS/broker/...` topics of the README, each seen to move.
 
 In process: a broker on a SQLite store in a temporary directory, MQTT clients over in-memory
 connections, and an in-process subscriber to `$SYS/#` that reads what the broker publishes
@@ -17,9 +17,11 @@ from telemq.broker.auth import Action
 from telemq.broker.embedded import LocalSubscription
 from telemq.broker.listeners import MemoryListener
 from telemq.broker.server import Broker
+from telemq.filters import compile_filter
 from telemq.protocol import Connect, Disconnect, Publish, Subscribe
 from telemq.protocol.packets import PubAck, SubAck
 from telemq.store import SessionRecord, SqliteStore, SubscriptionRecord, WriteBatch
+from telemq.subscriptions import Identity, Subscription
 
 from .test_29_seams import MemoryPeer
 
@@ -38,7 +40,12 @@ README_TOPICS = [
     "bytes/received",
     "bytes/sent",
     "subscriptions/count",
+    "subscriptions/refused",
+    "filters/skipped",
     "retained messages/count",
+    "retained messages/bytes",
+    "retained messages/refused",
+    "topic cache/bytes",
     "store/bytes",
     "store/quarantined",
     "journal/rows",
@@ -94,6 +101,9 @@ def test_every_sys_topic_is_published_and_moves(tmp_path: Path) -> None:
     config.store.sync = "off"
     config.limits.max_connections = 50
     config.limits.max_queued_messages = 1
+    config.limits.max_subscriptions_per_client = 1
+    config.limits.max_retained_messages = 1
+    config.limits.max_filter_time = 1e-9  # spent before any filter is evaluated
     config.journal.max_rows = 2
     listener = MemoryListener()
 
@@ -109,8 +119,8 @@ def test_every_sys_topic_is_published_and_moves(tmp_path: Path) -> None:
 
             before = dict(first)
             subscriber, _ = await MemoryPeer.connect(listener, "sub")
-            subscriber.send(Subscribe(1, [("t/#", 1)]))
-            assert isinstance(await subscriber.next(), SubAck)
+            subscriber.send(Subscribe(1, [("t/#", 1), ("t/one-too-many", 1)]))
+            assert await subscriber.next() == SubAck(1, [1, 0x80])
             offline = await listener.connect()
             offline_peer = MemoryPeer(offline)
             offline_peer.send(Connect("offline", clean_session=False))
@@ -118,12 +128,22 @@ def test_every_sys_topic_is_published_and_moves(tmp_path: Path) -> None:
             offline_peer.send(Subscribe(1, [("q/#", 1)]))
             assert isinstance(await offline_peer.next(), SubAck)
             offline_peer.send(Disconnect())
+            broker.registry.add(  # a filtered subscription, never reached in time
+                Subscription(
+                    id=broker.registry.new_id(),
+                    identity=Identity(broker.config.name, "sub"),
+                    topic="t/x",
+                    filter_text="n = 1",
+                    compiled=compile_filter("n = 1"),
+                )
+            )
             publisher, _ = await MemoryPeer.connect(listener, "pub")
             for n in range(5):
                 publisher.send(Publish("t/x", b"%d" % n, 1, packet_id=n + 1))
                 assert await publisher.next() == PubAck(n + 1)
                 assert isinstance(await subscriber.next(), Publish)
             publisher.send(Publish("t/kept", b"retained", 0, retain=True))
+            publisher.send(Publish("t/not-kept", b"one too many", 0, retain=True))
             publisher.send(Publish("denied/x", b"no", 0))
             for packet_id in (9, 10, 11):  # a queue of one, offline: two are dropped
                 publisher.send(Publish("q/x", b"queued", 1, packet_id=packet_id))
@@ -137,12 +157,16 @@ def test_every_sys_topic_is_published_and_moves(tmp_path: Path) -> None:
             moved = {
                 "clients/connected": 2,  # sub and pub; the offline one left
                 "clients/total": 3,
-                "subscriptions/count": 2,
+                "subscriptions/count": 3,
+                "subscriptions/refused": 1,
+                "filters/skipped": 5,
                 "retained messages/count": 1,
+                "retained messages/bytes": len(b"t/keptretained"),
+                "retained messages/refused": 1,
                 "publish/messages/denied": 1,
                 "commands/received": 1,
                 "messages/dropped": 2,
-                "journal/last_seq": 10,  # 5, the retained one, 3 queued, the sentinel
+                "journal/last_seq": 11,  # 5, the 2 retained ones, 3 queued, the sentinel
             }
             for topic, delta in moved.items():
                 assert int(after[topic]) - int(before[topic]) == delta, (topic, before, after)
@@ -154,9 +178,10 @@ def test_every_sys_topic_is_published_and_moves(tmp_path: Path) -> None:
                 "bytes/sent",
                 "store/bytes",
                 "journal/rows",
+                "topic cache/bytes",
             ):
                 assert int(after[topic]) > int(before[topic]), (topic, before, after)
-            assert int(after["journal/rows"]) == 10
+            assert int(after["journal/rows"]) == 11
 
             trimmed = await broker.apply_journal_retention()
             assert trimmed > 0

@@ -1,5 +1,6 @@
-"""Every configuration key, given a value of the wrong type, stops `telemq serve` with exit
-status 2 and a one-line error naming the key (README, "Configuration file").
+"""Every configuration key, given a value of the wrong type (and some values out of range),
+stops `telemq serve` with exit status 2 and a one-line error naming the key (README,
+"Configuration file").
 
 The keys are read from the configuration's own dataclasses, so a key added later is covered
 without editing this test. In process: `telemq.cli.main`, which returns the exit status.
@@ -33,6 +34,17 @@ TOP_LEVEL = {"name": "5", "sub_points": '"not a list"', "allow_anonymous": '"yes
 TOP_LEVEL |= {"users": '"nobody"', "acl": "3", "listeners": '"everywhere"'}
 
 
+# Values of the right type that a check refuses.
+OUT_OF_RANGE = [
+    ("[limits]\nmax_topic_levels = 0\n", "limits.max_topic_levels"),
+    ("[limits]\nmax_topic_length = 70000\n", "limits.max_topic_length"),
+    ("[limits]\nmax_queued_bytes = -1\n", "limits.max_queued_bytes"),
+    ("[limits]\nmax_subscriptions_per_client = -5\n", "limits.max_subscriptions_per_client"),
+    ('[[users]]\nname = "a"\npassword_hash = "x"\nadmin = "yes"\n', "users[0].admin"),
+    ('[[acl]]\naction = "queues"\ntopic = "#"\n', "acl[0]"),
+]
+
+
 def wrong_value(default: object) -> str:
     """A TOML value of another type than `default`'s."""
     if isinstance(default, bool):
@@ -62,7 +74,7 @@ def cases() -> list[tuple[str, str]]:
     for field in dataclasses.fields(ListenerConfig):
         value = wrong_value(getattr(listener, field.name))
         found.append((f"[[listeners]]\n{field.name} = {value}\n", f"listeners[0].{field.name}"))
-    return found
+    return found + OUT_OF_RANGE
 
 
 @pytest.mark.parametrize(("text", "key"), cases(), ids=[key for _, key in cases()])

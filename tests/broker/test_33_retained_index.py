@@ -19,8 +19,8 @@ from telemq.broker import BrokerConfig
 from telemq.broker.listeners import MemoryListener
 from telemq.broker.retained import TopicIndex
 from telemq.broker.server import Broker
-from telemq.protocol import Publish, Subscribe, topic_filter_error, topic_matches
-from telemq.protocol.packets import PubAck, SubAck
+from telemq.protocol import Connect, Publish, Subscribe, topic_filter_error, topic_matches
+from telemq.protocol.packets import ConnAck, PingReq, PingResp, PubAck, SubAck
 from telemq.store import MemoryStore
 
 from .test_29_seams import MemoryPeer
@@ -128,3 +128,41 @@ def test_retained_messages_beyond_the_queue_are_counted_and_logged(
     with caplog.at_level(logging.WARNING, logger="telemq.broker"):
         asyncio.run(main())
     assert "queue 'reader': 12 of 20 retained messages matching 'many/+' dropped" in caplog.text
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_a_large_retained_set_goes_in_slices_and_live_messages_wait_behind_it(
+    persistent: bool,
+) -> None:
+    """The issue's second half: a SUBSCRIBE matching 20,000 retained messages is sent a slice
+    at a time (`RETAINED_SLICE`), so another client is answered before it ends; a live
+    publication made meanwhile reaches the subscriber after the whole retained set."""
+    config = BrokerConfig()
+    config.sys.interval = 0
+    config.limits.max_queued_messages = 0  # every retained copy is kept (QoS 1 below)
+    listener = MemoryListener()
+    count = 20_000
+
+    async def main() -> None:
+        async with Broker(config, store=MemoryStore(), listeners=[listener]) as broker:
+            for n in range(count):
+                broker.publish(f"r/{n:05d}", b"%d" % n, qos=1, retain=True)
+            subscriber = MemoryPeer(await listener.connect())
+            subscriber.send(Connect("sub", clean_session=not persistent))
+            assert isinstance(await subscriber.next(), ConnAck)
+            sentinel, _ = await MemoryPeer.connect(listener, "sentinel")
+            publisher, _ = await MemoryPeer.connect(listener, "pub")
+            subscriber.send(Subscribe(1, [("r/#", 0)]))
+            publisher.send(Publish("r/live", b"live", 0))
+            sentinel.send(PingReq())
+            assert isinstance(await sentinel.next(), PingResp)
+            assert broker.sessions["sub"].holding == 1, "sent in one go, not in slices"
+            payloads: list[bytes] = []
+            while len(payloads) < count + 1:
+                packet = await subscriber.next()
+                if isinstance(packet, Publish):
+                    payloads.append(packet.payload)
+            assert payloads == [b"%d" % n for n in range(count)] + [b"live"]
+            assert broker.sessions["sub"].holding == 0 and not broker.sessions["sub"].held
+
+    asyncio.run(main())

@@ -22,6 +22,7 @@ from telemq.commands import (
     execute,
     parse_command,
 )
+from telemq.protocol import TopicLimits
 from telemq.subscriptions import Registry, Subscription
 
 ME = Requester("app1", "alice", "", 1)
@@ -32,11 +33,17 @@ class FakeHost:
     """`commands.Host`, recording every call."""
 
     qmgr_name: str = "QM.FAKE"
+    topic_limits: TopicLimits = field(default_factory=lambda: TopicLimits(8, 64))
+    max_filter_size: int = 16
+    max_filter_size_per_user: int = 40
     retained: dict[tuple[str, str], bytes] = field(default_factory=dict)
-    queues: set[str] = field(default_factory=set)
+    queues: dict[str, str] = field(default_factory=dict)  # queue -> owner
     calls: list[tuple[Any, ...]] = field(default_factory=list)
     denied_topics: set[str] = field(default_factory=set)
+    denied_to: dict[str, set[str]] = field(default_factory=dict)  # user -> filters
     sub_points: set[str] = field(default_factory=lambda: {""})
+    admins: set[str] = field(default_factory=set)
+    queue_grants: set[tuple[str, str]] = field(default_factory=set)  # (user, queue)
 
     def now(self) -> float:
         return 1_000_000.0
@@ -45,14 +52,27 @@ class FakeHost:
         return name in self.sub_points
 
     def may_subscribe(self, requester: Requester, topic_filter: str) -> bool:
-        return topic_filter not in self.denied_topics
+        denied = self.denied_to.get(requester.user_id, set())
+        return topic_filter not in self.denied_topics and topic_filter not in denied
 
     def may_publish(self, requester: Requester, topic: str) -> bool:
         return topic not in self.denied_topics
 
-    def ensure_queue(self, queue: str) -> None:
-        self.queues.add(queue)
+    def ensure_queue(self, queue: str, owner: str) -> None:
+        self.queues.setdefault(queue, owner)
         self.calls.append(("ensure_queue", queue))
+
+    def queue_owner(self, queue: str) -> str | None:
+        return self.queues.get(queue)
+
+    def may_use_queue(self, requester: Requester, queue: str) -> bool:
+        return requester.user_id in self.admins or (requester.user_id, queue) in self.queue_grants
+
+    def is_admin(self, requester: Requester) -> bool:
+        return requester.user_id in self.admins
+
+    def reserve_subscriptions(self, queue: str, count: int) -> str | None:
+        return None  # the quota is the broker's (tests/broker/test_35_quotas.py)
 
     def subscription_changed(self, subscription: Subscription) -> None:
         self.calls.append(("changed", subscription.queue, subscription.topic))
@@ -199,3 +219,128 @@ def test_an_unauthorized_filter_changes_nothing(denied: str) -> None:
     assert (reply.completion, codes(reply)) == ("warning", [3081])  # per topic (mq-reference)
     assert len(registry) == 0
     assert ("changed", "q", denied) not in host.calls
+
+
+BOB = Requester("bob-app", "bob", "", 1)
+
+
+def run_as(
+    host: FakeHost, registry: Registry, requester: Requester, psc: dict[str, Any], correl: str = ""
+) -> Reply:
+    message: dict[str, Any] = {"psc": psc}
+    if correl:
+        message["mqmd"] = {"CorrelId": correl}
+    command = parse_command(json.dumps(message).encode())
+    return execute(command, CONTROL_QUEUE, requester, registry, host)
+
+
+def test_regsub_for_another_users_queue_is_3081_and_changes_nothing() -> None:
+    host, registry = FakeHost(), Registry()
+    assert run(host, registry, {"Command": "RegSub", "Topic": ["a"], "QName": "q"}).completion == (
+        "ok"
+    )
+    host.calls.clear()
+    # A CorrelId of its own makes a new identity on the queue: the queue is still alice's.
+    psc = {"Command": "RegSub", "Topic": ["b"], "QName": "q", "RegOpt": ["CorrelAsId"]}
+    reply = run_as(host, registry, BOB, psc, correl="0B")
+    assert (reply.completion, codes(reply)) == ("error", [3081]), reply
+    assert "another user" in reply.message
+    assert host.calls == []
+    assert [s.topic for s in registry.of_queue("q")] == ["a"]
+
+
+def test_a_queue_grant_registers_only_what_the_queue_owner_may_read() -> None:
+    host, registry = FakeHost(denied_to={"alice": {"secret/#"}}), Registry()
+    host.queues["q"] = "alice"
+    host.queue_grants.add(("bob", "q"))
+    psc = {"Command": "RegSub", "Topic": ["news", "secret/#"], "QName": "q"}
+    reply = run_as(host, registry, BOB, psc)
+    assert (reply.completion, codes(reply)) == ("warning", [3081]), reply
+    assert [(s.topic, s.owner) for s in registry.of_queue("q")] == [("news", "bob")]
+    assert host.queues["q"] == "alice"
+
+
+def test_an_admin_registers_for_any_queue() -> None:
+    host, registry = FakeHost(admins={"bob"}), Registry()
+    host.queues["q"] = "alice"
+    reply = run_as(host, registry, BOB, {"Command": "RegSub", "Topic": ["n"], "QName": "q"})
+    assert reply.completion == "ok", reply
+
+
+def test_put_to_another_users_queue_needs_a_grant() -> None:
+    host, registry = FakeHost(), Registry()
+    host.queues["q"] = "alice"
+    psc = {"Command": "Put", "Topic": ["t"], "QName": "q"}
+    reply = run_as(host, registry, BOB, psc)
+    assert (reply.completion, codes(reply)) == ("error", [3081]), reply
+    host.queue_grants.add(("bob", "q"))
+    assert run_as(host, registry, BOB, psc).completion == "ok"
+    host.denied_to["alice"] = {"t"}
+    assert codes(run_as(host, registry, BOB, psc)) == [3081]
+
+
+def test_listsubs_shows_the_callers_subscriptions_and_queues_or_all_to_an_admin() -> None:
+    host, registry = FakeHost(admins={"root"}), Registry()
+    run(host, registry, {"Command": "RegSub", "Topic": ["alice/1"], "QName": "qa"})
+    run_as(host, registry, BOB, {"Command": "RegSub", "Topic": ["bob/1"], "QName": "qb"})
+    host.queue_grants.add(("bob", "qa"))
+    psc = {"Command": "RegSub", "Topic": ["bob/2"], "QName": "qa", "RegOpt": ["CorrelAsId"]}
+    assert run_as(host, registry, BOB, psc, correl="0B").completion == "ok"
+
+    def listed(requester: Requester) -> list[str]:
+        reply = run_as(host, registry, requester, {"Command": "ListSubs"})
+        assert reply.completion == "ok", reply
+        return sorted(s["Topic"][0] for s in reply.subscriptions)
+
+    assert listed(ME) == ["alice/1", "bob/2"]  # alice's own, and bob's on her queue
+    assert listed(BOB) == ["bob/1", "bob/2"]
+    assert listed(Requester("eve-app", "eve", "")) == []
+    assert listed(Requester("root-app", "root", "")) == ["alice/1", "bob/1", "bob/2"]
+
+
+@pytest.mark.parametrize(
+    "psc",
+    [
+        {"Command": "RegSub", "Topic": ["a/b/c/d/e/f/g/h/i"]},
+        {"Command": "RegSub", "Topic": ["x" * 65]},
+        {"Command": "DeregSub", "Topic": ["a/+/c/d/e/f/g/h/#"]},
+        {"Command": "ReqUpdate", "Topic": ["a/b/c/d/e/f/g/h/i"]},
+        {"Command": "Publish", "Topic": ["a/b/c/d/e/f/g/h/i"]},
+        {"Command": "DeletePub", "Topic": ["y" * 65]},
+        {"Command": "Put", "Topic": ["a/b/c/d/e/f/g/h/i"]},
+    ],
+)
+def test_a_topic_beyond_the_limits_is_3072_and_changes_nothing(psc: dict[str, Any]) -> None:
+    host, registry = FakeHost(), Registry()
+    reply = run(host, registry, psc)
+    assert (reply.completion, codes(reply)) == ("error", [3072]), reply
+    assert "levels (limit 8)" in reply.message or "bytes long (limit 64)" in reply.message
+    assert host.calls == [] and len(registry) == 0
+
+
+def test_a_filter_beyond_its_node_budget_is_3150_naming_the_limit() -> None:
+    host, registry = FakeHost(), Registry()
+    small = " OR ".join(f"n = {i}" for i in range(5))  # an OR of 5 comparisons: size 16
+    reply = run(host, registry, {"Command": "RegSub", "Topic": ["a"], "Filter": small})
+    assert reply.completion == "ok", reply
+    bigger = " OR ".join(f"n = {i}" for i in range(6))  # size 19
+    reply = run(host, registry, {"Command": "RegSub", "Topic": ["b"], "Filter": bigger})
+    assert (reply.completion, codes(reply)) == ("error", [3150]), reply
+    assert "size is 19, more than the limit of 16 (limits.max_filter_size)" in reply.message
+    # Addressing it is never refused for its size (DeregSub of a filter from before a limit).
+    reply = run(host, registry, {"Command": "DeregSub", "Topic": ["b"], "Filter": bigger})
+    assert codes(reply) == [3073]  # not registered, rather than 3150
+
+
+def test_a_users_filters_share_one_budget() -> None:
+    host, registry = FakeHost(), Registry()
+    ten = " OR ".join(f"n = {i}" for i in range(3))  # size 10
+    for n in range(4):
+        psc = {"Command": "RegSub", "Topic": [f"t/{n}"], "Filter": ten}
+        assert run(host, registry, psc).completion == "ok"
+    reply = run(host, registry, {"Command": "RegSub", "Topic": ["t/4"], "Filter": ten})
+    assert (reply.completion, codes(reply)) == ("error", [3150]), reply
+    assert "max_filter_size_per_user" in reply.message
+    # Another user has a budget of its own.
+    reply = run_as(host, registry, BOB, {"Command": "RegSub", "Topic": ["t/4"], "Filter": ten})
+    assert reply.completion == "ok", reply

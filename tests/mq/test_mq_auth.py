@@ -29,6 +29,9 @@ ACL = [
     # mallory may not put commands; everyone else may.
     ("mallory", "command", "#", False),
     ("*", "command", "#", True),
+    # The identity tests share queues between users: each may use the others' queues
+    # (queues without this grant: tests/security/test_users_apart.py).
+    ("*", "queue", "#", True),
     ("*", "subscribe", "SYSTEM.BROKER.RESPONSE/%c", True),
     ("*", "all", "sentinel/#", True),
     ("*", "all", "open/#", True),
@@ -282,8 +285,9 @@ def test_variable_user_id_lets_other_users_address_the_subscription(
     assert_ok(reply)
     # ... ask for an update ...
     assert_ok(bob.command({"Command": "ReqUpdate", **target}, form=form))
+    # The queue stays alice's (her RegSub made it): she reads what bob's update sent.
     receiver = clients(
-        broker.port, queue, clean=False, username="bob", password="bob-pw", connect=False
+        broker.port, queue, clean=False, username="alice", password="alice-pw", connect=False
     )
     receiver.connect(replies=False)
     got = receiver.wait_deliveries(1, topic)

@@ -3,7 +3,8 @@
 Put goes to SYSTEM.BROKER.CONTROL.QUEUE in the XML or JSON form; the message reaches the
 queue's session (online at once, offline when it reconnects), is not routed to subscribers of
 its topic, not retained; unknown queue 3076, a full queue or QoS 0 for an offline queue 3094,
-no publish permission (or another's queue without subscribe permission) 3081.
+no publish permission (or another's queue without subscribe permission, or another user's
+queue without a `queue` grant) 3081.
 """
 
 from __future__ import annotations
@@ -170,9 +171,10 @@ def test_an_over_long_put_is_3097_and_the_connection_stays(
 
 # -- authorization and a full queue: a broker with users, rules and a small queue limit -------
 
-PASSWORDS = {"alice": "alice-pw", "bob": "bob-pw"}
+PASSWORDS = {"alice": "alice-pw", "bob": "bob-pw", "carol": "carol-pw"}
 ACL = [
     ("*", "command", "#", True),
+    ("alice", "queue", "#", True),  # alice may use other users' queues; carol may not
     ("*", "subscribe", "SYSTEM.BROKER.RESPONSE/%c", True),
     ("*", "all", "sentinel/#", True),
     ("*", "publish", "open/#", True),
@@ -202,7 +204,7 @@ def _as(clients: ClientFactory, broker: BrokerProcess, user: str, **kwargs: obje
     return clients(broker.port, username=user, password=PASSWORDS[user], **kwargs)
 
 
-def test_put_needs_publish_and_subscribe_or_ownership(
+def test_put_needs_publish_and_subscribe_or_ownership_and_the_queue(
     secured: BrokerProcess, clients: ClientFactory, form: str
 ) -> None:
     bob_queue = unique("bobq")
@@ -222,9 +224,13 @@ def test_put_needs_publish_and_subscribe_or_ownership(
     assert response.get("QName") == bob_queue
     assert_ok(alice.command(_put(alice.client_id, topic), form=form, body=b"mine"))
     assert [m.payload for m in alice.wait_deliveries(1, topic)] == [b"mine"]
-    # May publish and subscribe: to anyone's queue.
+    # May publish and subscribe, and use other users' queues: to anyone's queue.
     topic = unique("open/")
     assert_ok(alice.command(_put(bob_queue, topic), form=form, body=b"for bob"))
+    # Without the queue grant, another user's queue is out of reach whatever the topic.
+    carol = _as(clients, secured, "carol")
+    reply = carol.command(_put(bob_queue, topic), form=form, body=b"from carol")
+    assert assert_error(reply, 3081).get("QName") == bob_queue
     assert [m.payload for m in bob.wait_deliveries(1, topic)] == [b"for bob"]
     bob.sync()
     assert bob.deliveries("pubonly/") == [] and bob.deliveries("closed/") == []

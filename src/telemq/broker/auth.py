@@ -19,6 +19,9 @@ server, the command handlers and the tests all ask the same questions of one obj
   chosen by clients are not a way around the rules.
 - The MQ command topics need the `command` permission: a publish check on them is a command
   check, so `publish` rules (even `#`) never grant commands.
+- A queue (an MQTT session) belongs to the user who created it. Using another user's queue
+  is the `queue` action, checked against the queue name; unlike the topic actions it is
+  never allowed by default, even on a broker without rules.
 
 The policy is immutable after construction and safe to call from several threads; key
 derivation releases the GIL, so the server should run `authenticate` off the event loop.
@@ -80,12 +83,16 @@ class Action(enum.StrEnum):
     PUBLISH = "publish"
     SUBSCRIBE = "subscribe"
     COMMAND = "command"
+    # Register subscriptions for (or put messages on) a queue another user owns; the
+    # "topic" of the check is the queue name. Granted only by an explicit allow rule.
+    QUEUE = "queue"
 
 
 RULE_ACTIONS: Final[Mapping[str, frozenset[Action]]] = {
     "publish": frozenset({Action.PUBLISH}),
     "subscribe": frozenset({Action.SUBSCRIBE}),
     "command": frozenset({Action.COMMAND}),
+    "queue": frozenset({Action.QUEUE}),
     "all": frozenset(Action),
 }
 
@@ -110,26 +117,33 @@ def _require_keys(
 
 @dataclass(slots=True)
 class UserConfig:
-    """One `[[users]]` entry. The hash is kept out of `repr` so it never lands in logs."""
+    """One `[[users]]` entry. The hash is kept out of `repr` so it never lands in logs.
+
+    `admin`: the user sees every user's subscriptions (ListSubs) and may register
+    subscriptions for any queue; it gains no topic permissions."""
 
     name: str
     password_hash: str = field(repr=False)
+    admin: bool = False
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], where: str = "users[0]") -> UserConfig:
         """Build from a TOML table; unknown or missing keys raise `AuthError` naming them."""
-        _require_keys(data, where, ("name", "password_hash"), ())
+        _require_keys(data, where, ("name", "password_hash"), ("admin",))
         for key in ("name", "password_hash"):
             if not isinstance(data[key], str):
                 raise AuthError(f"{where}.{key}: expected a string, got {data[key]!r}")
-        return cls(name=data["name"], password_hash=data["password_hash"])
+        admin = data.get("admin", False)
+        if not isinstance(admin, bool):
+            raise AuthError(f"{where}.admin: expected true or false, got {admin!r}")
+        return cls(name=data["name"], password_hash=data["password_hash"], admin=admin)
 
 
 @dataclass(slots=True)
 class AclRule:
     """One `[[acl]]` entry: `allow` (or deny) `action` on topics matching `topic` for `user`."""
 
-    action: str  # "publish" | "subscribe" | "command" | "all"
+    action: str  # "publish" | "subscribe" | "command" | "queue" | "all"
     topic: str  # an MQTT topic filter; may contain %u (user name) and %c (client id)
     allow: bool = True
     user: str = ANY_USER  # "*", "anonymous" or a user name
@@ -386,6 +400,7 @@ class Authorizer:
         no [[users]] entry; they are authenticated by the certificate."""
         warnings: list[str] = []
         hashes: dict[str, tuple[int, bytes, bytes]] = {}
+        admins: set[str] = set()
         for index, user in enumerate(users):
             where = f"users[{index}]"
             if not isinstance(user, UserConfig):
@@ -413,6 +428,8 @@ class Authorizer:
                     "never match it and %u deny rules deny it everything"
                 )
             hashes[user.name] = decoded
+            if user.admin is True:
+                admins.add(user.name)
 
         if allow_anonymous is None:
             allow_anonymous = not hashes
@@ -428,6 +445,7 @@ class Authorizer:
             rules.append(self._check_rule(index, rule, hashes, warnings, certificate_names))
 
         self._hashes: Final = hashes
+        self._admins: Final = frozenset(admins)
         self._rules: Final = tuple(rules)
         self._allow_anonymous: Final = allow_anonymous
         # Cost of one verification, spent on unknown user names too (no timing oracle).
@@ -452,7 +470,7 @@ class Authorizer:
         actions = RULE_ACTIONS.get(rule.action) if isinstance(rule.action, str) else None
         if actions is None:
             raise AuthError(
-                f"{where}: action {rule.action!r} is not publish, subscribe, command or all"
+                f"{where}: action {rule.action!r} is not publish, subscribe, command, queue or all"
             )
         if not isinstance(rule.topic, str):
             raise AuthError(f"{where}: topic must be a string, got {rule.topic!r}")
@@ -494,6 +512,10 @@ class Authorizer:
     @property
     def has_users(self) -> bool:
         return bool(self._hashes)
+
+    def is_admin(self, user: str | None) -> bool:
+        """A configured user with `admin = true` (see `UserConfig`)."""
+        return user is not None and user in self._admins
 
     @property
     def open(self) -> bool:
@@ -564,7 +586,8 @@ class Authorizer:
         if action is Action.PUBLISH and topic in COMMAND_TOPICS:
             action = Action.COMMAND
         if not self._rules:
-            return True, None
+            # An open broker allows every topic, but another user's queue needs a grant.
+            return action is not Action.QUEUE, None
         for rule in self._rules:
             if action not in rule.actions or not _user_matches(rule.user, user):
                 continue

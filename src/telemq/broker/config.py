@@ -66,6 +66,17 @@ class LimitsConfig:
     max_connections: int = 0  # 0 = unlimited
     connect_timeout: float = 10.0
     retry_interval: float = 20.0  # MQTT 3.1 peers: re-send unacknowledged after this
+    max_topic_levels: int = 200  # levels of a topic name or filter (Mosquitto's limit)
+    max_topic_length: int = 65535  # UTF-8 bytes of a topic name or filter (MQTT's limit)
+    # Quotas (0 = unlimited): what one client can make the broker keep (docs/security.md).
+    max_subscriptions_per_client: int = 10_000  # per session (an MQ queue is one)
+    max_retained_messages: int = 1_000_000
+    max_retained_bytes: int = 1024 * 1024 * 1024  # topic + payload, all retained messages
+    max_queued_bytes: int = 256 * 1024 * 1024  # topic + payload queued per session
+    max_topic_cache_bytes: int = 16 * 1024 * 1024  # topic names each routing cache keeps
+    max_filter_size: int = 256  # of one content filter: its nodes and IN values (`a = 1`: 3)
+    max_filter_size_per_user: int = 16_384  # of all the filters one user's subscriptions hold
+    max_filter_time: float = 0.005  # seconds one publication may spend on content filters
 
 
 @dataclass(slots=True)
@@ -119,9 +130,25 @@ class BrokerConfig:
         limits = self.limits
         if limits.max_packet_size < 16:
             raise ConfigError("limits.max_packet_size: must be at least 16 bytes")
-        for name in ("max_inflight", "max_queued_messages", "max_connections"):
+        for name in (
+            "max_inflight",
+            "max_queued_messages",
+            "max_connections",
+            "max_subscriptions_per_client",
+            "max_retained_messages",
+            "max_retained_bytes",
+            "max_queued_bytes",
+            "max_topic_cache_bytes",
+            "max_filter_size",
+            "max_filter_size_per_user",
+            "max_filter_time",
+        ):
             if getattr(limits, name) < 0:
                 raise ConfigError(f"limits.{name}: must not be negative")
+        if not 1 <= limits.max_topic_levels <= 65535:
+            raise ConfigError("limits.max_topic_levels: must be between 1 and 65535")
+        if not 1 <= limits.max_topic_length <= 65535:
+            raise ConfigError("limits.max_topic_length: must be between 1 and 65535 bytes")
         if limits.connect_timeout <= 0:
             raise ConfigError("limits.connect_timeout: must be positive")
         journal = self.journal

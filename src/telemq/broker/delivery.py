@@ -52,6 +52,7 @@ class Deliveries:
         "_committer",
         "_loop",
         "_max_queued",
+        "_max_queued_bytes",
         "_stats",
         "next_delivery_id",
         "next_message_id",
@@ -63,11 +64,13 @@ class Deliveries:
         loop: asyncio.AbstractEventLoop,
         stats: BrokerStats,
         max_queued: int,
+        max_queued_bytes: int = 0,
     ) -> None:
         self._committer = committer
         self._loop = loop
         self._stats = stats
         self._max_queued = max_queued  # per session; 0 = unlimited
+        self._max_queued_bytes = max_queued_bytes  # topic + payload per session; 0 = unlimited
         self.next_message_id = 1
         self.next_delivery_id = 1
 
@@ -90,12 +93,23 @@ class Deliveries:
         return True
 
     def enqueue(
-        self, session: Session, message: Message, qos: int, retain: bool, durable: bool
+        self,
+        session: Session,
+        message: Message,
+        qos: int,
+        retain: bool,
+        durable: bool,
+        live: bool = True,
     ) -> Delivery | None:
-        """Queue a QoS 1/2 delivery (in the store when durable); the caller pumps.
+        """Queue a QoS 1/2 delivery (in the store when durable); the caller pumps. A live
+        one waits behind retained messages being sent to the session (`Session.held`).
         None: the session's queue is full and the delivery was dropped."""
         limit = self._max_queued
-        if limit and len(session.queue) >= limit:
+        size = len(message.topic_bytes) + len(message.payload)
+        max_bytes = self._max_queued_bytes
+        if (limit and len(session.queue) + len(session.held) >= limit) or (
+            max_bytes and session.queued_bytes + size > max_bytes
+        ):
             session.dropped += 1
             self._stats.messages_dropped += 1
             return None
@@ -120,8 +134,33 @@ class Deliveries:
                     retain,
                 )
             )
-        session.queue.append(delivery)
+        if live and session.holding:
+            session.held.append(delivery)
+        else:
+            session.queue.append(delivery)
+        session.queued_bytes += size
         return delivery
+
+    def hold_qos0(self, session: Session, message: Message, retain: bool) -> bool:
+        """A live QoS 0 copy for a session being sent retained messages: held behind them
+        (True); False when the session is not holding."""
+        if not session.holding:
+            return False
+        session.held.append(Delivery(message, 0, retain))
+        return True
+
+    def release_held(self, session: Session) -> None:
+        """The retained messages are out: the live deliveries held behind them go on."""
+        held = session.held
+        if not held:
+            return
+        session.held = []
+        for delivery in held:
+            if delivery.qos == 0:
+                self.send_qos0_to(session, delivery.message, delivery.retain)
+            else:
+                session.queue.append(delivery)
+        self.pump(session)
 
     def hand_off_all(self, hand_offs: list[tuple[Session, Delivery]]) -> None:
         for session, delivery in hand_offs:
@@ -130,7 +169,8 @@ class Deliveries:
     def hand_off(self, session: Session, delivery: Delivery) -> None:
         """A delivery held back until a commit (a QoS 2 release) goes out now."""
         if delivery.qos == 0:
-            self.send_qos0_to(session, delivery.message, delivery.retain)
+            if not self.hold_qos0(session, delivery.message, delivery.retain):
+                self.send_qos0_to(session, delivery.message, delivery.retain)
             return
         self.pump(session)
 
@@ -171,8 +211,11 @@ class Deliveries:
             # Out of the queue before the target sees it: a target that publishes (and so
             # pumps this session again) must not be offered the same delivery twice.
             delivery = queue.popleft()
+            size = len(delivery.message.topic_bytes) + len(delivery.message.payload)
+            session.queued_bytes -= size
             if not self.to_target(session, delivery):
                 queue.appendleft(delivery)
+                session.queued_bytes += size
                 break
 
     def pump(self, session: Session) -> None:
@@ -196,6 +239,7 @@ class Deliveries:
         while queue and flows.has_window():
             delivery = queue.popleft()
             message = delivery.message
+            session.queued_bytes -= len(message.topic_bytes) + len(message.payload)
             deferred = delivery.qos == 2 and bool(delivery.delivery_id)  # see module docstring
             try:
                 packet_id = connection.deliver(
@@ -209,6 +253,7 @@ class Deliveries:
                 )
             except PacketIdsExhausted:
                 queue.appendleft(delivery)
+                session.queued_bytes += len(message.topic_bytes) + len(message.payload)
                 break
             sent += 1
             if delivery.delivery_id:
@@ -290,6 +335,8 @@ class Deliveries:
         """A session is discarded: its durable deliveries' messages lose a reference each
         (their rows go with the session's record)."""
         for delivery in session.queue:
+            self.release_message(delivery)
+        for delivery in session.held:
             self.release_message(delivery)
         for inflight in session.flows.outbound.values():
             ref = inflight.ref

@@ -13,7 +13,10 @@ Decisions:
   opinion at all the connection is accepted (an open broker, as Mosquitto's default
   listener with `allow_anonymous true`).
 - `authorize` (publish, subscribe, command): every hook with an opinion is asked; the first
-  False denies. Deny wins.
+  False denies. Deny wins. The `queue` action (using a queue another user owns) needs more:
+  no False and at least one True, so a broker without hooks never grants it.
+- `is_admin`: a user any hook calls an administrator sees every user's subscriptions and
+  may register for any queue (sessions stay their owners': see sessions.py).
 
 Notifications (`on_message_accepted`, `on_session_up`, `on_session_down`, `on_subscribed`,
 `on_unsubscribed`) run on the event loop right after the broker's own state changed. They
@@ -58,6 +61,10 @@ class Hook:
         """May this client publish / subscribe / send a command on `topic`? None: no opinion."""
         return None
 
+    def is_admin(self, user_id: str) -> bool | None:
+        """Is this user an administrator of the broker's subscriptions? None: no opinion."""
+        return None
+
     def on_message_accepted(self, message: Message) -> None:
         """A publication was accepted (retained, journaled and routed)."""
 
@@ -89,6 +96,7 @@ class Hooks:
 
     __slots__ = (
         "accepted",
+        "admins",
         "authenticate_off_loop",
         "authenticators",
         "authorizers",
@@ -103,6 +111,7 @@ class Hooks:
         self.authenticators = tuple(h.authenticate for h in authenticating)
         self.authenticate_off_loop = any(h.authenticate_off_loop for h in authenticating)
         self.authorizers = _overridden(hooks, "authorize")
+        self.admins = _overridden(hooks, "is_admin")
         self.accepted = _overridden(hooks, "on_message_accepted")
         self.session_up = _overridden(hooks, "on_session_up")
         self.session_down = _overridden(hooks, "on_session_down")
@@ -121,6 +130,14 @@ class Hooks:
             if authorize(action, topic, user_id, client_id) is False:
                 return False
         return True
+
+    def granted(self, action: Action, topic: str, user_id: str, client_id: str) -> bool:
+        """Allowed explicitly: some hook says True and none says False."""
+        verdicts = [authorize(action, topic, user_id, client_id) for authorize in self.authorizers]
+        return True in verdicts and False not in verdicts
+
+    def is_admin(self, user_id: str) -> bool:
+        return any(is_admin(user_id) for is_admin in self.admins)
 
     def notify(self, listeners: tuple[Callable[..., Any], ...], *args: Any) -> None:
         """Call each listener of a notification; a failing hook is logged, never raised."""
@@ -146,6 +163,9 @@ class AclHook(Hook):
 
     def authorize(self, action: Action, topic: str, user_id: str, client_id: str) -> bool | None:
         return self.authorizer.allowed(action, topic, user=user_id or None, client_id=client_id)
+
+    def is_admin(self, user_id: str) -> bool | None:
+        return self.authorizer.is_admin(user_id or None)
 
 
 def acl_hook(authorizer: Authorizer) -> AclHook | None:

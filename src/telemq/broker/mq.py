@@ -41,6 +41,9 @@ class CommandHost:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.qmgr_name = broker.config.name
+        self.topic_limits = broker.topic_limits
+        self.max_filter_size = broker.config.limits.max_filter_size
+        self.max_filter_size_per_user = broker.config.limits.max_filter_size_per_user
 
     def run_for(self, client: Client, queue_topic: str, payload: bytes, qos: int) -> None:
         """A command a client published."""
@@ -77,8 +80,20 @@ class CommandHost:
     def may_publish(self, requester: Requester, topic: str) -> bool:
         return self.broker.may("publish", topic, requester.user_id, requester.client_id)
 
-    def ensure_queue(self, queue: str) -> None:
-        self.broker.ensure_queue(queue)
+    def ensure_queue(self, queue: str, owner: str) -> None:
+        self.broker.ensure_queue(queue, owner)
+
+    def queue_owner(self, queue: str) -> str | None:
+        return self.broker.queue_owner(queue)
+
+    def may_use_queue(self, requester: Requester, queue: str) -> bool:
+        return self.broker.may_use_queue(requester.user_id, requester.client_id, queue)
+
+    def is_admin(self, requester: Requester) -> bool:
+        return self.broker.is_admin(requester.user_id)
+
+    def reserve_subscriptions(self, queue: str, count: int) -> str | None:
+        return self.broker.subscriptions.quota_problem(queue, count)
 
     def subscription_changed(self, subscription: Subscription) -> None:
         self.broker.save_subscription(subscription)

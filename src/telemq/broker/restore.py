@@ -4,9 +4,14 @@ Theory of operation
 -------------------
 The store is the durable mirror of the broker's state, so a restart replays it into the
 rooms in dependency order: persistent sessions, then their subscriptions (a damaged record
-is set aside and counted), retained messages, deliveries (queued, or in flight under their
-packet id and state, re-sent with DUP=1 on reconnection), QoS 2 messages held for a PUBREL,
-and the ids of QoS 2 messages already released (`Flows.released`).
+is set aside and counted; so is one whose topic filter is beyond the topic limits, or whose
+content filter is beyond `max_filter_size`, quarantined:
+left in the store, not loaded, so lowering a limit never costs the memory it protects and
+raising it again brings the subscription back), retained messages (quarantined likewise,
+and beyond the retained quotas),
+deliveries (queued, or in flight under their packet id and state, re-sent with DUP=1 on
+reconnection), QoS 2 messages held for a PUBREL, and the ids of QoS 2 messages already
+released (`Flows.released`).
 
 One case needs action rather than replay: a QoS 2 message acknowledged with PUBREC to a
 *clean* session that died with the broker. Its publisher will not send PUBREL (its session is
@@ -19,10 +24,12 @@ from __future__ import annotations
 import logging
 
 from ..commands import COMMAND_TOPICS, Requester
+from ..protocol import TopicLimits
 from ..protocol.flows import InflightState, release_digest
 from ..store import DeliveryState, IncomingRecord, StoreState
 from ..subscriptions import Registry, Subscription
 from .committer import Committer
+from .config import LimitsConfig
 from .delivery import Deliveries
 from .retained import RetainedMessages
 from .router import Router
@@ -35,16 +42,17 @@ log = logging.getLogger("telemq.broker")
 def restore_state(
     state: StoreState,
     now: float,
-    max_inflight: int,
+    limits: LimitsConfig,
     sessions: Sessions,
     registry: Registry,
     retained: RetainedMessages,
     deliveries: Deliveries,
     router: Router,
     committer: Committer,
+    topic_limits: TopicLimits,
 ) -> int:
     """Replay `state` into the rooms (see module docstring); returns how many records
-    were set aside as damaged."""
+    were set aside: damaged, or beyond the topic limits."""
     quarantined = state.quarantined
     router.next_seq = state.next_seq
     deliveries.next_message_id = state.next_message_id
@@ -54,7 +62,7 @@ def restore_state(
         restored = Session(
             session_record.client_id,
             True,
-            max_inflight,
+            limits.max_inflight,
             str(session_record.data.get("sub_point", "")),
         )
         restored.user_id = str(session_record.data.get("user_id", ""))
@@ -68,8 +76,31 @@ def restore_state(
             continue
         if subscription.queue not in by_id or registry.get(subscription.key):
             continue
+        too_large = topic_limits.size_error(subscription.topic)
+        compiled = subscription.compiled
+        max_size = limits.max_filter_size
+        if too_large is None and compiled is not None and max_size and compiled.size > max_size:
+            too_large = f"filter of size {compiled.size} (limit {max_size})"
+        if too_large is not None:
+            log.warning(
+                "subscription of %r to %.100r quarantined (not loaded, kept in the store): %s",
+                subscription.queue,
+                subscription.topic,
+                too_large,
+            )
+            quarantined += 1
+            continue
         registry.add(subscription)
     for record in state.retained:
+        too_large = topic_limits.size_error(record.topic)
+        if too_large is not None:
+            log.warning(
+                "retained message on %.100r quarantined (not loaded, kept in the store): %s",
+                record.topic,
+                too_large,
+            )
+            quarantined += 1
+            continue
         kept = Message(
             record.topic,
             record.payload,
@@ -81,7 +112,14 @@ def restore_state(
             record.ts_us,
         )
         kept.expiry_at = float(record.data.get("expiry_at", 0.0) or 0.0)
-        retained.restore(kept)
+        beyond = retained.restore(kept)
+        if beyond is not None:
+            log.warning(
+                "retained message on %.100r quarantined (not loaded, kept in the store): beyond %s",
+                record.topic,
+                beyond,
+            )
+            quarantined += 1
     _restore_deliveries(state, now, by_id)
     orphans: list[IncomingRecord] = []
     released: list[IncomingRecord] = []
@@ -133,6 +171,7 @@ def _restore_deliveries(state: StoreState, now: float, by_id: dict[str, Session]
         delivery = Delivery(message, record.qos, record.retain, record.delivery_id)
         if record.state == DeliveryState.QUEUED or record.packet_id == 0:
             target.queue.append(delivery)
+            target.queued_bytes += len(message.topic_bytes) + len(message.payload)
         else:
             target.flows.track(
                 record.qos,

@@ -15,15 +15,32 @@ exact level is one dictionary lookup, `+` visits the children of its level, `#` 
 below it; a filter whose first levels match nothing costs a lookup or two however many
 messages are retained. Matches come back in the order the topics were first retained, as
 the map keeps them.
+
+Quotas: the retained messages (outside `$SYS/`) are counted, with their bytes (topic and
+payload). A publication that would pass `max_retained_messages` (a new topic) or
+`max_retained_bytes` is routed and journaled as usual but not retained; the topic keeps what
+it had. Refusals are counted in `$SYS` and logged the first time and every 1,000th.
 """
 
 from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
 
 from ..store import RetainedRecord
 from .committer import Committer
 from .session import Message
 
+if TYPE_CHECKING:
+    from .stats import BrokerStats
+
+log = logging.getLogger("telemq.broker")
+
 SYS_PREFIX = "$SYS/"
+
+
+def _size(message: Message) -> int:
+    return len(message.topic_bytes) + len(message.payload)
 
 
 class _Level:
@@ -122,27 +139,66 @@ class TopicIndex:
 class RetainedMessages:
     """Sub point -> topic -> the retained `Message` (see module docstring)."""
 
-    __slots__ = ("_by_point", "_committer", "_indexes")
+    __slots__ = (
+        "_by_point",
+        "_committer",
+        "_count",
+        "_indexes",
+        "_max_bytes",
+        "_max_messages",
+        "_stats",
+        "bytes",
+    )
 
-    def __init__(self, committer: Committer) -> None:
+    def __init__(
+        self, committer: Committer, stats: BrokerStats, max_messages: int = 0, max_bytes: int = 0
+    ) -> None:
+        """`max_messages`, `max_bytes`: the quotas (0: none)."""
         self._committer = committer
+        self._stats = stats
+        self._max_messages = max_messages
+        self._max_bytes = max_bytes
         self._by_point: dict[str, dict[str, Message]] = {}
         self._indexes: dict[str, TopicIndex] = {}
+        self._count = 0  # outside $SYS/
+        self.bytes = 0  # topic and payload bytes outside $SYS/
+
+    def _fits(self, message: Message) -> str | None:
+        """None when retaining `message` stays within the quotas; else which one it passes."""
+        retained = self._by_point.get(message.sub_point)
+        old = None if retained is None else retained.get(message.topic)
+        if old is None and self._max_messages and self._count >= self._max_messages:
+            return f"limits.max_retained_messages ({self._max_messages})"
+        grown = self.bytes + _size(message) - (0 if old is None else _size(old))
+        if self._max_bytes and grown > self._max_bytes:
+            return f"limits.max_retained_bytes ({self._max_bytes})"
+        return None
 
     def _store(self, message: Message) -> None:
         retained = self._by_point.get(message.sub_point)
         if retained is None:
             retained = self._by_point[message.sub_point] = {}
             self._indexes[message.sub_point] = TopicIndex()
-        if message.topic not in retained:
+        old = retained.get(message.topic)
+        if old is None:
             self._indexes[message.sub_point].add(message.topic)
         retained[message.topic] = message
+        if not message.topic.startswith(SYS_PREFIX):
+            if old is None:
+                self._count += 1
+            else:
+                self.bytes -= _size(old)
+            self.bytes += _size(message)
 
     def _drop(self, sub_point: str, topic: str) -> bool:
         retained = self._by_point.get(sub_point)
-        if retained is None or retained.pop(topic, None) is None:
+        old = None if retained is None else retained.pop(topic, None)
+        if old is None:
             return False
         self._indexes[sub_point].remove(topic)
+        if not topic.startswith(SYS_PREFIX):
+            self._count -= 1
+            self.bytes -= _size(old)
         return True
 
     def keep(self, message: Message) -> None:
@@ -154,6 +210,19 @@ class RetainedMessages:
             if self._drop(message.sub_point, message.topic) and durable:
                 pending.delete_retained(message.sub_point, message.topic)
             return
+        if durable:
+            beyond = self._fits(message)
+            if beyond is not None:
+                stats = self._stats
+                stats.retained_refused += 1
+                if stats.retained_refused % 1000 == 1:
+                    log.warning(
+                        "publication on %.100r not retained: beyond %s (%d refused so far)",
+                        message.topic,
+                        beyond,
+                        stats.retained_refused,
+                    )
+                return
         self._store(message)
         if durable:
             pending.put_retained(
@@ -171,9 +240,13 @@ class RetainedMessages:
                 )
             )
 
-    def restore(self, message: Message) -> None:
-        """A retained message loaded from the store (nothing to write)."""
-        self._store(message)
+    def restore(self, message: Message) -> str | None:
+        """A retained message loaded from the store (nothing to write). Beyond the quotas
+        it is not kept: returns which quota, for restore.py to quarantine it."""
+        beyond = self._fits(message)
+        if beyond is None:
+            self._store(message)
+        return beyond
 
     def delete(self, sub_point: str, topic: str) -> bool:
         """Remove one retained message (MQ DeletePub); False when there was none."""
@@ -213,9 +286,4 @@ class RetainedMessages:
 
     def count(self) -> int:
         """Retained messages outside `$SYS/` (what `$SYS/broker/retained messages/count` says)."""
-        return sum(
-            1
-            for point in self._by_point.values()
-            for topic in point
-            if not topic.startswith(SYS_PREFIX)
-        )
+        return self._count

@@ -32,7 +32,15 @@ import time
 from typing import TYPE_CHECKING
 
 from ..commands import COMMAND_TOPICS, PutResult, Requester
-from ..protocol import MessageReceived, MessageReleased, PacketType, Publish, topic_matches
+from ..protocol import (
+    MessageReceived,
+    MessageReleased,
+    PacketType,
+    Publish,
+    ReasonCode,
+    TopicLimits,
+    topic_matches,
+)
 from ..protocol.flows import release_digest
 from ..store import IncomingRecord
 from ..subscriptions import Registry
@@ -71,6 +79,7 @@ class Router:
         "_deliveries",
         "_hooks",
         "_journal_cache",
+        "_journal_cache_limit",
         "_journal_exclude",
         "_journal_on",
         "_on_accepted",
@@ -80,6 +89,8 @@ class Router:
         "_retained",
         "_sessions",
         "_stats",
+        "_topic_limits",
+        "cache_bytes",
         "commands",
         "next_seq",
     )
@@ -95,8 +106,12 @@ class Router:
         retained: RetainedMessages,
         journal: JournalConfig,
         commands: CommandHost,
+        topic_limits: TopicLimits,
+        cache_bytes: int,
     ) -> None:
         self._committer = committer
+        self._topic_limits = topic_limits
+        self._journal_cache_limit = cache_bytes  # 0 = no bound
         self._stats = stats
         self._hooks = hooks
         # Resolved once (hooks never change after start): read natively per message.
@@ -110,6 +125,7 @@ class Router:
         self._journal_on = journal.enabled
         self._journal_exclude = list(journal.exclude)
         self._journal_cache: dict[str, bool] = {}
+        self.cache_bytes = 0  # characters of the topic names in the journal cache
         self._received_us = 0  # UTC microseconds of the read being handled
         self.next_seq = 1  # the journal's next sequence number
 
@@ -129,6 +145,11 @@ class Router:
         self._stats.publish_received += 1
         qos = publish.qos
         packet_id = publish.packet_id
+        too_large = self._topic_limits.size_error(publish.topic)
+        if too_large is not None:
+            # MQTT 3.1.1 has no negative acknowledgement: an unusable topic ends the connection.
+            client.close(f"PUBLISH refused: {too_large}", ReasonCode.TOPIC_NAME_INVALID)
+            return
         if publish.topic in COMMAND_TOPICS and qos < 2:
             self.commands.run_for(client, publish.topic, publish.payload, qos)
             if qos == 1:
@@ -342,8 +363,12 @@ class Router:
         cached = self._journal_cache.get(topic)
         if cached is None:
             cached = not any(topic_matches(f, topic) for f in self._journal_exclude)
-            if len(self._journal_cache) > JOURNAL_CACHE_SIZE:
+            size = self.cache_bytes + len(topic)
+            limit = self._journal_cache_limit
+            if len(self._journal_cache) > JOURNAL_CACHE_SIZE or (limit and size > limit):
                 self._journal_cache.clear()
+                size = len(topic)
+            self.cache_bytes = size
             self._journal_cache[topic] = cached
         return cached
 
@@ -380,7 +405,9 @@ class Router:
                 client = session.client
                 if client is None and session.target is None:
                     continue  # QoS 0 is not queued for offline sessions (as Mosquitto)
-                if not hand_off_now:
+                if session.holding and hand_off_now:
+                    deliveries.hold_qos0(session, message, False)
+                elif not hand_off_now:
                     later.append((session, Delivery(message, 0, False)))
                 elif client is not None:
                     deliveries.send_qos0(client, message, False)

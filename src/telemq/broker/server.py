@@ -46,9 +46,8 @@ from ..protocol import (
     MessageReceived,
     MessageReleased,
     SubscribeRequested,
+    TopicLimits,
     UnsubscribeRequested,
-    topic_filter_error,
-    topic_name_error,
 )
 from ..store import Store, SyncMode, open_store
 from ..subscriptions import Identity, Registry, Subscription
@@ -96,8 +95,11 @@ class Broker:
             log.warning("configuration: %s", warning)
         default = acl_hook(authorizer)
         self.hooks = Hooks(([default] if default is not None else []) + list(hooks))
-        self.registry = Registry()
+        self.registry = Registry(config.limits.max_topic_cache_bytes, config.limits.max_filter_time)
         self.sub_points = {"", *config.sub_points}
+        self.topic_limits = TopicLimits(
+            config.limits.max_topic_levels, config.limits.max_topic_length
+        )
         self.stats = BrokerStats()
         self.command_host = CommandHost(self)
         if listeners is None:
@@ -166,13 +168,14 @@ class Broker:
         self.quarantined = restore_state(
             state,
             self.loop.time(),
-            config.limits.max_inflight,
+            config.limits,
             self.sessions_room,
             self.registry,
             self.retained,
             self.deliveries,
             self.router,
             self.committer,
+            self.topic_limits,
         )
         self._started = True
         for listener in self.listeners:
@@ -187,9 +190,16 @@ class Broker:
         """Build the rooms, each given what it reads and who it calls (module docstring)."""
         config = self.config
         committer = self.committer
-        self.retained = RetainedMessages(committer)
+        limits = config.limits
+        self.retained = RetainedMessages(
+            committer, self.stats, limits.max_retained_messages, limits.max_retained_bytes
+        )
         self.deliveries = Deliveries(
-            committer, self.loop, self.stats, config.limits.max_queued_messages
+            committer,
+            self.loop,
+            self.stats,
+            limits.max_queued_messages,
+            limits.max_queued_bytes,
         )
         sessions = self.sessions_room = Sessions(
             self.loop,
@@ -199,6 +209,7 @@ class Broker:
             self.hooks,
             self.registry,
             self.deliveries,
+            self.topic_limits,
         )
         self.router = Router(
             committer,
@@ -210,6 +221,8 @@ class Broker:
             self.retained,
             config.journal,
             self.command_host,
+            self.topic_limits,
+            config.limits.max_topic_cache_bytes,
         )
         self.subscriptions = SubscriptionManager(
             config.name,
@@ -219,6 +232,9 @@ class Broker:
             sessions.by_id,
             self.deliveries,
             self.retained,
+            self.topic_limits,
+            self.stats,
+            config.limits.max_subscriptions_per_client,
         )
         sessions.attach(self.router, self.subscriptions)
         self.housekeeping = Housekeeping(
@@ -360,7 +376,7 @@ class Broker:
         """Publish from inside the broker or the program that embeds it, routed (and
         retained, journaled) like any message. Raises ValueError for an invalid topic name,
         QoS or subscription point."""
-        problem = topic_name_error(topic)
+        problem = self.topic_limits.name_error(topic)
         if problem is not None:
             raise ValueError(f"invalid topic name {topic!r}: {problem}")
         if qos not in (0, 1, 2):
@@ -395,8 +411,22 @@ class Broker:
     def count_command(self) -> None:
         self.stats.commands += 1
 
-    def ensure_queue(self, queue: str) -> None:
-        self.sessions_room.ensure_queue(queue)
+    def ensure_queue(self, queue: str, owner: str) -> None:
+        self.sessions_room.ensure_queue(queue, owner)
+
+    def queue_owner(self, queue: str) -> str | None:
+        """The user a queue (a session) belongs to; None: no such queue."""
+        session = self.sessions_room.by_id.get(queue)
+        return None if session is None else session.user_id
+
+    def may_use_queue(self, user: str, client_id: str, queue: str) -> bool:
+        """May this user register for (or put to) another user's queue? Admins may;
+        others need a hook's explicit grant of the `queue` action."""
+        hooks = self.hooks
+        return hooks.is_admin(user) or hooks.granted(Action.QUEUE, queue, user, client_id)
+
+    def is_admin(self, user: str) -> bool:
+        return self.hooks.is_admin(user)
 
     def save_subscription(self, subscription: Subscription) -> None:
         self.subscriptions.saved(subscription)
@@ -423,7 +453,7 @@ class Broker:
         """Subscribe in-process code (embedded.py): `callback` gets every message, or, with
         none, `await subscription.get()` / `async for` does. Raises ValueError for an invalid
         filter, QoS or subscription point."""
-        problem = topic_filter_error(topic_filter)
+        problem = self.topic_limits.filter_error(topic_filter)
         if problem is not None:
             raise ValueError(f"invalid topic filter {topic_filter!r}: {problem}")
         if qos not in (0, 1, 2):

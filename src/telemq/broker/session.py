@@ -139,8 +139,11 @@ class Session:
         "client_id",
         "dropped",
         "flows",
+        "held",
+        "holding",
         "persistent",
         "queue",
+        "queued_bytes",
         "sub_point",
         "subscriptions",
         "target",
@@ -157,6 +160,10 @@ class Session:
         self.subscriptions: dict[str, int] = {}  # topic filter -> granted QoS
         self.flows = Flows(max_inflight)
         self.queue: deque[Delivery] = deque()
+        self.queued_bytes = 0  # topic and payload bytes queued (limits.max_queued_bytes)
+        # Live deliveries held while retained ones are sent in slices (subscribe.py).
+        self.holding = 0  # retained sets still being sent
+        self.held: list[Delivery] = []
         self.client: Client | None = None
         self.target: DeliveryTarget | None = None
         self.dropped = 0

@@ -7,12 +7,18 @@ the count of connected ones. A CONNECT is authenticated by the hooks (on a worke
 a hook says its check is slow, reading paused meanwhile), refused with the CONNACK code the
 protocol gives, or accepted: a session with the same client id is taken over (its old
 connection closed, its will published), a clean session starts empty and a persistent one
-resumes with its subscriptions, queue and in-flight messages. A persistent session taken up
-by a user other than the one who owned it keeps only what that user may read.
+resumes with its subscriptions, queue and in-flight messages.
+
+A session belongs to the user who created it (`Session.user_id`, "" for anonymous clients,
+kept in the store). Another user connecting with its client id is refused with CONNACK 5,
+whatever its clean-session flag: it can neither resume, discard nor take over the session.
+A resumed session keeps only what its user may read (subscriptions another user registered
+for it, queued and in-flight messages): the ACL may have changed since.
 
 When a connection ends without DISCONNECT its will is published (through the hooks'
 authorization, like any PUBLISH); a clean session ends with its connection, a persistent one
-waits for the next. An MQ queue is a session too (`ensure_queue`), persistent and unowned.
+waits for the next. An MQ queue is a session too (`ensure_queue`), persistent and owned by
+the user whose RegSub created it.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from ..protocol import (
     ConnectReturnCode,
     DisconnectRequested,
     ReasonCode,
+    TopicLimits,
 )
 from ..protocol.flows import InflightState
 from ..protocol.packets import Will
@@ -49,6 +56,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("telemq.broker")
 
+# The owner of in-process sessions (embedded.py): not a user name any CONNECT can carry.
+EMBEDDED_OWNER = "\x00embedded"
+
 
 class Sessions:
     """Every session and connection (see module docstring)."""
@@ -62,9 +72,11 @@ class Sessions:
         hooks: Hooks,
         registry: Registry,
         deliveries: Deliveries,
+        topic_limits: TopicLimits,
     ) -> None:
         self._loop = loop
         self._limits = limits
+        self._topic_limits = topic_limits
         self._committer = committer
         self._stats = stats
         self._hooks = hooks
@@ -184,11 +196,29 @@ class Sessions:
                     f"bad user name or password for {packet.username!r}",
                 )
             return
+        if packet.will is not None:
+            too_large = self._topic_limits.size_error(packet.will.topic)
+            if too_large is not None:
+                client.close(f"will refused: {too_large}", ReasonCode.TOPIC_NAME_INVALID)
+                return
         client_id = packet.client_id or f"telemq-{uuid.uuid4().hex[:16]}"
+        session = self.by_id.get(client_id)
+        if session is not None and session.user_id != user_id:
+            log.warning(
+                "client %r from %s (user %r) refused: the session belongs to another user",
+                client_id,
+                client.peer,
+                user_id,
+            )
+            self._refuse(
+                client,
+                ConnectReturnCode.NOT_AUTHORIZED,
+                f"client id {client_id!r} belongs to another user's session",
+            )
+            return
         client.client_id = client_id
         client.user_id = user_id
         client.will = packet.will
-        session = self.by_id.get(client_id)
         if session is not None and session.client is not None and session.client is not client:
             log.info("client %r taken over by a new connection from %s", client_id, client.peer)
             session.client.close(
@@ -201,6 +231,7 @@ class Sessions:
             if session is not None:
                 self.discard(session)
             session = Session(client_id, False, limits.max_inflight, client.listener.sub_point)
+            session.user_id = user_id
             self.by_id[client_id] = session
         elif session is not None and session.persistent:
             present = True
@@ -248,22 +279,24 @@ class Sessions:
             self._local_count += 1
             client_id = f"telemq-local-{self._local_count}"
         session = Session(client_id, False, self._limits.max_inflight, sub_point)
+        session.user_id = EMBEDDED_OWNER
         session.target = target
         self.by_id[client_id] = session
         return session
 
-    def ensure_queue(self, queue: str) -> None:
-        """An MQ queue = a session: RegSub for a queue with no session creates a durable one."""
+    def ensure_queue(self, queue: str, owner: str) -> None:
+        """An MQ queue = a session: RegSub for a queue with no session creates a durable one,
+        owned by the user who asked."""
         if queue not in self.by_id:
-            self._new_persistent(queue, "", "")
+            self._new_persistent(queue, "", owner)
 
     def restore(self, session: Session) -> None:
         """A persistent session loaded from the store."""
         self.by_id[session.client_id] = session
 
     def _recheck(self, session: Session, client: Client) -> None:
-        """A session resumed by a user other than the owner of its subscriptions: keep only
-        what this user may read, so a client id is never a way around the ACL."""
+        """A session resumed: keep only what its user may read, so neither a subscription
+        another user registered for its queue nor a change of the ACL reaches around it."""
         user = client.user_id
         hooks = self._hooks
         for subscription in self._registry.of_queue(session.client_id):
@@ -290,14 +323,21 @@ class Sessions:
             return allowed
 
         dropped: list[Delivery] = []
-        if session.queue:
+        if session.queue or session.held:
             kept: deque[Delivery] = deque()
             for delivery in session.queue:
                 if may_read(delivery.message.topic):
                     kept.append(delivery)
                 else:
                     dropped.append(delivery)
+            held: list[Delivery] = []
+            for delivery in session.held:
+                (held if may_read(delivery.message.topic) else dropped).append(delivery)
             session.queue = kept
+            session.held = held
+            session.queued_bytes = sum(
+                len(d.message.topic_bytes) + len(d.message.payload) for d in (*kept, *held) if d.qos
+            )
         outbound = session.flows.outbound
         for packet_id, inflight in list(outbound.items()):
             # A QoS 2 message whose PUBREC came is already the client's: PUBREL goes on.
@@ -315,7 +355,6 @@ class Sessions:
                 user,
                 len(dropped),
             )
-        session.user_id = user
 
     def discard(self, session: Session) -> None:
         """Forget a session entirely (clean session start, or clean session end)."""
@@ -333,6 +372,8 @@ class Sessions:
             committer.schedule()
         session.flows.incoming.clear()
         session.queue.clear()
+        session.held.clear()
+        session.queued_bytes = 0
         session.flows.outbound.clear()
         if self.by_id.get(session.client_id) is session:
             del self.by_id[session.client_id]

@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 `BrokerStats` is a bag of counters; each room increments its own, on the event loop, so they
 need no lock. `SysReporter` reads the counters and the rooms' sizes every `sys.interval`
-seconds and publishes them as retained QoS 0 messages under `$SYS/broker/` (the 20 topics of
+seconds and publishes them as retained QoS 0 messages under `$SYS/broker/` (the topics of
 README.md), the way Mosquitto does. It only reads: nothing in the broker depends on it.
 """
 
@@ -48,6 +48,8 @@ class BrokerStats:
         "publish_denied",
         "publish_received",
         "publish_sent",
+        "retained_refused",
+        "subscriptions_refused",
     )
 
     def __init__(self) -> None:
@@ -60,6 +62,8 @@ class BrokerStats:
         self.publish_denied = 0  # PUBLISH packets dropped by the ACL
         self.commands = 0  # MQ command messages executed
         self.journal_trimmed = 0  # journal rows deleted by retention
+        self.subscriptions_refused = 0  # beyond limits.max_subscriptions_per_client
+        self.retained_refused = 0  # not retained: beyond the retained quotas
         self.bytes_received_closed = 0  # bytes of connections that have ended
         self.bytes_sent_closed = 0
 
@@ -140,7 +144,12 @@ class SysReporter:
             "bytes/received": str(bytes_received),
             "bytes/sent": str(bytes_sent),
             "subscriptions/count": str(len(self._registry)),
+            "subscriptions/refused": str(stats.subscriptions_refused),
+            "filters/skipped": str(self._registry.filters_skipped),
             "retained messages/count": str(self._retained.count()),
+            "retained messages/bytes": str(self._retained.bytes),
+            "retained messages/refused": str(stats.retained_refused),
+            "topic cache/bytes": str(self._registry.cache_bytes + self._router.cache_bytes),
             "store/bytes": str(store_stats.bytes_on_disk),
             "store/quarantined": str(max(self._quarantined(), store_stats.quarantined)),
             "journal/rows": str(store_stats.journal_rows),

@@ -14,10 +14,16 @@ replaced, nor arrives twice [MQTT-4.6.0-5], and a persistent session keeps them 
 client goes before the SUBACK [MQTT-3.3.1-6]. A clean session's SUBACK goes first, as
 Mosquitto's does; a persistent session's waits until its subscriptions are durable, and the
 retained messages may precede it (MQTT 3.1.1 §3.8.4 allows it).
+
+A large set of retained messages (more than `RETAINED_SLICE`) is sent a slice per turn of
+the event loop, so one wildcard subscription over many retained topics never holds the
+other clients. Until its last slice, the session's live deliveries are held behind it
+(`Session.holding`, `Deliveries.release_held`): the order stays retained first, then live.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import TYPE_CHECKING
@@ -27,9 +33,9 @@ from ..protocol import (
     ProtocolLevel,
     SubAck,
     SubscribeRequested,
+    TopicLimits,
     UnsubAck,
     UnsubscribeRequested,
-    topic_filter_error,
 )
 from ..store import SubscriptionRecord
 from ..subscriptions import PERSISTENCE_RANK, Identity, Registry, Subscription
@@ -39,12 +45,15 @@ from .delivery import Deliveries
 from .hooks import Hooks
 from .retained import RetainedMessages
 from .router import durable_rank
-from .session import Session
+from .session import Message, Session
 
 if TYPE_CHECKING:
     from .client import Client
+    from .stats import BrokerStats
 
 log = logging.getLogger("telemq.broker")
+
+RETAINED_SLICE = 256  # retained messages sent per turn of the event loop
 
 
 class SubscriptionManager:
@@ -59,14 +68,35 @@ class SubscriptionManager:
         sessions: dict[str, Session],
         deliveries: Deliveries,
         retained: RetainedMessages,
+        topic_limits: TopicLimits,
+        stats: BrokerStats,
+        max_subscriptions: int,
     ) -> None:
         self._qmgr_name = qmgr_name
+        self._topic_limits = topic_limits
+        self._stats = stats
+        self._max_subscriptions = max_subscriptions  # per session; 0 = unlimited
         self._committer = committer
         self._hooks = hooks
         self._registry = registry
         self._sessions = sessions  # owned by the Sessions room: read only here
         self._deliveries = deliveries
         self._retained = retained
+
+    def quota_problem(self, queue: str, count: int) -> str | None:
+        """None when `queue` may gain `count` subscriptions; else why not, counted in
+        `$SYS/broker/subscriptions/refused`."""
+        limit = self._max_subscriptions
+        if not limit:
+            return None
+        held = self._registry.count_of_queue(queue)
+        if held + count <= limit:
+            return None
+        self._stats.subscriptions_refused += count
+        return (
+            f"queue {queue!r} holds {held} subscriptions; {count} more would pass "
+            f"limits.max_subscriptions_per_client ({limit})"
+        )
 
     # -- MQTT -----------------------------------------------------------------
 
@@ -81,8 +111,9 @@ class SubscriptionManager:
         registry = self._registry
         hooks = self._hooks
         identity = Identity(self._qmgr_name, session.client_id, "")
+        limits = self._topic_limits
         for topic_filter, qos in packet.topics:
-            problem = topic_filter_error(topic_filter)
+            problem = limits.filter_error(topic_filter)
             if problem is None and not hooks.may(
                 Action.SUBSCRIBE, topic_filter, client.user_id, client.client_id
             ):
@@ -97,6 +128,17 @@ class SubscriptionManager:
                 continue
             key = (identity, topic_filter, session.sub_point, "")
             subscription = registry.get(key)
+            if subscription is None and self.quota_problem(session.client_id, 1) is not None:
+                log.info(
+                    "client %r: refused subscription to %.100r: subscription quota (%d)",
+                    session.client_id,
+                    topic_filter,
+                    self._max_subscriptions,
+                )
+                codes.append(
+                    SUBACK_FAILURE if connection.protocol_level >= ProtocolLevel.MQTT_3_1_1 else qos
+                )
+                continue
             if subscription is None:
                 subscription = Subscription(
                     id=registry.new_id(),
@@ -202,19 +244,52 @@ class SubscriptionManager:
 
     def send_retained(self, subscription: Subscription) -> int:
         """Send the retained messages matching the subscription (its topic and filter) to
-        its queue; returns how many."""
+        its queue; returns how many (for a large set: how many are on their way, before
+        the content filter has seen the later slices)."""
         messages = self._retained.matching(subscription.sub_point, subscription.topic)
         session = self._sessions.get(subscription.queue)
         if not messages or session is None:
             return 0
+        job = _RetainedJob(subscription, session, messages)
+        if len(messages) <= RETAINED_SLICE:
+            self._send_slice(job)
+            self._report(job)
+            return job.sent
+        # A large set goes a slice per turn of the event loop; meanwhile the session's live
+        # deliveries wait behind it (`Session.holding`), so none overtakes a retained one.
+        session.holding += 1
+        self._send_slice(job)
+        asyncio.get_running_loop().call_soon(self._continue, job)
+        return len(messages)
+
+    def _continue(self, job: _RetainedJob) -> None:
+        session = job.session
+        if (
+            self._sessions.get(session.client_id) is session
+            and self._registry.by_id(job.subscription.id) is job.subscription
+        ):
+            self._send_slice(job)
+            self._committer.schedule()
+            if job.position < len(job.messages):
+                asyncio.get_running_loop().call_soon(self._continue, job)
+                return
+            self._report(job)
+        # Done, or the session or the subscription is gone: what waited behind goes on.
+        session.holding -= 1
+        if not session.holding:
+            self._deliveries.release_held(session)
+
+    def _send_slice(self, job: _RetainedJob) -> None:
+        """The next `RETAINED_SLICE` messages of `job` to its session."""
+        subscription = job.subscription
+        session = job.session
         deliveries = self._deliveries
         # MQTT always marks retained copies; MQ only for InformIfRet (IsRetainedPub).
         mark = subscription.mqtt or "InformIfRet" in subscription.options
         rank = PERSISTENCE_RANK[subscription.persistence]
         limit = deliveries.max_queued
-        sent = 0
-        dropped = 0
-        for message in messages:
+        end = job.position + RETAINED_SLICE
+        for message in job.messages[job.position : end]:
             if subscription.compiled is not None and not subscription.admits(
                 message.payload,
                 {
@@ -231,25 +306,41 @@ class SubscriptionManager:
             durable = session.persistent and durable_rank(rank, qos)
             if durable and qos == 0:
                 qos = 1
-            sent += 1
+            job.sent += 1
             if qos == 0:
                 deliveries.send_qos0_to(session, message, mark)
                 continue
             if limit and len(session.queue) >= limit:
                 deliveries.pump(session)  # into the in-flight window first, if there is room
-            if deliveries.enqueue(session, message, qos, mark, durable) is None:
-                dropped += 1
+            if deliveries.enqueue(session, message, qos, mark, durable, live=False) is None:
+                job.dropped += 1
+        job.position = min(end, len(job.messages))
         if session.queue:
             deliveries.pump(session)
-        if dropped:
+
+    def _report(self, job: _RetainedJob) -> None:
+        if job.dropped:
             # Counted in $SYS/broker/messages/dropped by `enqueue`; said here as well.
             log.warning(
                 "queue %r: %d of %d retained messages matching %r dropped: the queue is full "
                 "(limits.max_queued_messages = %d)",
-                session.client_id,
-                dropped,
-                len(messages),
-                subscription.topic,
-                limit,
+                job.session.client_id,
+                job.dropped,
+                len(job.messages),
+                job.subscription.topic,
+                self._deliveries.max_queued,
             )
-        return sent
+
+
+class _RetainedJob:
+    """The retained messages one new subscription is being sent, and how far it got."""
+
+    __slots__ = ("dropped", "messages", "position", "sent", "session", "subscription")
+
+    def __init__(self, subscription: Subscription, session: Session, messages: list[Message]):
+        self.subscription = subscription
+        self.session = session
+        self.messages = messages
+        self.position = 0
+        self.sent = 0
+        self.dropped = 0

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..filters import Filter, FilterError, compile_filter
-from ..protocol.topics import is_wildcard_filter, topic_filter_error, topic_name_error
+from ..protocol.topics import TopicLimits, is_wildcard_filter
 from ..subscriptions.registry import (
     STORED_OPTIONS,
     Identity,
@@ -92,6 +92,9 @@ class Host(Protocol):
     """What the handlers need from the broker."""
 
     qmgr_name: str
+    topic_limits: TopicLimits  # the broker's bounds on topics (3072 beyond them)
+    max_filter_size: int  # `Filter.size` of one filter (3150 beyond; 0: no bound)
+    max_filter_size_per_user: int  # of all of one user's filters (3150; 0: no bound)
 
     def now(self) -> float: ...
 
@@ -101,7 +104,18 @@ class Host(Protocol):
 
     def may_publish(self, requester: Requester, topic: str) -> bool: ...
 
-    def ensure_queue(self, queue: str) -> None: ...
+    def ensure_queue(self, queue: str, owner: str) -> None: ...
+
+    def queue_owner(self, queue: str) -> str | None: ...
+
+    def may_use_queue(self, requester: Requester, queue: str) -> bool: ...
+
+    def is_admin(self, requester: Requester) -> bool: ...
+
+    def reserve_subscriptions(self, queue: str, count: int) -> str | None:
+        """None when `queue` may gain `count` subscriptions; else why not (the broker
+        counts the refusal)."""
+        ...
 
     def subscription_changed(self, subscription: Subscription) -> None: ...
 
@@ -194,12 +208,31 @@ def _identity(command: Command, requester: Requester, host: Host, correl: bool) 
     return Identity(qmgr, queue, correl_id)
 
 
-def _filter(command: Command) -> tuple[str, Filter | None]:
+def _queue_owner(queue: str, requester: Requester, host: Host) -> str:
+    """The owner of the queue the requester addresses, after checking that the requester
+    may use it: a queue belongs to its user; others need admin rights or a `queue` grant.
+    A queue that does not exist yet will be the requester's."""
+    owner = host.queue_owner(queue)
+    if owner is None or owner == requester.user_id:
+        return requester.user_id
+    if not host.may_use_queue(requester, queue):
+        raise CommandFailed(
+            ReasonCode.NOT_AUTHORIZED,
+            f"queue {queue!r} belongs to another user (an administrator or a queue grant"
+            " is needed)",
+            QName=queue,
+        )
+    return owner
+
+
+def _filter(command: Command, max_size: int | None = None) -> tuple[str, Filter | None]:
+    """The command's filter, canonical and compiled; a new one (RegSub) may be refused for
+    its size, one being addressed (DeregSub, ReqUpdate) never is."""
     text = command.first("Filter")
     if not text:
         return "", None
     try:
-        compiled = compile_filter(text)
+        compiled = compile_filter(text, max_size, "limits.max_filter_size")
     except FilterError as error:
         raise CommandFailed(
             ReasonCode.FILTER_ERROR, str(error), Filter=text, Position=str(error.position)
@@ -207,11 +240,11 @@ def _filter(command: Command) -> tuple[str, Filter | None]:
     return compiled.text, compiled
 
 
-def _check_filters(topics: list[str]) -> None:
+def _check_filters(topics: list[str], host: Host) -> None:
     if not topics:
         raise CommandFailed(ReasonCode.TOPIC_ERROR, "the <Topic> property is missing")
     for topic in topics:
-        problem = topic_filter_error(topic)
+        problem = host.topic_limits.filter_error(topic)
         if problem:
             raise CommandFailed(ReasonCode.TOPIC_ERROR, problem, Topic=topic[:256])
 
@@ -304,7 +337,7 @@ class _Registration:
 def reg_sub(command: Command, requester: Requester, registry: Registry, host: Host) -> Reply:
     options = _options(command, "RegOpt", REGSUB_OPTIONS, ReasonCode.REG_OPTIONS_ERROR)
     topics = command.all("Topic")
-    _check_filters(topics)
+    _check_filters(topics, host)
     name = command.first("SubName")
     member = command.first("SubIdentity")
     if "AddName" in options and not name:
@@ -331,7 +364,7 @@ def reg_sub(command: Command, requester: Requester, registry: Registry, host: Ho
         )
     sub_point = _sub_point(command, requester, host)
     identity = _identity(command, requester, host, "CorrelAsId" in options)
-    filter_text, compiled = _filter(command)
+    filter_text, compiled = _filter(command, host.max_filter_size or None)
     now = host.now()
     expiry_at = None if command.mqmd.expiry is None else now + command.mqmd.expiry / 10.0
     persistence = _persistence(options)
@@ -341,10 +374,15 @@ def reg_sub(command: Command, requester: Requester, registry: Registry, host: Ho
         requester, name, member, options, persistence, stored, user_data, expiry_at, now
     )
 
+    owner = _queue_owner(identity.queue, requester, host)
+    # Deliveries to a queue are what its owner may read, whoever registers them.
+    reader = Requester(identity.queue, owner, requester.sub_point)
     warnings: list[Reason] = []
     permitted: list[str] = []
     for topic in topics:
-        if host.may_subscribe(requester, topic):
+        if host.may_subscribe(requester, topic) and (
+            owner == requester.user_id or host.may_subscribe(reader, topic)
+        ):
             permitted.append(topic)
         else:
             warnings.append(Reason(ReasonCode.NOT_AUTHORIZED, {"Topic": topic}))
@@ -362,6 +400,7 @@ def reg_sub(command: Command, requester: Requester, registry: Registry, host: Ho
             )
 
     plans: list[Callable[[], Subscription]] = []
+    arriving = 0  # subscriptions the queue gains (its quota)
     named = registry.by_name(sub_point, name) if name else None
     if named is not None and not _may_address(named, requester):
         # A SubName is not a way to take over (re-point, re-own) another user's subscription.
@@ -376,6 +415,8 @@ def reg_sub(command: Command, requester: Requester, registry: Registry, host: Ho
             plans.append(
                 _plan_repoint(named, identity, topic, filter_text, compiled, registry, host, update)
             )
+            if named.queue != identity.queue:
+                arriving += 1
             continue
         if named is not None and existing is not None and existing is not named:
             raise CommandFailed(
@@ -387,11 +428,26 @@ def reg_sub(command: Command, requester: Requester, registry: Registry, host: Ho
             plans.append(
                 _plan_create(registry, identity, topic, sub_point, filter_text, compiled, asked)
             )
+            arriving += 1
             continue
         plans.append(_plan_update(existing, asked, registry, warnings))
+    if compiled is not None and arriving and host.max_filter_size_per_user:
+        held = registry.filter_size_of(requester.user_id)
+        limit = host.max_filter_size_per_user
+        if held + arriving * compiled.size > limit:
+            raise CommandFailed(
+                ReasonCode.FILTER_ERROR,
+                f"user {requester.user_id!r} holds filters of size {held}; "
+                f"{arriving * compiled.size} more would pass the limit of {limit}"
+                " (limits.max_filter_size_per_user)",
+                Filter=filter_text,
+            )
+    over_quota = host.reserve_subscriptions(identity.queue, arriving) if arriving else None
+    if over_quota is not None:
+        raise CommandFailed(ReasonCode.BROKER_COMMAND_FAILED, over_quota, QName=identity.queue)
 
     if plans:
-        host.ensure_queue(identity.queue)
+        host.ensure_queue(identity.queue, owner)
     applied = [plan() for plan in plans]
     for subscription in applied:
         host.subscription_changed(subscription)
@@ -608,7 +664,7 @@ def dereg_sub(command: Command, requester: Requester, registry: Registry, host: 
         )
         if deregister_all:
             if topics:
-                _check_filters(topics)
+                _check_filters(topics, host)
             # Without CorrelAsId: every CorrelId's registrations of the queue.
             any_correl = "CorrelAsId" not in options
             targets = [
@@ -623,7 +679,7 @@ def dereg_sub(command: Command, requester: Requester, registry: Registry, host: 
             if not targets:
                 raise CommandFailed(ReasonCode.NOT_REGISTERED, "no matching subscription")
         else:
-            _check_filters(topics)
+            _check_filters(topics, host)
             missing: list[str] = []
             for topic in topics:
                 found = registry.get((identity, topic, sub_point, filter_text))
@@ -668,7 +724,7 @@ def req_update(command: Command, requester: Requester, registry: Registry, host:
     if len(topics) > 1 or (not topics and not name):
         raise CommandFailed(ReasonCode.TOPIC_ERROR, "ReqUpdate takes exactly one Topic")
     if topics:
-        _check_filters(topics)
+        _check_filters(topics, host)
     if name:
         subscription = registry.by_name(sub_point, name)
     else:
@@ -709,7 +765,7 @@ def publish(command: Command, requester: Requester, registry: Registry, host: Ho
     if not topics:
         raise CommandFailed(ReasonCode.TOPIC_ERROR, "the <Topic> property is missing")
     for topic in topics:
-        problem = topic_name_error(topic)
+        problem = host.topic_limits.name_error(topic)
         if problem:
             raise CommandFailed(ReasonCode.TOPIC_ERROR, problem, Topic=topic[:256])
     if "CorrelAsId" in options and command.mqmd.correl_is_zero():
@@ -730,7 +786,7 @@ def publish(command: Command, requester: Requester, registry: Registry, host: Ho
 def delete_pub(command: Command, requester: Requester, registry: Registry, host: Host) -> Reply:
     _options(command, "DelOpt", DEL_OPTIONS, ReasonCode.DEL_OPTIONS_ERROR)
     topics = command.all("Topic")
-    _check_filters(topics)
+    _check_filters(topics, host)
     sub_point = _sub_point(command, requester, host)
     warnings: list[Reason] = []
     for topic in topics:
@@ -750,7 +806,8 @@ def delete_pub(command: Command, requester: Requester, registry: Registry, host:
 
 
 def list_subs(command: Command, requester: Requester, registry: Registry, host: Host) -> Reply:
-    """telemq extension: every subscription with all its attributes (as FullResp shows one).
+    """telemq extension: the requester's subscriptions with all their attributes (as
+    FullResp shows one): those it registered and those on its queues. An admin sees all.
 
     Optional properties narrow the list: QName, SubPoint, SubName, Topic (exact).
     """
@@ -758,10 +815,13 @@ def list_subs(command: Command, requester: Requester, registry: Registry, host: 
     sub_point = command.first("SubPoint") if "SubPoint" in command.psc else None
     name = command.first("SubName")
     topics = command.all("Topic")
+    user = requester.user_id
+    everyone = host.is_admin(requester)
     chosen = [
         s
         for s in sorted(registry, key=lambda s: s.id)
-        if (not queue or s.queue == queue)
+        if (everyone or s.owner == user or host.queue_owner(s.queue) == user)
+        and (not queue or s.queue == queue)
         and (sub_point is None or s.sub_point == sub_point)
         and (not name or s.name == name)
         and (not topics or s.topic in topics)
@@ -773,14 +833,15 @@ def put(command: Command, requester: Requester, registry: Registry, host: Host) 
     """telemq extension: one message on one queue only (a backfill), at the command's QoS.
 
     Not routed, retained or journaled. The requester must be allowed to publish to the
-    topic, and either own the queue (it is the requester's client id) or be allowed to
-    subscribe to the topic: with RegSub and Publish it could get the message there anyway.
+    topic; another user's queue needs admin rights or a `queue` grant, and a queue that is
+    not the requester's own session needs the topic to be one the requester (with RegSub
+    and Publish it could get the message there anyway) and the queue's owner may read.
     """
     topics = command.all("Topic")
     if len(topics) != 1:
         raise CommandFailed(ReasonCode.TOPIC_ERROR, "Put takes exactly one Topic")
     topic = topics[0]
-    problem = topic_name_error(topic)
+    problem = host.topic_limits.name_error(topic)
     if problem:
         raise CommandFailed(ReasonCode.TOPIC_ERROR, problem, Topic=topic[:256])
     qmgr = command.first("QMgrName") or host.qmgr_name
@@ -796,7 +857,11 @@ def put(command: Command, requester: Requester, registry: Registry, host: Host) 
         raise CommandFailed(
             ReasonCode.NOT_AUTHORIZED, f"not authorized to publish to {topic!r}", Topic=topic
         )
-    if queue != requester.client_id and not host.may_subscribe(requester, topic):
+    owner = _queue_owner(queue, requester, host)
+    reader = Requester(queue, owner, requester.sub_point)
+    if queue != requester.client_id and not (
+        host.may_subscribe(requester, topic) and host.may_subscribe(reader, topic)
+    ):
         raise CommandFailed(
             ReasonCode.NOT_AUTHORIZED,
             f"queue {queue!r} is another client's and {topic!r} may not be subscribed to",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from . import ast
+from .errors import FilterError, TooManyTokens
 from .evaluate import Condition, Message, compile_condition
 from .parser import parse
 from .render import render, render_path
@@ -19,23 +20,43 @@ class Filter:
     - `source`: the text it was compiled from;
     - `expr`: the AST;
     - `fields`: canonical paths of the payload fields it reads (``{"temp", "site.name"}``);
-    - `properties`: names of the message properties it reads (``{"Topic"}``).
+    - `properties`: names of the message properties it reads (``{"Topic"}``);
+    - `size`: the nodes of its syntax tree (``a = 1`` has 3) and the values of its IN lists,
+      what compiling and evaluating it cost grows with: the broker's budgets count it.
     """
 
-    __slots__ = ("_condition", "expr", "fields", "properties", "source", "text")
+    __slots__ = ("_condition", "expr", "fields", "properties", "size", "source", "text")
 
     expr: ast.Node
     text: str
     source: str
     fields: frozenset[str]
     properties: frozenset[str]
+    size: int
 
-    def __init__(self, expr: ast.Node, source: str | None = None) -> None:
-        """Wrap an AST that `parser.parse` produced (use `compile_filter` for text)."""
+    def __init__(
+        self,
+        expr: ast.Node,
+        source: str | None = None,
+        max_size: int | None = None,
+        limit_name: str = "",
+    ) -> None:
+        """Wrap an AST that `parser.parse` produced (use `compile_filter` for text).
+        `max_size`: refuse (FilterError) a larger tree before compiling anything; the
+        message names the limit as `limit_name` when given."""
+        nodes = list(ast.walk(expr))
+        self.size = len(nodes) + sum(len(n.items) for n in nodes if isinstance(n, ast.In))
+        if max_size is not None and self.size > max_size:
+            text = source if source is not None else render(expr)
+            named = f" ({limit_name})" if limit_name else ""
+            raise FilterError(
+                f"the filter's size is {self.size}, more than the limit of {max_size}{named}",
+                text,
+                0,
+            )
         self.expr = expr
         self.text = render(expr)
         self.source = self.text if source is None else source
-        nodes = list(ast.walk(expr))
         self.fields = frozenset(render_path(n.path) for n in nodes if isinstance(n, ast.Field))
         self.properties = frozenset(n.name for n in nodes if isinstance(n, ast.Property))
         self._condition: Condition = compile_condition(expr)
@@ -91,6 +112,22 @@ class Filter:
         return (compile_filter, (self.text,))
 
 
-def compile_filter(text: str) -> Filter:
-    """Parse, check and compile `text`; raise `FilterError` (reason 3150) if invalid."""
-    return Filter(parse(text), text)
+# A filter's tokens per unit of size, at most: a LIKE with NOT and ESCAPE is 6 tokens for 2
+# nodes, parentheses add 2 per node. Tokenizing stops past this many per unit of `max_size`.
+TOKENS_PER_SIZE = 8
+
+
+def compile_filter(text: str, max_size: int | None = None, limit_name: str = "") -> Filter:
+    """Parse, check and compile `text`; raise `FilterError` (reason 3150) if invalid, or if
+    it is larger than `max_size` (`Filter.size`; `limit_name` names that limit). A text far
+    too long for `max_size` is refused while it is tokenized, before it is parsed."""
+    if max_size is None:
+        return Filter(parse(text), text)
+    try:
+        expr = parse(text, TOKENS_PER_SIZE * max_size + 16)
+    except TooManyTokens as error:
+        named = f" ({limit_name})" if limit_name else ""
+        raise FilterError(
+            f"the filter is larger than the limit of {max_size}{named}", text, error.position
+        ) from None
+    return Filter(expr, text, max_size, limit_name)

@@ -7,7 +7,7 @@ exactly where the filter is wrong.
 
 from __future__ import annotations
 
-__all__ = ["MQRCCF_FILTER_ERROR", "FilterError", "line_column"]
+__all__ = ["MQRCCF_FILTER_ERROR", "FilterError", "TooManyTokens", "line_column"]
 
 MQRCCF_FILTER_ERROR = 3150
 """MQ reason code for an invalid content filter (``MQRCCF_FILTER_ERROR``)."""
@@ -71,3 +71,8 @@ class FilterError(Exception):
     def __reduce__(self) -> tuple[type[FilterError], tuple[str, str, int]]:
         """Pickle by constructor arguments (the message is derived from them)."""
         return (type(self), (self.problem, self.text, self.position))
+
+
+class TooManyTokens(FilterError):
+    """Tokenizing stopped at a bound (`tokenize(text, max_tokens)`): the text is too long
+    for the size its caller allows, whatever it says."""

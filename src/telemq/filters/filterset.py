@@ -29,6 +29,7 @@ import bisect
 import math
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from time import perf_counter
 from typing import Generic, TypeVar
 
 from . import ast
@@ -387,16 +388,23 @@ class FilterSet(Generic[K]):
 
     def matching_message(self, message: Message) -> set[K]:
         """Like `matching`, on a prepared `Message`."""
+        return self.matching_within(message, 0.0)[0]
+
+    def matching_within(self, message: Message, deadline: float) -> tuple[set[K], int]:
+        """Like `matching_message`, but evaluating no filter once `time.perf_counter()` has
+        passed `deadline` (0: no deadline). Returns the matching keys and how many keys
+        were not evaluated."""
         result: set[K] = set()
-        for group in self._unindexed.values():
-            if group.condition(message) is True:
-                result.update(group.keys)
+        groups: list[_Group[K]] = list(self._unindexed.values())
         for index in self._indexes.values():
-            for group in index.candidates(index.getter(message)):
-                residual = group.residual
-                if residual is None or residual(message) is True:
-                    result.update(group.keys)
-        return result
+            groups.extend(index.candidates(index.getter(message)))
+        for position, group in enumerate(groups):
+            if deadline and perf_counter() > deadline:
+                return result, sum(len(g.keys) for g in groups[position:])
+            condition = group.condition if group.index is None else group.residual
+            if condition is None or condition(message) is True:
+                result.update(group.keys)
+        return result, 0
 
     def evaluate(
         self,

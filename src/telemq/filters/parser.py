@@ -450,13 +450,14 @@ def _literal(tok: Token) -> ast.Literal:
     return ast.Boolean(t is TokenType.TRUE, pos=tok.start)
 
 
-def parse_syntax(text: str) -> ast.Node:
+def parse_syntax(text: str, max_tokens: int = 0) -> ast.Node:
     """Tokenize and parse `text` without the checker's rules (for tools and tests)."""
-    return _Parser(tokenize(text), text).parse()
+    return _Parser(tokenize(text, max_tokens), text).parse()
 
 
-def parse(text: str) -> ast.Node:
-    """Parse and check `text`; return the canonical AST or raise `FilterError` (3150)."""
-    tree = parse_syntax(text)
+def parse(text: str, max_tokens: int = 0) -> ast.Node:
+    """Parse and check `text`; return the canonical AST or raise `FilterError` (3150).
+    `max_tokens` (0: no bound) stops a long text early, before parsing it all."""
+    tree = parse_syntax(text, max_tokens)
     check(tree, text)
     return tree

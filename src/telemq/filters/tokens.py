@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import NoReturn
 
-from .errors import FilterError
+from .errors import FilterError, TooManyTokens
 
 __all__ = ["KEYWORDS", "MAX_LENGTH", "Token", "TokenType", "tokenize"]
 
@@ -158,8 +158,9 @@ def _number_value(text: str) -> int | float:
     return int(text)
 
 
-def tokenize(text: str) -> list[Token]:
-    """Split `text` into tokens, ending with one EOF token; raise `FilterError` if invalid."""
+def tokenize(text: str, max_tokens: int = 0) -> list[Token]:
+    """Split `text` into tokens, ending with one EOF token; raise `FilterError` if invalid,
+    or as soon as there are more than `max_tokens` (0: no bound)."""
     if len(text) > MAX_LENGTH:
         raise FilterError(
             f"filter is longer than {MAX_LENGTH} characters ({len(text)})", text, MAX_LENGTH
@@ -215,6 +216,8 @@ def tokenize(text: str) -> list[Token]:
             line += newlines
             line_start = pos + raw.rfind("\n") + 1
         pos = end
+        if max_tokens and len(tokens) > max_tokens:
+            raise TooManyTokens(f"the filter has more than {max_tokens} tokens", text, pos)
     tokens.append(Token(TokenType.EOF, "", n, line, n - line_start + 1, ""))
     return tokens
 

@@ -64,7 +64,13 @@ from .packets import (
     Will,
 )
 from .reasons import ReasonCode
-from .topics import is_wildcard_filter, topic_filter_error, topic_matches, topic_name_error
+from .topics import (
+    TopicLimits,
+    is_wildcard_filter,
+    topic_filter_error,
+    topic_matches,
+    topic_name_error,
+)
 
 __all__ = [
     "MAX_REMAINING_LENGTH",
@@ -107,6 +113,7 @@ __all__ = [
     "SubAck",
     "Subscribe",
     "SubscribeRequested",
+    "TopicLimits",
     "UnsubAck",
     "Unsubscribe",
     "UnsubscribeRequested",

@@ -7,6 +7,10 @@ wildcard; in filters `#` stands alone as the last level and `+` fills a whole le
 may be empty (`a//b`, `/a`).
 Filters starting with a wildcard do not match names starting with `$`
 [MQTT-4.7.2-1]. `sport/#` also matches `sport`.
+
+`TopicLimits` adds a server's own bounds on top (levels and bytes, as Mosquitto's 200-level
+hierarchy limit): what a topic costs the broker grows with its levels, so a client must not
+choose it freely. Both checks cost one length test for the topics real clients use.
 """
 
 from __future__ import annotations
@@ -65,6 +69,40 @@ def topic_filter_error(topic_filter: str) -> str | None:
         if "+" in level and level != "+":
             return f"'+' must fill a whole level in {topic_filter!r}"
     return None
+
+
+DEFAULT_MAX_TOPIC_LEVELS = 200
+
+
+class TopicLimits:
+    """A broker's bounds on topic names and filters (levels and UTF-8 bytes)."""
+
+    __slots__ = ("max_bytes", "max_levels")
+
+    def __init__(
+        self, max_levels: int = DEFAULT_MAX_TOPIC_LEVELS, max_bytes: int = MAX_TOPIC_BYTES
+    ) -> None:
+        self.max_levels = max_levels
+        self.max_bytes = max_bytes
+
+    def size_error(self, topic: str) -> str | None:
+        """Why `topic` (a valid name or filter) is beyond the limits, or None."""
+        max_levels = self.max_levels
+        # n characters hold at most n + 1 levels and 4n bytes: the counts are rarely needed.
+        if len(topic) >= max_levels and topic.count("/") >= max_levels:
+            return f"topic has {topic.count('/') + 1} levels (limit {max_levels})"
+        max_bytes = self.max_bytes
+        if len(topic) * 4 > max_bytes and len(topic.encode("utf-8")) > max_bytes:
+            return f"topic is {len(topic.encode('utf-8')):,} bytes long (limit {max_bytes:,})"
+        return None
+
+    def name_error(self, topic: str) -> str | None:
+        """`topic_name_error`, then the limits."""
+        return topic_name_error(topic) or self.size_error(topic)
+
+    def filter_error(self, topic_filter: str) -> str | None:
+        """`topic_filter_error`, then the limits."""
+        return topic_filter_error(topic_filter) or self.size_error(topic_filter)
 
 
 def is_wildcard_filter(topic_filter: str) -> bool:

@@ -14,21 +14,31 @@ subscriptions the trie selected, with the payload parsed once for all of
 them). `Route` holds the cached, filter-free part already merged per queue, so
 the common case (plain MQTT subscriptions) costs one dict lookup per message.
 
-Pure data and policy: no I/O, no clock (times are arguments).
+Filters have budgets, since their cost is chosen by whoever registers them: the size of
+each filter and of each user's filters (`Filter.size`, checked by the command handlers with
+`filter_size_of`), and the time one publication may spend evaluating them (`filter_time`):
+past it, the filtered subscriptions not yet evaluated do not get the publication, and are
+counted in `filters_skipped`. That bound keeps one publication from holding the broker.
+
+Pure data and policy: no I/O; the only clock read is the evaluation deadline.
 """
 
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from time import perf_counter
 from typing import Any, cast
 
 from ..filters import Filter, FilterError, FilterSet, compile_filter
 from ..filters import Message as FilterMessage
-from .topic_tree import SubscriptionTree
+from .topic_tree import DEFAULT_CACHE_BYTES, SubscriptionTree
 
 FILTER_SET_MIN = 4  # filtered subscriptions on one topic from which a FilterSet pays off
+
+log = logging.getLogger("telemq.subscriptions")
 
 
 class Persistence(enum.StrEnum):
@@ -194,7 +204,14 @@ class Route:
 class Registry:
     """Every subscription, indexed by key, id, name and queue (see module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, cache_bytes: int = DEFAULT_CACHE_BYTES, filter_time: float = 0.0) -> None:
+        """`cache_bytes`: bound on the topic names each routing cache keeps (0: none).
+        `filter_time`: seconds one publication may spend on content filters (0: no bound)."""
+        self._cache_limit = cache_bytes
+        self._routes_bytes = 0
+        self._filter_time = filter_time
+        self._filtered: dict[int, Subscription] = {}  # the subscriptions with a filter
+        self.filters_skipped = 0  # filtered subscriptions not evaluated: past filter_time
         self._by_id: dict[int, Subscription] = {}
         self._by_key: dict[SubscriptionKey, Subscription] = {}
         self._by_name: dict[tuple[str, str], Subscription] = {}  # (sub point, SubName)
@@ -226,6 +243,17 @@ class Registry:
     def of_queue(self, queue: str) -> list[Subscription]:
         return list(self._by_queue.get(queue, {}).values())
 
+    def count_of_queue(self, queue: str) -> int:
+        return len(self._by_queue.get(queue, ()))
+
+    def filter_size_of(self, owner: str) -> int:
+        """The size (`Filter.size`) of the filters of the subscriptions `owner` owns."""
+        return sum(
+            s.compiled.size
+            for s in self._filtered.values()
+            if s.owner == owner and s.compiled is not None
+        )
+
     def count_for(self, sub_point: str) -> int:
         tree = self._trees.get(sub_point)
         return tree.count if tree else 0
@@ -241,16 +269,19 @@ class Registry:
         if subscription.name:
             self._by_name[(subscription.sub_point, subscription.name)] = subscription
         self._by_queue.setdefault(subscription.queue, {})[subscription.id] = subscription
+        if subscription.compiled is not None:
+            self._filtered[subscription.id] = subscription
         tree = self._trees.get(subscription.sub_point)
         if tree is None:
-            tree = self._trees[subscription.sub_point] = SubscriptionTree()
+            tree = self._trees[subscription.sub_point] = SubscriptionTree(self._cache_limit)
         tree.add(subscription.topic, subscription.id, subscription.qos)
-        self._routes.clear()
+        self._drop_routes()
 
     def remove(self, subscription: Subscription) -> bool:
         if self._by_id.pop(subscription.id, None) is None:
             return False
         self._by_key.pop(subscription.key, None)
+        self._filtered.pop(subscription.id, None)
         if (
             subscription.name
             and self._by_name.get((subscription.sub_point, subscription.name)) is subscription
@@ -264,7 +295,7 @@ class Registry:
         tree = self._trees.get(subscription.sub_point)
         if tree is not None:
             tree.remove(subscription.topic, subscription.id)
-        self._routes.clear()
+        self._drop_routes()
         return True
 
     def changed(self, subscription: Subscription, old_name: str = "") -> None:
@@ -276,7 +307,11 @@ class Registry:
         tree = self._trees.get(subscription.sub_point)
         if tree is not None:
             tree.add(subscription.topic, subscription.id, subscription.qos)
+        self._drop_routes()
+
+    def _drop_routes(self) -> None:
         self._routes.clear()
+        self._routes_bytes = 0
 
     def route(self, sub_point: str, topic: str) -> Route | None:
         """Subscriptions matching `topic` at `sub_point` (cached; see `Route`)."""
@@ -313,10 +348,19 @@ class Registry:
                 assert subscription.compiled is not None
                 filter_set.add(position, subscription.compiled)
         route = Route(plain, filtered, filter_set)
-        if len(self._routes) > 16384:
+        size = self._routes_bytes + len(topic)
+        limit = self._cache_limit
+        if len(self._routes) > 16384 or (limit and size > limit):
             self._routes.clear()
+            size = len(topic)
+        self._routes_bytes = size
         self._routes[cache_key] = route
         return route
+
+    @property
+    def cache_bytes(self) -> int:
+        """Characters of the topic names the routing caches hold now."""
+        return self._routes_bytes + sum(tree.cache_bytes for tree in self._trees.values())
 
     def targets(
         self,
@@ -352,15 +396,36 @@ class Registry:
             },
         )
         filtered = route.filtered
+        deadline = perf_counter() + self._filter_time if self._filter_time else 0.0
+        skipped = 0
         if route.filter_set is not None:
-            for position in route.filter_set.matching_message(view):
+            matched, skipped = route.filter_set.matching_within(view, deadline)
+            for position in matched:
                 _merge_target(targets, filtered[position], qos)
         else:
-            for subscription in filtered:
+            for position, subscription in enumerate(filtered):
+                if deadline and perf_counter() > deadline:
+                    skipped = len(filtered) - position
+                    break
                 compiled = subscription.compiled
                 if compiled is not None and compiled.evaluate_message(view) is True:
                     _merge_target(targets, subscription, qos)
+        if skipped:
+            self._skipped(topic, skipped)
         return targets
+
+    def _skipped(self, topic: str, count: int) -> None:
+        before = self.filters_skipped
+        self.filters_skipped += count
+        if before == 0 or before // 1000 != self.filters_skipped // 1000:
+            log.warning(
+                "publication on %.100r: %d filtered subscriptions not evaluated, past the "
+                "filter time budget of %.1f ms (limits.max_filter_time; %d skipped so far)",
+                topic,
+                count,
+                self._filter_time * 1000,
+                self.filters_skipped,
+            )
 
     def expired(self, now: float) -> list[Subscription]:
         return [s for s in self._by_id.values() if s.expiry_at is not None and s.expiry_at <= now]

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterator
 
-_CACHE_LIMIT = 16384
+_CACHE_LIMIT = 16384  # topics
+DEFAULT_CACHE_BYTES = 16 * 1024 * 1024  # characters of the cached topic names
 
 
 class _Node:
@@ -32,11 +33,15 @@ class SubscriptionTree:
     uses subscription ids.
     """
 
-    __slots__ = ("_cache", "_root", "count")
+    __slots__ = ("_cache", "_cache_limit", "_root", "cache_bytes", "count")
 
-    def __init__(self) -> None:
+    def __init__(self, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+        """`cache_bytes`: the cache is dropped when its topic names grow past this (0: no
+        bound), so long distinct topics cannot pin memory."""
         self._root = _Node()
         self._cache: dict[str, dict[Hashable, int]] = {}
+        self._cache_limit = cache_bytes
+        self.cache_bytes = 0
         self.count = 0
 
     def add(self, topic_filter: str, key: Hashable, qos: int) -> bool:
@@ -52,6 +57,7 @@ class SubscriptionTree:
         if is_new:
             self.count += 1
         self._cache.clear()
+        self.cache_bytes = 0
         return is_new
 
     def remove(self, topic_filter: str, key: Hashable) -> bool:
@@ -68,6 +74,7 @@ class SubscriptionTree:
             return False
         self.count -= 1
         self._cache.clear()
+        self.cache_bytes = 0
         for parent, level in reversed(path):
             child = parent.children[level]
             if child.subscribers or child.children:
@@ -122,8 +129,12 @@ class SubscriptionTree:
                             _merge(result, tail.subscribers)
                     else:
                         stack.append((single, index + 1))
-        if len(self._cache) >= _CACHE_LIMIT:
+        size = self.cache_bytes + len(topic)
+        limit = self._cache_limit
+        if len(self._cache) >= _CACHE_LIMIT or (limit and size > limit):
             self._cache.clear()
+            size = len(topic)
+        self.cache_bytes = size
         self._cache[topic] = result
         return result
 
