@@ -75,6 +75,7 @@ def config_text(port: int) -> str:
         ("*", "all", "names/#"),
         ("*", "all", "h"),
         ("alice", "all", "alice/#"),
+        ("alice", "subscribe", "$SYS/#"),
     ]
     for user, action, topic in rules:
         lines += ["[[acl]]", f'user = "{user}"', f'action = "{action}"', f'topic = "{topic}"']
@@ -322,7 +323,8 @@ def subscription_flood(broker: Broker) -> None:
 
 
 def topic_name_flood(broker: Broker) -> None:
-    """1,000 distinct 64 KB topic names, routed to a subscriber that does not read."""
+    """1,000 distinct 64 KB topic names, routed to a subscriber that does not read; the
+    routing caches keep at most their bound of topic names."""
     reader = connected(broker.port, "names")
     assert subscribe(reader, ["names/#"]) == [0]
     raw = connected(broker.port, "namer")
@@ -330,8 +332,15 @@ def topic_name_flood(broker: Broker) -> None:
     for n in range(1000):
         raw.send(Publish(f"names/{n:04d}/{tail}", b"", 1, packet_id=n % 60000 + 1))
         assert isinstance(raw.next(60.0), PubAck)
-    raw.close()
     reader.close()
+    cached = "$SYS/broker/topic cache/bytes"
+    assert subscribe(raw, [cached], packet_id=2) == [0], "$SYS refused"
+    while True:  # the retained value, then one per $SYS interval: take a fresh one
+        packet = raw.next(10.0)
+        if isinstance(packet, Publish) and packet.topic == cached and not packet.retain:
+            break
+    assert 0 < int(packet.payload) <= 3 * 16 * 1024 * 1024, packet.payload
+    raw.close()
 
 
 def users_apart(broker: Broker) -> None:
