@@ -52,7 +52,7 @@ def cmd(authorizer: Authorizer, topic: str, user: str | None = "alice", cid: str
 
 
 def test_action_values() -> None:
-    assert [a.value for a in Action] == ["publish", "subscribe", "command", "queue"]
+    assert [a.value for a in Action] == ["publish", "subscribe", "command", "queue", "journal"]
     assert Action("publish") is PUB
 
 
@@ -471,3 +471,21 @@ def test_publish_decision_is_first_match(rules: list[AclRule], topic: str) -> No
             expected = rule.allow
             break
     assert pub(authorizer, topic, "alice") == expected
+
+
+def test_journal_reads_are_checked_as_subscriptions() -> None:
+    """`journal` rules cover filters: a reader gets what its rules cover, never wider."""
+    rules = [
+        AclRule(action="journal", topic="sensors/+/secret", allow=False),
+        AclRule(action="journal", topic="sensors/#", user="reader"),
+    ]
+    authorizer = Authorizer(acl=rules)
+
+    def reads(topic: str) -> bool:
+        return authorizer.allowed(Action.JOURNAL, topic, user="reader", client_id="")
+
+    assert reads("sensors/#") is False  # overlaps the denied secrets
+    assert reads("sensors/a/temp") and reads("sensors/+/temp")
+    assert not reads("#") and not reads("other")
+    assert not authorizer.allowed(Action.SUBSCRIBE, "sensors/a/temp", user="reader", client_id="")
+    assert Authorizer().allowed(Action.JOURNAL, "#", user=None, client_id="")  # open broker

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from telemq.broker.auth import hash_password
+from testsupport.process import users_and_acl
 
 from .helpers import (
     BrokerProcess,
@@ -109,19 +109,8 @@ def _config_text(point_port: int) -> str:
         "",
         _passwd_entry("alice", PASSWORDS["alice"]) + "admin = true\n",  # ListSubs sees all
     ]
-    for user in ("bob", "carol", "mallory"):
-        encoded = hash_password(PASSWORDS[user], iterations=1000)
-        lines += ["[[users]]", f'name = "{user}"', f'password_hash = "{encoded}"', ""]
-    for user, action, topic, allow in ACL:
-        lines += [
-            "[[acl]]",
-            f'user = "{user}"',
-            f'action = "{action}"',
-            f'topic = "{topic}"',
-            f"allow = {'true' if allow else 'false'}",
-            "",
-        ]
-    return "\n".join(lines)
+    others = {user: PASSWORDS[user] for user in ("bob", "carol", "mallory")}
+    return "\n".join(lines) + "\n" + users_and_acl(others, ACL)
 
 
 class Broker:

@@ -16,6 +16,7 @@ import pytest
 
 from telemq.broker.config import (
     BrokerConfig,
+    HttpConfig,
     JournalConfig,
     LimitsConfig,
     ListenerConfig,
@@ -31,7 +32,7 @@ TABLES: dict[str, type[Any]] = {
     "sys": SysConfig,
 }
 TOP_LEVEL = {"name": "5", "sub_points": '"not a list"', "allow_anonymous": '"yes"'}
-TOP_LEVEL |= {"users": '"nobody"', "acl": "3", "listeners": '"everywhere"'}
+TOP_LEVEL |= {"users": '"nobody"', "acl": "3", "listeners": '"everywhere"', "http": "8080"}
 
 
 # Values of the right type that a check refuses.
@@ -42,6 +43,8 @@ OUT_OF_RANGE = [
     ("[limits]\nmax_subscriptions_per_client = -5\n", "limits.max_subscriptions_per_client"),
     ('[[users]]\nname = "a"\npassword_hash = "x"\nadmin = "yes"\n', "users[0].admin"),
     ('[[acl]]\naction = "queues"\ntopic = "#"\n', "acl[0]"),
+    ("[[http]]\nport = -1\n", "http[0].port"),
+    ('[[http]]\nkeyfile = "k.pem"\n', "http[0].keyfile"),
 ]
 
 
@@ -70,10 +73,11 @@ def cases() -> list[tuple[str, str]]:
             found.append((f"[{table}]\n{field.name} = {value}\n", f"{table}.{field.name}"))
         found.append((f"[{table}]\nno_such_key = 1\n", f"{table}.no_such_key"))
         found.append((f"{table} = 3\n", table))
-    listener = ListenerConfig()
-    for field in dataclasses.fields(ListenerConfig):
-        value = wrong_value(getattr(listener, field.name))
-        found.append((f"[[listeners]]\n{field.name} = {value}\n", f"listeners[0].{field.name}"))
+    for array, cls in (("listeners", ListenerConfig), ("http", HttpConfig)):
+        entry = cls()
+        for field in dataclasses.fields(cls):
+            value = wrong_value(getattr(entry, field.name))
+            found.append((f"[[{array}]]\n{field.name} = {value}\n", f"{array}[0].{field.name}"))
     return found + OUT_OF_RANGE
 
 

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any
 from xml.sax.saxutils import escape
 
-from telemq.broker.auth import hash_password
 from testsupport.paho import WAIT, PahoClient
 from testsupport.paho import Received as Received
 from testsupport.process import LIVE_BROKERS as LIVE_BROKERS
@@ -29,6 +28,7 @@ from testsupport.process import BrokerProcess as BrokerProcess
 from testsupport.process import BrokerStartError as BrokerStartError
 from testsupport.process import free_port as free_port
 from testsupport.process import unique
+from testsupport.process import users_and_acl as users_and_acl
 from testsupport.process import wait_until as wait_until
 
 HOST = "127.0.0.1"
@@ -395,22 +395,3 @@ def connected(port: int, client_id: str | None = None, **kwargs: Any) -> MQClien
     client = MQClient(port, client_id, **kwargs)
     client.connect()
     return client
-
-
-def users_and_acl(passwords: Mapping[str, str], acl: Sequence[tuple[str, str, str, bool]]) -> str:
-    """`[[users]]` (cheaply hashed passwords) and `[[acl]]` tables for a test configuration;
-    `acl` holds (user, action, topic, allow) rules."""
-    lines: list[str] = []
-    for user, password in passwords.items():
-        digest = hash_password(password, iterations=1000)
-        lines += ["[[users]]", f'name = "{user}"', f'password_hash = "{digest}"', ""]
-    for user, action, topic, allow in acl:
-        lines += [
-            "[[acl]]",
-            f'user = "{user}"',
-            f'action = "{action}"',
-            f'topic = "{topic}"',
-            f"allow = {'true' if allow else 'false'}",
-            "",
-        ]
-    return "\n".join(lines)

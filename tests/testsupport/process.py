@@ -22,9 +22,11 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from telemq.broker.auth import hash_password
 
 HOST = "127.0.0.1"
 START_DEADLINE = 15.0
@@ -225,3 +227,22 @@ class BrokerProcess:
         return f"--- broker stderr ({self.stderr_path.name}, last {len(tail)} lines) ---\n" + (
             "\n".join(tail)
         )
+
+
+def users_and_acl(passwords: Mapping[str, str], acl: Sequence[tuple[str, str, str, bool]]) -> str:
+    """`[[users]]` (cheaply hashed passwords) and `[[acl]]` tables for a test configuration;
+    `acl` holds (user, action, topic, allow) rules."""
+    lines: list[str] = []
+    for user, password in passwords.items():
+        digest = hash_password(password, iterations=1000)
+        lines += ["[[users]]", f'name = "{user}"', f'password_hash = "{digest}"', ""]
+    for user, action, topic, allow in acl:
+        lines += [
+            "[[acl]]",
+            f'user = "{user}"',
+            f'action = "{action}"',
+            f'topic = "{topic}"',
+            f"allow = {'true' if allow else 'false'}",
+            "",
+        ]
+    return "\n".join(lines)

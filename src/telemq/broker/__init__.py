@@ -3,7 +3,8 @@
 Theory of operation: see `server.py`, which wires the rooms (sessions, router, delivery,
 subscribe, retained, stats, housekeeping) and lists what each owns. `client.py` is the asyncio
 edge (one protocol object per connection around a sans-IO `protocol.Connection`),
-`listeners.py` where connections come from, `hooks.py` the extension points, `session.py`
+`listeners.py` where connections come from, `http.py` the HTTP listeners (the journal
+service), `hooks.py` the extension points, `session.py`
 messages, deliveries and sessions, `committer.py` the group commit, `config.py` the settings,
 `tuning.py` the interpreter settings of a broker process.
 """
@@ -11,6 +12,7 @@ messages, deliveries and sessions, `committer.py` the group commit, `config.py` 
 from .config import (
     BrokerConfig,
     ConfigError,
+    HttpConfig,
     JournalConfig,
     LimitsConfig,
     ListenerConfig,
@@ -28,6 +30,7 @@ __all__ = [
     "BrokerConfig",
     "ConfigError",
     "Hook",
+    "HttpConfig",
     "JournalConfig",
     "LimitsConfig",
     "Listener",

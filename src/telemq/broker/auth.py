@@ -86,6 +86,9 @@ class Action(enum.StrEnum):
     # Register subscriptions for (or put messages on) a queue another user owns; the
     # "topic" of the check is the queue name. Granted only by an explicit allow rule.
     QUEUE = "queue"
+    # Read the journal over HTTP (docs/pipeline.md); the "topic" is a filter, checked as a
+    # subscription is: a rule must cover every topic the reader asks for.
+    JOURNAL = "journal"
 
 
 RULE_ACTIONS: Final[Mapping[str, frozenset[Action]]] = {
@@ -93,6 +96,7 @@ RULE_ACTIONS: Final[Mapping[str, frozenset[Action]]] = {
     "subscribe": frozenset({Action.SUBSCRIBE}),
     "command": frozenset({Action.COMMAND}),
     "queue": frozenset({Action.QUEUE}),
+    "journal": frozenset({Action.JOURNAL}),
     "all": frozenset(Action),
 }
 
@@ -143,7 +147,7 @@ class UserConfig:
 class AclRule:
     """One `[[acl]]` entry: `allow` (or deny) `action` on topics matching `topic` for `user`."""
 
-    action: str  # "publish" | "subscribe" | "command" | "queue" | "all"
+    action: str  # "publish" | "subscribe" | "command" | "queue" | "journal" | "all"
     topic: str  # an MQTT topic filter; may contain %u (user name) and %c (client id)
     allow: bool = True
     user: str = ANY_USER  # "*", "anonymous" or a user name
@@ -470,7 +474,8 @@ class Authorizer:
         actions = RULE_ACTIONS.get(rule.action) if isinstance(rule.action, str) else None
         if actions is None:
             raise AuthError(
-                f"{where}: action {rule.action!r} is not publish, subscribe, command, queue or all"
+                f"{where}: action {rule.action!r} is not publish, subscribe, command, queue, "
+                "journal or all"
             )
         if not isinstance(rule.topic, str):
             raise AuthError(f"{where}: topic must be a string, got {rule.topic!r}")
@@ -578,7 +583,8 @@ class Authorizer:
         self, action: Action, topic: str, user: str | None, client_id: str
     ) -> tuple[bool, int | None]:
         action = Action(action)
-        if action is Action.SUBSCRIBE:
+        reads = action is Action.SUBSCRIBE or action is Action.JOURNAL
+        if reads:
             if topic_filter_error(topic) is not None:
                 return False, None
         elif topic_name_error(topic) is not None:
@@ -596,7 +602,7 @@ class Authorizer:
                 continue
             if isinstance(pattern, _Everything):
                 return False, rule.index
-            if action is Action.SUBSCRIBE:
+            if reads:
                 # Allow: the rule must cover every topic the filter can match.
                 # Deny: any topic in common is enough to refuse the filter.
                 decides = (

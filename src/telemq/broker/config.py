@@ -40,6 +40,29 @@ class ListenerConfig:
 
 
 @dataclass(slots=True)
+class HttpConfig:
+    """One `[[http]]` listener: the journal service (docs/pipeline.md). TLS as for MQTT."""
+
+    host: str = DEFAULT_HOST
+    port: int = 8080
+    certfile: str = ""
+    keyfile: str = ""
+    cafile: str = ""  # CA that signs client certificates (verified when sent)
+    require_certificate: bool = False
+
+    def tls_listener(self) -> ListenerConfig:
+        """The same TLS settings as an MQTT listener's, to build the SSL context alike."""
+        return ListenerConfig(
+            host=self.host,
+            port=self.port,
+            certfile=self.certfile,
+            keyfile=self.keyfile,
+            cafile=self.cafile,
+            require_certificate=self.require_certificate,
+        )
+
+
+@dataclass(slots=True)
 class StoreConfig:
     kind: str = "sqlite"  # "sqlite" | "memory"
     data_dir: str = DEFAULT_DATA_DIR
@@ -88,6 +111,7 @@ class SysConfig:
 class BrokerConfig:
     name: str = "telemq"
     listeners: list[ListenerConfig] = field(default_factory=lambda: [ListenerConfig()])
+    http: list[HttpConfig] = field(default_factory=list)  # off unless configured
     sub_points: list[str] = field(default_factory=list)  # declared besides the default ""
     # Authentication and ACL (see docs/security.md); raw tables, checked by the authorizer.
     users: list[dict[str, Any]] = field(default_factory=list)
@@ -121,6 +145,10 @@ class BrokerConfig:
                     "in sub_points"
                 )
             _check_tls(listener, f"listeners[{index}]")
+        for index, http in enumerate(self.http):
+            if not 0 <= http.port <= 65535:
+                raise ConfigError(f"http[{index}].port: {http.port} is not a TCP port")
+            _check_tls(http.tls_listener(), f"http[{index}]")
         if self.store.kind not in ("sqlite", "memory"):
             raise ConfigError(f"store.kind: {self.store.kind!r} is not 'sqlite' or 'memory'")
         if not 0 <= self.store.linger <= 60:
@@ -238,7 +266,7 @@ def _build(cls: type[Any], values: Mapping[str, Any], where: str) -> Any:
                 raise ConfigError(f"{path}: expected a string, got {value!r}")
         elif (
             isinstance(default, list)
-            and key not in ("listeners", "users", "acl")
+            and key not in ("listeners", "http", "users", "acl")
             and (not isinstance(value, list) or not all(isinstance(v, str) for v in value))
         ):
             raise ConfigError(f"{path}: expected a list of strings, got {value!r}")
@@ -265,13 +293,11 @@ def config_from_mapping(data: Mapping[str, Any]) -> BrokerConfig:
             if not isinstance(value, bool):
                 raise ConfigError(f"allow_anonymous: expected true or false, got {value!r}")
             top[key] = value
-        elif key == "listeners":
+        elif key in ("listeners", "http"):
             if not isinstance(value, list):
-                raise ConfigError("listeners: expected an array of tables ([[listeners]])")
-            top[key] = [
-                _build(ListenerConfig, item, f"listeners[{index}]")
-                for index, item in enumerate(value)
-            ]
+                raise ConfigError(f"{key}: expected an array of tables ([[{key}]])")
+            kind = ListenerConfig if key == "listeners" else HttpConfig
+            top[key] = [_build(kind, item, f"{key}[{index}]") for index, item in enumerate(value)]
         else:
             top[key] = value
     config: BrokerConfig = _build(BrokerConfig, top, "")

@@ -33,7 +33,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..commands import PutResult, Requester
 from ..protocol import (
@@ -68,6 +68,9 @@ from .session import Message, Session
 from .sessions import Sessions
 from .stats import BrokerStats, SysReporter
 from .subscribe import SubscriptionManager
+
+if TYPE_CHECKING:
+    from .http import HttpServer
 
 log = logging.getLogger("telemq.broker")
 
@@ -127,6 +130,7 @@ class Broker:
         self._stopping = False
         self.quarantined = 0
         self.bound_ports: list[int] = []
+        self.http: HttpServer | None = None  # the [[http]] listeners, when configured
 
     # -- lifecycle --------------------------------------------------------
 
@@ -178,6 +182,17 @@ class Broker:
             self.topic_limits,
         )
         self._started = True
+        if config.http:
+            from .http import HttpServer  # aiohttp only for a broker that serves HTTP
+
+            hooks = self.hooks
+            self.http = HttpServer(
+                config.http,
+                lambda user, password: hooks.authenticate("", user, password),
+                lambda user, topic: hooks.may(Action.JOURNAL, topic, user, ""),
+                config.store.data_dir if config.store.kind == "sqlite" else None,
+            )
+            await self.http.start()
         for listener in self.listeners:
             await listener.start(self._client_factory(listener.config))
             self.bound_ports.extend(listener.ports)
@@ -269,6 +284,8 @@ class Broker:
         self._stopping = True
         for listener in self.listeners:
             listener.close()
+        if self.http is not None:
+            await self.http.stop()
         if self._started:
             if self._sys_task is not None:
                 self._sys_task.cancel()

@@ -13,6 +13,7 @@ from .. import version_text
 from ..broker import (
     BrokerConfig,
     ConfigError,
+    HttpConfig,
     ListenerConfig,
     load_config,
     run_broker,
@@ -30,6 +31,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     serve.add_argument("--config", "-c", help="TOML configuration file")
     serve.add_argument("--host", help="listen address (default 127.0.0.1)")
     serve.add_argument("--port", "-p", type=int, help="listen port (default 1883)")
+    serve.add_argument(
+        "--http-port",
+        type=int,
+        help="also serve the journal over HTTP on this port, on --host (docs/pipeline.md)",
+    )
     serve.add_argument("--data-dir", "-d", help="data directory (default ./telemq-data)")
     serve.add_argument("--store", choices=["sqlite", "memory"], help="store kind")
     serve.add_argument("--sync", choices=["full", "normal", "off"], help="store fsync policy")
@@ -57,6 +63,9 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
         if args.port is not None:
             first.port = args.port
         config.listeners[0:1] = [first]
+    if args.http_port is not None:
+        host = args.host if args.host is not None else config.listeners[0].host
+        config.http.append(HttpConfig(host=host, port=args.http_port))
     if args.data_dir is not None:
         config.store.data_dir = args.data_dir
     if args.store is not None:

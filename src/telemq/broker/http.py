@@ -1,0 +1,176 @@
+"""The broker's HTTP listeners (`[[http]]`): the journal service, over aiohttp.
+
+Theory of operation
+-------------------
+An `HttpServer` runs one aiohttp application on every configured `[[http]]` listener, plain
+or TLS (the MQTT listeners' settings and checks). It is the broker's second front door, for
+programs rather than devices: the Spark pipeline reads the journal through it, so executors
+on other hosts never open the broker's files (docs/pipeline.md, "The journal service").
+
+Every request is authenticated with the broker's own users, by HTTP Basic: the hooks'
+`authenticate`, run on a worker thread as for CONNECT (a key derivation takes a while). No
+credentials is the anonymous user, accepted exactly where MQTT accepts anonymous clients. A
+wrong password is 401 with a `WWW-Authenticate` challenge; a known user the ACL does not let
+read what it asks for is 403 (the `journal` action, checked like a subscription: the rules must
+cover every topic filter of the request). Nothing is read before both checks pass.
+
+Reads go to a read-only connection to the store (`store.JournalReader`) on a worker thread,
+never on the event loop, so a slow read delays only its own request.
+
+Endpoints (all JSON, errors as ``{"error": "..."}``):
+
+- ``GET /journal/v1/bounds[?topic=F...]``: ``{"first": N, "last": M}``, the first seq still
+  in the journal and the last committed (``first = last + 1`` when it is empty).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
+from typing import Any
+
+from aiohttp import web
+
+from ..protocol.topics import topic_filter_error
+from ..store import JournalReader, StoreError
+from .config import HttpConfig
+from .tls import server_context
+
+log = logging.getLogger("telemq.http")
+
+Authenticate = Callable[[str | None, bytes | None], bool]  # user, password -> accepted
+MayRead = Callable[[str, str], bool]  # user ("" anonymous), topic filter -> allowed
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+REALM = 'Basic realm="telemq", charset="UTF-8"'
+
+
+def _error(status: int, message: str, **headers: str) -> web.Response:
+    return web.json_response({"error": message}, status=status, headers=headers)
+
+
+def _unavailable(message: str) -> web.HTTPServiceUnavailable:
+    return web.HTTPServiceUnavailable(
+        text=json.dumps({"error": message}), content_type="application/json"
+    )
+
+
+class HttpServer:
+    """The `[[http]]` listeners of one broker (see module docstring)."""
+
+    def __init__(
+        self,
+        configs: list[HttpConfig],
+        authenticate: Authenticate,
+        may_read: MayRead,
+        journal_path: str | None,
+        executor: Executor | None = None,
+    ) -> None:
+        """`journal_path`: the store's data directory, or None when the store keeps no file
+        (the memory store): the journal endpoints then answer 503."""
+        self._configs = configs
+        self._authenticate = authenticate
+        self._may_read = may_read
+        self._journal_path = journal_path
+        self._executor = executor
+        self._runner: web.AppRunner | None = None
+        self.ports: list[int] = []
+
+    def application(self) -> web.Application:
+        app = web.Application(middlewares=[self._authenticated])
+        app.router.add_get("/journal/v1/bounds", self._bounds)
+        return app
+
+    async def start(self) -> None:
+        runner = self._runner = web.AppRunner(self.application(), access_log=None)
+        await runner.setup()
+        for index, config in enumerate(self._configs):
+            context = server_context(config.tls_listener(), f"http[{index}]")
+            site = web.TCPSite(runner, config.host, config.port, ssl_context=context)
+            await site.start()
+            server = site._server  # aiohttp keeps the asyncio server here
+            sockets = getattr(server, "sockets", None) or []
+            port = sockets[0].getsockname()[1] if sockets else config.port
+            self.ports.append(port)
+            scheme = "https" if context is not None else "http"
+            log.info("journal service on %s://%s:%d", scheme, config.host, port)
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    # -- authentication and authorization ---------------------------------------
+
+    @web.middleware
+    async def _authenticated(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        header = request.headers.get("Authorization")
+        user: str | None = None
+        password: bytes | None = None
+        if header is not None:
+            scheme, _, encoded = header.partition(" ")
+            if scheme.lower() != "basic":
+                return _error(401, "only HTTP Basic authentication is supported", **_challenge())
+            try:
+                decoded = base64.b64decode(encoded.strip(), validate=True)
+                name, separator, secret = decoded.partition(b":")
+                if not separator:
+                    raise ValueError("no colon")
+                user = name.decode("utf-8")
+                password = secret
+            except (binascii.Error, ValueError):
+                return _error(401, "malformed Basic credentials", **_challenge())
+        loop = asyncio.get_running_loop()
+        accepted = await loop.run_in_executor(None, self._authenticate, user, password)
+        if not accepted:
+            problem = "anonymous access is off" if user is None else "bad user name or password"
+            return _error(401, problem, **_challenge())
+        request["user"] = user or ""
+        return await handler(request)
+
+    def _topics(self, request: web.Request) -> list[str]:
+        return request.query.getall("topic", []) or ["#"]
+
+    def _refused(self, request: web.Request, topics: list[str]) -> web.Response | None:
+        """400 for a topic that is no filter, 403 for one the user may not read."""
+        user: str = request["user"]
+        for topic in topics:
+            problem = topic_filter_error(topic)
+            if problem is not None:
+                return _error(400, f"topic {topic!r} is not a topic filter: {problem}")
+            if not self._may_read(user, topic):
+                log.info("journal read of %r by %r denied", topic, user or "anonymous")
+                return _error(403, f"not authorized to read the journal on {topic!r}")
+        return None
+
+    # -- the journal ---------------------------------------------------------------
+
+    async def _read(self, work: Callable[[JournalReader], Any]) -> Any:
+        path = self._journal_path
+        if path is None:
+            raise _unavailable("the journal service needs the sqlite store")
+
+        def run() -> Any:
+            with JournalReader(path) as reader:
+                return work(reader)
+
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, run)
+        except StoreError as error:
+            raise _unavailable(f"the journal cannot be read: {error}") from None
+
+    async def _bounds(self, request: web.Request) -> web.StreamResponse:
+        refused = self._refused(request, self._topics(request))
+        if refused is not None:
+            return refused
+        first, last = await self._read(lambda reader: reader.bounds())
+        return web.json_response({"first": first, "last": last})
+
+
+def _challenge() -> dict[str, str]:
+    return {"WWW-Authenticate": REALM}
