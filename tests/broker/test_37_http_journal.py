@@ -1,10 +1,12 @@
 """The journal service over HTTP (docs/pipeline.md, "The journal service"): `[[http]]` and
-`telemq serve --http-port`, the bounds endpoint, and who may read it.
+`telemq serve --http-port`, the bounds and range endpoints, and who may read them.
 
 A broker subprocess with users and ACL rules, MQTT publications through paho, and a real HTTP
-client (the standard library's `urllib`): the bounds follow what was published; no
-credentials, a wrong password and a malformed header are 401 with a Basic challenge; a user
-whose rules do not cover the requested topics is 403; a topic that is no filter is 400.
+client (the standard library's `urllib`; pyarrow reads the streams): the bounds follow what
+was published; a range comes back as Arrow with the data source's schema, narrowed to the
+topics asked for; a range retention deleted is 410; no credentials, a wrong password and a
+malformed header are 401 with a Basic challenge; a user whose rules do not cover the
+requested topics is 403; a topic that is no filter, or no range, is 400.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from testsupport.process import users_and_acl
+from testsupport.process import users_and_acl, wait_until
 
 from .helpers import BrokerProcess, PahoClient, free_port, unique
 
@@ -167,3 +169,73 @@ def test_over_tls_the_password_travels_encrypted(
         assert response.status == 200 and set(json.loads(response.read())) == {"first", "last"}
     with pytest.raises(OSError):  # plain HTTP to the TLS port: the connection is dropped
         urllib.request.urlopen(url.replace("https", "http"), timeout=10)
+
+
+def range_rows(url: str, user: str, password: str) -> tuple[int, Any]:
+    """(status, the Arrow table or the JSON error) of a range request."""
+    import pyarrow as pa
+
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    request = urllib.request.Request(url, headers={"Authorization": f"Basic {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert response.headers["Content-Type"] == "application/vnd.apache.arrow.stream"
+            return response.status, pa.ipc.open_stream(response.read()).read_all()
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def test_a_range_streams_as_arrow_with_the_sources_schema(
+    served: tuple[BrokerProcess, str], paho_factory: Callable[..., PahoClient]
+) -> None:
+    from telemq.pipeline.journal import JOURNAL_SCHEMA
+
+    broker, base = served
+    reader = ("reader", PASSWORDS["reader"])
+    _, bounds, _ = get(f"{base}/journal/v1/bounds", *reader)
+    publisher = paho_factory(broker.port, unique("ranger"))
+    publisher.client.username_pw_set("sensor", PASSWORDS["sensor"])
+    publisher.connect()
+    tag = unique("r")
+    for n in range(30):
+        publisher.publish(f"sensors/{tag}/{n % 3}", b"v%d" % n, qos=1)
+    first, last = bounds["last"] + 1, bounds["last"] + 30
+    status, table = range_rows(f"{base}/journal/v1/range?from={first}&to={last + 100}", *reader)
+    assert status == 200, table
+    assert table.schema == JOURNAL_SCHEMA
+    assert table.column("seq").to_pylist() == list(range(first, last + 1))
+    assert table.column("payload").to_pylist() == [b"v%d" % n for n in range(30)]
+    # Only the topics asked for, and a user may ask for those its rules cover.
+    url = f"{base}/journal/v1/range?from={first}&to={last}&topic=sensors/{tag}/1"
+    status, table = range_rows(url, "sensor", PASSWORDS["sensor"])
+    assert status == 200, table
+    assert table.column("payload").to_pylist() == [b"v%d" % n for n in range(1, 30, 3)]
+    # An empty range is a stream with the schema and no rows.
+    status, table = range_rows(f"{base}/journal/v1/range?from={last + 1}&to={last}", *reader)
+    assert (status, table.num_rows, table.schema) == (200, 0, JOURNAL_SCHEMA)
+    for query in ("from=5", "from=x&to=9", "from=0&to=3", "from=9&to=3"):
+        status, body, _ = get(f"{base}/journal/v1/range?{query}", *reader)
+        assert (status == 400 and "range" in body["error"]) or "sequence" in body["error"], body
+
+
+def test_a_range_trimmed_by_retention_is_410(
+    broker_factory: Callable[..., BrokerProcess],
+    paho_factory: Callable[..., PahoClient],
+    tmp_path: Path,
+) -> None:
+    http_port = free_port()
+    config = tmp_path / "retention.toml"
+    config.write_text("[journal]\nmax_rows = 5\nretention_interval = 0.2\n", encoding="utf-8")
+    broker = broker_factory("--http-port", str(http_port), config=config)
+    publisher = paho_factory(broker.port, unique("trim"))
+    publisher.connect()
+    for n in range(20):
+        publisher.publish("t", b"%d" % n, qos=1)
+    base = f"http://127.0.0.1:{http_port}"
+    assert wait_until(lambda: get(f"{base}/journal/v1/bounds")[1]["first"] > 1, 15.0)
+    status, body, _ = get(f"{base}/journal/v1/range?from=1&to=20")
+    assert status == 410 and "deleted by journal retention" in body["error"], body
+    first = get(f"{base}/journal/v1/bounds")[1]["first"]
+    assert get(f"{base}/journal/v1/bounds")[1]["last"] == 20
+    status, table = range_rows(f"{base}/journal/v1/range?from={first}&to=20", "x", "y")
+    assert status == 200 and table.column("seq").to_pylist() == list(range(first, 21))

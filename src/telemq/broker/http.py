@@ -8,7 +8,8 @@ programs rather than devices: the Spark pipeline reads the journal through it, s
 on other hosts never open the broker's files (docs/pipeline.md, "The journal service").
 
 Every request is authenticated with the broker's own users, by HTTP Basic: the hooks'
-`authenticate`, run on a worker thread as for CONNECT (a key derivation takes a while). No
+`authenticate`, on a worker thread when the hooks say it is slow, as for CONNECT (a key
+derivation takes a while). No
 credentials is the anonymous user, accepted exactly where MQTT accepts anonymous clients. A
 wrong password is 401 with a `WWW-Authenticate` challenge; a known user the ACL does not let
 read what it asks for is 403 (the `journal` action, checked like a subscription: the rules must
@@ -21,6 +22,14 @@ Endpoints (all JSON, errors as ``{"error": "..."}``):
 
 - ``GET /journal/v1/bounds[?topic=F...]``: ``{"first": N, "last": M}``, the first seq still
   in the journal and the last committed (``first = last + 1`` when it is empty).
+- ``GET /journal/v1/range?from=A&to=B[&topic=F...]``: the rows ``A <= seq <= B`` (``B``
+  past the last committed seq stops there), in seq order, those of the topic filters only
+  when some are given, as an Arrow IPC stream (``application/vnd.apache.arrow.stream``) of
+  record batches with the data source's schema (`pipeline.journal.JOURNAL_SCHEMA`). A range
+  that starts before the first seq still in the journal is 410 (retention deleted it: the
+  data source's ``failOnDataLoss``). Batches are read one at a time on a thread of the
+  request's own, and the next is read only once the previous one is written to the socket:
+  a slow reader holds back its own stream, nothing else.
 """
 
 from __future__ import annotations
@@ -28,10 +37,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import io
 import json
 import logging
-from collections.abc import Awaitable, Callable
-from concurrent.futures import Executor
+from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any
 
 from aiohttp import web
@@ -70,11 +80,15 @@ class HttpServer:
         may_read: MayRead,
         journal_path: str | None,
         executor: Executor | None = None,
+        authenticate_off_loop: bool = True,
     ) -> None:
         """`journal_path`: the store's data directory, or None when the store keeps no file
-        (the memory store): the journal endpoints then answer 503."""
+        (the memory store): the journal endpoints then answer 503. `authenticate_off_loop`:
+        run `authenticate` on a worker thread (the hooks say whether it is slow and safe
+        there, as for CONNECT)."""
         self._configs = configs
         self._authenticate = authenticate
+        self._authenticate_off_loop = authenticate_off_loop
         self._may_read = may_read
         self._journal_path = journal_path
         self._executor = executor
@@ -84,6 +98,7 @@ class HttpServer:
     def application(self) -> web.Application:
         app = web.Application(middlewares=[self._authenticated])
         app.router.add_get("/journal/v1/bounds", self._bounds)
+        app.router.add_get("/journal/v1/range", self._range)
         return app
 
     async def start(self) -> None:
@@ -125,8 +140,11 @@ class HttpServer:
                 password = secret
             except (binascii.Error, ValueError):
                 return _error(401, "malformed Basic credentials", **_challenge())
-        loop = asyncio.get_running_loop()
-        accepted = await loop.run_in_executor(None, self._authenticate, user, password)
+        if self._authenticate_off_loop:
+            loop = asyncio.get_running_loop()
+            accepted = await loop.run_in_executor(None, self._authenticate, user, password)
+        else:
+            accepted = self._authenticate(user, password)
         if not accepted:
             problem = "anonymous access is off" if user is None else "bad user name or password"
             return _error(401, problem, **_challenge())
@@ -170,6 +188,110 @@ class HttpServer:
             return refused
         first, last = await self._read(lambda reader: reader.bounds())
         return web.json_response({"first": first, "last": last})
+
+    async def _range(self, request: web.Request) -> web.StreamResponse:
+        topics = request.query.getall("topic", [])
+        refused = self._refused(request, topics or ["#"])
+        if refused is not None:
+            return refused
+        try:
+            first = int(request.query["from"])
+            last = int(request.query["to"])
+        except (KeyError, ValueError):
+            return _error(400, "from and to must be given, as sequence numbers")
+        if first < 1 or last < first - 1:
+            return _error(400, f"from {first} and to {last} make no range")
+        if self._journal_path is None:
+            raise _unavailable("the journal service needs the sqlite store")
+        stream = _RangeStream(self._journal_path, first, last, topics)
+        try:
+            problem = await stream.open()
+            if problem is not None:
+                return _error(410, problem)
+            response = web.StreamResponse(
+                headers={"Content-Type": "application/vnd.apache.arrow.stream"}
+            )
+            await response.prepare(request)
+            while (chunk := await stream.next_bytes()) is not None:
+                await response.write(chunk)  # waits while the client is not reading
+            await response.write_eof()
+            return response
+        finally:
+            stream.close()
+
+
+class _RangeStream:
+    """One range of the journal as Arrow IPC bytes, read on a thread of its own (the
+    store's connection stays on the thread that opened it)."""
+
+    def __init__(self, path: str, first: int, last: int, topics: list[str]) -> None:
+        self._path = path
+        self._first = first
+        self._last = last
+        self._topics = topics
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="telemq-journal-range")
+        self._reader: JournalReader | None = None
+        self._batches: Iterator[Any] | None = None
+        self._sink = io.BytesIO()
+        self._writer: Any = None
+
+    async def open(self) -> str | None:
+        """None when the range can be read; else why not (retention deleted part of it)."""
+        problem: str | None = await self._run(self._open)
+        return problem
+
+    def _open(self) -> str | None:
+        import pyarrow as pa  # type: ignore[import-untyped]
+
+        from ..pipeline.journal import JOURNAL_SCHEMA, TopicMatcher, read_range
+
+        reader = self._reader = JournalReader(self._path)
+        low, high = reader.bounds()
+        if self._first < low:
+            return (
+                f"seqs {self._first} to {low - 1} were deleted by journal retention "
+                f"(the first seq still in the journal is {low})"
+            )
+        matcher = TopicMatcher(tuple(self._topics)) if self._topics else None
+        self._batches = read_range(reader, self._first, min(self._last, high), topics=matcher)
+        self._writer = pa.ipc.new_stream(self._sink, JOURNAL_SCHEMA)
+        return None
+
+    async def next_bytes(self) -> bytes | None:
+        """The next part of the stream (the schema comes with the first), None at the end."""
+        chunk: bytes | None = await self._run(self._next)
+        return chunk
+
+    def _next(self) -> bytes | None:
+        if self._writer is None:
+            return None
+        assert self._batches is not None
+        batch = next(self._batches, None)
+        if batch is None:
+            self._writer.close()  # the end-of-stream marker
+            self._writer = None
+        else:
+            self._writer.write_batch(batch)
+        data = self._sink.getvalue()
+        self._sink.seek(0)
+        self._sink.truncate()
+        return data
+
+    async def _run(self, work: Callable[[], Any]) -> Any:
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._thread, work)
+        except StoreError as error:
+            raise _unavailable(f"the journal cannot be read: {error}") from None
+        except ImportError:
+            raise _unavailable("journal ranges need pyarrow: pip install 'telemq[spark]'") from None
+
+    def close(self) -> None:
+        def release() -> None:
+            if self._reader is not None:
+                self._reader.close()
+
+        self._thread.submit(release)
+        self._thread.shutdown(wait=False)
 
 
 def _challenge() -> dict[str, str]:

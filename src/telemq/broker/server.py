@@ -191,6 +191,7 @@ class Broker:
                 lambda user, password: hooks.authenticate("", user, password),
                 lambda user, topic: hooks.may(Action.JOURNAL, topic, user, ""),
                 config.store.data_dir if config.store.kind == "sqlite" else None,
+                authenticate_off_loop=hooks.authenticate_off_loop,
             )
             await self.http.start()
         for listener in self.listeners:
