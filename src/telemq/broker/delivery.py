@@ -105,7 +105,7 @@ class Deliveries:
         one waits behind retained messages being sent to the session (`Session.held`).
         None: the session's queue is full and the delivery was dropped."""
         limit = self._max_queued
-        size = len(message.topic_bytes) + len(message.payload)
+        size = message.size
         max_bytes = self._max_queued_bytes
         if (limit and len(session.queue) + len(session.held) >= limit) or (
             max_bytes and session.queued_bytes + size > max_bytes
@@ -211,7 +211,7 @@ class Deliveries:
             # Out of the queue before the target sees it: a target that publishes (and so
             # pumps this session again) must not be offered the same delivery twice.
             delivery = queue.popleft()
-            size = len(delivery.message.topic_bytes) + len(delivery.message.payload)
+            size = delivery.message.size
             session.queued_bytes -= size
             if not self.to_target(session, delivery):
                 queue.appendleft(delivery)
@@ -239,7 +239,7 @@ class Deliveries:
         while queue and flows.has_window():
             delivery = queue.popleft()
             message = delivery.message
-            session.queued_bytes -= len(message.topic_bytes) + len(message.payload)
+            session.queued_bytes -= message.size
             deferred = delivery.qos == 2 and bool(delivery.delivery_id)  # see module docstring
             try:
                 packet_id = connection.deliver(
@@ -253,7 +253,7 @@ class Deliveries:
                 )
             except PacketIdsExhausted:
                 queue.appendleft(delivery)
-                session.queued_bytes += len(message.topic_bytes) + len(message.payload)
+                session.queued_bytes += message.size
                 break
             sent += 1
             if delivery.delivery_id:

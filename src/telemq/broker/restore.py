@@ -171,7 +171,7 @@ def _restore_deliveries(state: StoreState, now: float, by_id: dict[str, Session]
         delivery = Delivery(message, record.qos, record.retain, record.delivery_id)
         if record.state == DeliveryState.QUEUED or record.packet_id == 0:
             target.queue.append(delivery)
-            target.queued_bytes += len(message.topic_bytes) + len(message.payload)
+            target.queued_bytes += message.size
         else:
             target.flows.track(
                 record.qos,

@@ -39,10 +39,6 @@ log = logging.getLogger("telemq.broker")
 SYS_PREFIX = "$SYS/"
 
 
-def _size(message: Message) -> int:
-    return len(message.topic_bytes) + len(message.payload)
-
-
 class _Level:
     """One level of a `TopicIndex`: the deeper levels, and the topic ending here, if any."""
 
@@ -169,7 +165,7 @@ class RetainedMessages:
         old = None if retained is None else retained.get(message.topic)
         if old is None and self._max_messages and self._count >= self._max_messages:
             return f"limits.max_retained_messages ({self._max_messages})"
-        grown = self.bytes + _size(message) - (0 if old is None else _size(old))
+        grown = self.bytes + message.size - (0 if old is None else old.size)
         if self._max_bytes and grown > self._max_bytes:
             return f"limits.max_retained_bytes ({self._max_bytes})"
         return None
@@ -187,8 +183,8 @@ class RetainedMessages:
             if old is None:
                 self._count += 1
             else:
-                self.bytes -= _size(old)
-            self.bytes += _size(message)
+                self.bytes -= old.size
+            self.bytes += message.size
 
     def _drop(self, sub_point: str, topic: str) -> bool:
         retained = self._by_point.get(sub_point)
@@ -198,7 +194,7 @@ class RetainedMessages:
         self._indexes[sub_point].remove(topic)
         if not topic.startswith(SYS_PREFIX):
             self._count -= 1
-            self.bytes -= _size(old)
+            self.bytes -= old.size
         return True
 
     def keep(self, message: Message) -> None:

@@ -31,6 +31,7 @@ class Message:
         "qos",
         "refs",
         "retain",
+        "size",
         "store_id",
         "sub_point",
         "topic",
@@ -56,6 +57,7 @@ class Message:
         self.topic = topic
         self.topic_bytes = topic_bytes if topic_bytes is not None else topic.encode("utf-8")
         self.payload = payload
+        self.size = len(self.topic_bytes) + len(payload)  # what it counts against quotas
         self.qos = qos
         self.retain = retain
         self.sub_point = sub_point

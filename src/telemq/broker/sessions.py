@@ -335,9 +335,7 @@ class Sessions:
                 (held if may_read(delivery.message.topic) else dropped).append(delivery)
             session.queue = kept
             session.held = held
-            session.queued_bytes = sum(
-                len(d.message.topic_bytes) + len(d.message.payload) for d in (*kept, *held) if d.qos
-            )
+            session.queued_bytes = sum(d.message.size for d in (*kept, *held) if d.qos)
         outbound = session.flows.outbound
         for packet_id, inflight in list(outbound.items()):
             # A QoS 2 message whose PUBREC came is already the client's: PUBREL goes on.
