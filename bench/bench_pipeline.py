@@ -1,5 +1,6 @@
-"""Pipeline benchmark: the `telemq` source against Spark's JSON reader, and the `filter`
-option (native Spark Columns) against the same filter as a Python UDF.
+"""Pipeline benchmark: the `telemq` source (over the network and from the store file) against
+Spark's JSON reader, and the `filter` option (native Spark Columns) against the same filter as
+a Python UDF.
 
 For `--rows` messages of JSON telemetry it builds, once per work directory:
 
@@ -7,9 +8,14 @@ For `--rows` messages of JSON telemetry it builds, once per work directory:
 - the same rows as JSON lines (`<work>/messages.jsonl`: the journal's columns, the payload as
   a string), for Spark's own JSON reader with an explicit schema (no inference).
 
-Then, in one Spark session, it reports input rows per second (best of `--repeat` runs):
+Then it starts a broker on that data directory with its journal service (``telemq serve
+--http-port``, loopback) and, in one Spark session, reports input rows per second (best of
+`--repeat` runs):
 
-1. journal source -> Parquet        vs  2. JSON reader -> Parquet       (target >= 0.5x);
+1. journal source over the network (option ``journal``: executors fetch their seq ranges as
+   Arrow over HTTP) -> Parquet, against 1b. the source on the store file (option ``path``)
+   -> Parquet (target >= 0.7x) and 2. the JSON reader -> Parquet (target >= 0.5x); also both
+   sources into the ``noop`` sink (the read alone);
 3. source + `filter` as a native Column vs 4. source + the same filter as a Python UDF
    (target >= 2x), read and filtered into Spark's ``noop`` sink so that the filter's cost is
    not hidden behind Parquet's; also the source alone (the floor), the filter evaluated
@@ -28,15 +34,19 @@ import json
 import os
 import random
 import shutil
+import socket
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from telemq.filters import compile_filter
+from telemq.journal.client import JournalClient, JournalServiceError
 from telemq.pipeline.journal import read_bounds
 from telemq.pipeline.source import read_journal
 from telemq.pipeline.spark import spark_session
@@ -123,6 +133,40 @@ def build(work: Path, rows: int) -> tuple[Path, Path]:
     return data, lines
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextmanager
+def journal_service(data: Path) -> Iterator[str]:
+    """A broker serving `data`'s journal over HTTP on loopback; its URL."""
+    http_port = _free_port()
+    command = [
+        sys.executable, "-m", "telemq", "serve", "--host", "127.0.0.1",
+        "--port", str(_free_port()), "--http-port", str(http_port), "--data-dir", str(data),
+        "--log-level", "warning",
+    ]  # fmt: skip
+    broker = subprocess.Popen(command, stdin=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{http_port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                JournalClient(url).bounds()
+                break
+            except JournalServiceError:
+                if broker.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the broker did not start its journal service") from None
+                time.sleep(0.1)
+        yield url
+    finally:
+        broker.terminate()
+        broker.wait(30)
+
+
 def measure(name: str, rows: int, repeat: int, job: Callable[[], None]) -> float:
     """Best rows/s of `repeat` runs of `job`."""
     best = float("inf")
@@ -158,22 +202,41 @@ def main() -> int:
     def parquet(frame: Any) -> Callable[[], None]:
         return lambda: frame.write.mode("overwrite").parquet(str(out))
 
-    # Warm up the JVM and the Python workers on a small slice of each path.
-    read_journal(spark, str(data), options={"endingSeq": 20_000}).write.format("noop").mode(
-        "overwrite"
-    ).save()
-    spark.read.schema(JSON_SCHEMA).json(str(lines)).limit(20_000).write.format("noop").mode(
-        "overwrite"
-    ).save()
+    def noop(frame: Any) -> Callable[[], None]:
+        return lambda: frame.write.format("noop").mode("overwrite").save()
 
-    print("read + write Parquet")
-    source = measure("telemq source", count, args.repeat, parquet(read_journal(spark, str(data))))
-    reader = measure(
-        "Spark JSON reader (JSON lines)",
-        count,
-        args.repeat,
-        parquet(spark.read.schema(JSON_SCHEMA).json(str(lines))),
-    )
+    with journal_service(data) as url:
+        # Warm up the JVM and the Python workers on a small slice of each path.
+        for where in (url, str(data)):
+            noop(read_journal(spark, where, options={"endingSeq": 20_000}))()
+        noop(spark.read.schema(JSON_SCHEMA).json(str(lines)).limit(20_000))()
+
+        print("read + write Parquet")
+        network = measure(
+            "telemq source, journal service (HTTP)",
+            count,
+            args.repeat,
+            parquet(read_journal(spark, url)),
+        )
+        source = measure(
+            "telemq source, store file", count, args.repeat, parquet(read_journal(spark, str(data)))
+        )
+        reader = measure(
+            "Spark JSON reader (JSON lines)",
+            count,
+            args.repeat,
+            parquet(spark.read.schema(JSON_SCHEMA).json(str(lines))),
+        )
+        print("read alone (noop sink)")
+        network_read = measure(
+            "telemq source, journal service (HTTP)",
+            count,
+            args.repeat,
+            noop(read_journal(spark, url)),
+        )
+        file_read = measure(
+            "telemq source, store file", count, args.repeat, noop(read_journal(spark, str(data)))
+        )
 
     from pyspark.sql import functions as F
     from pyspark.sql.types import BooleanType
@@ -183,9 +246,6 @@ def main() -> int:
 
     def evaluate(payload: bytes | None) -> bool:
         return flt.matches(payload or b"")
-
-    def noop(frame: Any) -> Callable[[], None]:
-        return lambda: frame.write.format("noop").mode("overwrite").save()
 
     journal = read_journal(spark, str(data))
     print(f"read + filter {text!r} (rows scanned per second, noop sink)")
@@ -223,7 +283,10 @@ def main() -> int:
         return max(1e-9, count / rate - count / floor)
 
     print("ratios")
-    print(f"  telemq source / JSON reader:            {source / reader:5.2f}x  (target >= 0.5)")
+    print(f"  network source / file source (Parquet): {network / source:5.2f}x  (target >= 0.7)")
+    print(f"  network source / JSON reader (Parquet): {network / reader:5.2f}x  (target >= 0.5)")
+    print(f"  network source / file source (read):    {network_read / file_read:5.2f}x")
+    print(f"  file source / JSON reader (Parquet):    {source / reader:5.2f}x  (target >= 0.5)")
     print(f"  filter option / Python UDF (rows/s):    {native / udf:5.2f}x  (target >= 2)")
     print(f"  ... filter evaluation cost, UDF/native: {cost(udf) / cost(native):5.2f}x")
     if udf_arrow is not None:

@@ -188,7 +188,7 @@ def range_rows(url: str, user: str, password: str) -> tuple[int, Any]:
 def test_a_range_streams_as_arrow_with_the_sources_schema(
     served: tuple[BrokerProcess, str], paho_factory: Callable[..., PahoClient]
 ) -> None:
-    from telemq.pipeline.journal import JOURNAL_SCHEMA
+    from telemq.journal.arrow import JOURNAL_SCHEMA
 
     broker, base = served
     reader = ("reader", PASSWORDS["reader"])

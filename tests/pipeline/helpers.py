@@ -7,10 +7,11 @@ exactly the file format the broker produces. Live brokers run in a thread of the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from telemq.broker.config import StoreConfig, SysConfig
 from telemq.cli.demo import BrokerThread
 from telemq.client import MqttClient
 from telemq.store import JournalRecord, SqliteStore, WriteBatch
+from testsupport.process import BrokerProcess, free_port
 
 TS0 = 1_732_233_600_000_000  # 2024-11-22T00:00:00Z in microseconds
 
@@ -186,3 +188,26 @@ def command(client: MqttClient, psc: dict[str, Any], timeout: float = 10.0) -> d
             reply: dict[str, Any] = json.loads(message.payload)
             return reply
     raise AssertionError(f"no reply to {psc}")
+
+
+@contextlib.contextmanager
+def journal_service(
+    workdir: Path, pubs: Iterable[Pub] = (), *, config_text: str = "", **journal: Any
+) -> Iterator[tuple[BrokerProcess, str]]:
+    """A broker subprocess serving the journal over HTTP: ``(broker, its URL)``.
+
+    `pubs` are journaled before it starts (its data directory is ``workdir/"data"``), with
+    `append_journal`'s `journal` keywords; it is stopped when the block ends.
+    """
+    http_port = free_port()
+    broker = BrokerProcess(
+        workdir,
+        config_text=config_text + "\n[sys]\ninterval = 0\n",
+        args=["--http-port", str(http_port)],
+    )
+    append_journal(broker.data_dir, pubs, **journal)
+    broker.start()
+    try:
+        yield broker, f"http://127.0.0.1:{http_port}"
+    finally:
+        broker.finalize()

@@ -15,6 +15,7 @@ from telemq.cli import pipeline as pipeline_cli
 from telemq.cli.main import main
 from telemq.pipeline.spark import JavaNotFoundError, check_java
 from telemq.store import SqliteStore
+from testsupport.process import free_port
 
 from .helpers import append_journal, telemetry
 
@@ -146,6 +147,7 @@ def test_mistakes_are_refused_before_spark_starts(
     a_file.write_text("")
     new_lake = str(tmp_path / "new-lake")
     nowhere = str(tmp_path / "nowhere")
+    closed = free_port()  # nothing listens there
     cases: list[tuple[list[str], str]] = [
         (["ingest", "-d", nowhere, "-l", new_lake], "no store file at"),
         (["ingest", "-d", str(data), "-l", str(a_file)], "not a directory"),
@@ -173,6 +175,15 @@ def test_mistakes_are_refused_before_spark_starts(
         (["replay", "-d", str(data), "--topics", "a/#", "--limit", "-1"],
          "limit: expected 0 or more, got -1"),
         (["replay", "-d", str(data), "--topics", "a/#", "--deliver"], "needs --queue"),
+        # The journal service: a URL that is none, nobody listening, options without it.
+        (["ingest", "--journal", "ftp://h:1", "-l", new_lake], "expected http://host:port"),
+        (["ingest", "--journal", "http://h:1/x", "-l", new_lake], "give the service's root"),
+        (["ingest", "--journal", f"http://127.0.0.1:{closed}", "-l", new_lake],
+         f"journal service http://127.0.0.1:{closed}: [Errno 111] Connection refused"),
+        (["ingest", "-d", str(data), "-l", new_lake, "--journal-user", "u"],
+         "--journal-user goes with --journal"),
+        (["replay", "--journal", "http://127.0.0.1:1", "--subscription", "s"],
+         "over the journal service give --topics and --filter"),
     ]  # fmt: skip
     for arguments, message in cases:
         assert main(["pipeline", *arguments, "-q"]) == 2, arguments

@@ -16,6 +16,7 @@ import pytest
 from telemq.cli.main import main
 from telemq.pipeline import ingest
 from telemq.pipeline.ingest import BatchCommitter, consumer_name, journal_table, lake_stats
+from telemq.pipeline.lakefs import LakeFileSystem
 from telemq.pipeline.source import read_journal
 from telemq.store import consumers
 
@@ -58,11 +59,11 @@ def test_ingest_is_exactly_once_across_a_killed_run(spark: Any, tmp_path: Path) 
 
     assert main(["pipeline", "ingest", "-d", str(data), "-l", str(lake), "--once", "-q"]) == 0
     assert lake_seqs(lake) == [r.seq for r in records]
-    stats = lake_stats(lake)
+    stats = lake_stats(LakeFileSystem.for_uri(spark, str(lake)), lake)
     assert stats.rows == 3000 and (stats.first_seq, stats.last_seq) == (1, 3000)
     assert len(stats.dates) == 2
     assert not list(lake.rglob("_spark_metadata"))
-    assert not list((lake / "_checkpoints" / "ingest" / "staging").glob("*/*"))
+    assert not list((lake / "_staging").glob("*/*"))
     # The whole table through pyarrow's dataset reader (hive partitions), columns intact.
     table = pq.read_table(journal_table(lake))
     assert sorted(table.column("seq").to_pylist()) == list(range(1, 3001))
@@ -79,13 +80,14 @@ def test_ingest_is_exactly_once_across_a_killed_run(spark: Any, tmp_path: Path) 
 def test_a_batch_committed_twice_lands_once(spark: Any, tmp_path: Path) -> None:
     data, table = tmp_path / "data", tmp_path / "lake" / "journal"
     records = append_journal(data, telemetry(500))
-    committer = BatchCommitter(table, tmp_path / "staging")
+    fs = LakeFileSystem.for_uri(spark, str(tmp_path))
+    committer = BatchCommitter(fs, f"file:{table}", f"file:{tmp_path / 'staging'}")
     frame = read_journal(spark, str(data), options={"rowsPerPartition": 200})
     committer(frame, 7)
     # A crash mid-move leaves some of the batch's files; the replay replaces them.
     first = sorted(table.glob("date=*/*.parquet"))
     assert len(first) == 3 and all(f.name.startswith("batch-000000000007-") for f in first)
-    first[0].unlink()
+    fs.delete(str(first[0]))
     committer(frame, 7)
     assert lake_seqs(tmp_path / "lake") == [r.seq for r in records]
     assert [b.rows for b in committer.batches] == [500, 500]

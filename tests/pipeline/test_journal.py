@@ -10,22 +10,17 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
 
 from telemq.filters import compile_filter
-from telemq.pipeline.journal import (
-    JOURNAL_SCHEMA,
-    TopicMatcher,
-    parse_topics,
-    read_range,
-    split_range,
-)
+from telemq.journal.arrow import JOURNAL_SCHEMA, TopicMatcher
+from telemq.pipeline.journal import parse_topics, read_filtered, split_range
 from telemq.protocol import topic_matches
-from telemq.store import JournalReader, SqliteStore, consumers
+from telemq.store import ConsumerOffset, JournalReader, SqliteStore, consumers
 
 from .helpers import Pub, append_journal, journal_rows, telemetry
 
 
 def _read(data: Path, first: int, last: int, **kwargs: object) -> list[tuple[object, ...]]:
     with JournalReader(data) as reader:
-        batches = list(read_range(reader, first, last, **kwargs))  # type: ignore[arg-type]
+        batches = list(read_filtered(reader, first, last, **kwargs))  # type: ignore[arg-type]
     assert all(b.schema.equals(JOURNAL_SCHEMA) for b in batches)
     rows: list[tuple[object, ...]] = []
     for batch in batches:
@@ -126,3 +121,19 @@ def test_consumer_records_and_retention_floor(tmp_path: Path) -> None:
     assert names == ["b/c", "ingest-a"]
     consumers.remove_record(tmp_path, "ingest-a")
     assert consumers.retention_floor(tmp_path) is None
+
+
+def test_the_floor_of_offsets_kept_by_the_broker() -> None:
+    now = 1_000_000_000_000
+    stale = now - int(consumers.STALE_AFTER_S * 1_000_000) - 1
+
+    def offset(seq: int | None, running: bool = True, at: int = now) -> ConsumerOffset:
+        return ConsumerOffset("q", "", seq, running, at)
+
+    assert consumers.offsets_floor([], now) is None
+    assert consumers.offsets_floor([offset(None)], now) == 0  # not committed yet: keep all
+    assert consumers.offsets_floor([offset(120), offset(80)], now) == 80
+    # Stopped, or silent for longer than STALE_AFTER_S: no longer holds retention back.
+    assert consumers.offsets_floor([offset(120), offset(80, running=False)], now) == 120
+    assert consumers.offsets_floor([offset(120), offset(5, at=stale)], now) == 120
+    assert consumers.offsets_floor([offset(5, at=stale)], now) is None

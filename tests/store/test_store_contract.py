@@ -10,6 +10,7 @@ import pytest
 from store_harness import Harness
 
 from telemq.store import (
+    ConsumerOffset,
     DeliveryRecord,
     DeliveryState,
     IncomingRecord,
@@ -362,6 +363,28 @@ def test_journal_seq_since_finds_the_age_cut(harness: Harness) -> None:
     assert store.journal_seq_since(1_011) is None
     store.trim_journal(7)
     assert store.journal_seq_since(1_002) == 7
+
+
+def test_consumer_offsets_are_kept_replaced_deleted_and_survive_a_restart(
+    harness: Harness,
+) -> None:
+    store = harness.store
+    assert store.consumer_offsets() == []
+    store.put_consumer_offset(ConsumerOffset("ingest-b", "reader", None, True, 10))
+    store.put_consumer_offset(ConsumerOffset("ingest-a", "", 41, False, 20))
+    store.put_consumer_offset(ConsumerOffset("ingest-b", "reader", 7, True, 30))  # replaces
+    expected = [
+        ConsumerOffset("ingest-a", "", 41, False, 20),
+        ConsumerOffset("ingest-b", "reader", 7, True, 30),
+    ]
+    assert store.consumer_offsets() == expected
+    # Offsets are their own transactions: journal commits and trims leave them alone.
+    commit(store, *[("append_journal", journal(seq)) for seq in range(1, 4)])
+    store.trim_journal(3)
+    assert harness.reopen().consumer_offsets() == expected
+    assert harness.store.delete_consumer_offset("ingest-a") is True
+    assert harness.store.delete_consumer_offset("ingest-a") is False
+    assert harness.reopen().consumer_offsets() == expected[1:]
 
 
 def test_journal_appends_out_of_order_read_in_seq_order(harness: Harness) -> None:

@@ -4,7 +4,10 @@
   directory and logs, started and stopped the way an operator would (SIGTERM). Its
   `finalize` fails the test when the broker ignored SIGTERM or logged a traceback;
 * `paho`: `PahoClient`, a blocking wrapper around paho-mqtt's threaded client, which the MQ
-  tests' `MQClient` extends with commands and replies.
+  tests' `MQClient` extends with commands and replies;
+* `spark_cluster`: `standalone_cluster`, a Spark standalone master and worker from PySpark's
+  own ``bin/spark-class`` on loopback, the worker in a mount namespace that hides the
+  directories a test names (the broker's data, as on another host).
 
 The area-specific helpers (`tests/broker/helpers.py`: a raw MQTT codec and `RawClient`;
 `tests/mq/helpers.py`: MQ command forms) build on these.

@@ -6,8 +6,9 @@ Two loops on the event loop. Once a second, the subscriptions and retained messa
 MQ expiry has passed are removed (RegSub and Publish `<mqmd><Expiry>`). Every
 `journal.retention_interval` seconds, when the journal has a `max_rows` or `max_age`, it is
 trimmed, never past what a running pipeline query has committed (its record under
-`<data_dir>/pipeline-commits`). The trim runs on the store's thread, after any commit in
-progress, so it never races one. A failure is logged and the loop goes on.
+`<data_dir>/pipeline-commits`, or the offset it committed to the journal service). The trim
+runs on the store's thread, after any commit in progress, so it never races one. A failure
+is logged and the loop goes on.
 """
 
 from __future__ import annotations
@@ -99,9 +100,13 @@ class Housekeeping:
             if journal.max_age:
                 since = store.journal_seq_since(now_us() - int(journal.max_age * 1e6))
                 before = max(before, next_seq if since is None else since)
-            floor = consumers.retention_floor(data_dir)
-            if floor is not None:
-                before = min(before, floor + 1)  # floor: the largest seq all have processed
+            floors = (
+                consumers.retention_floor(data_dir),  # readers of the store file
+                consumers.offsets_floor(store.consumer_offsets()),  # readers over the network
+            )
+            for floor in floors:
+                if floor is not None:
+                    before = min(before, floor + 1)  # floor: the largest seq all have processed
             return (store.trim_journal(before) if before > 1 else 0), before
 
         if self._executor is not None:

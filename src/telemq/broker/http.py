@@ -25,11 +25,21 @@ Endpoints (all JSON, errors as ``{"error": "..."}``):
 - ``GET /journal/v1/range?from=A&to=B[&topic=F...]``: the rows ``A <= seq <= B`` (``B``
   past the last committed seq stops there), in seq order, those of the topic filters only
   when some are given, as an Arrow IPC stream (``application/vnd.apache.arrow.stream``) of
-  record batches with the data source's schema (`pipeline.journal.JOURNAL_SCHEMA`). A range
+  record batches with the data source's schema (`journal.arrow.JOURNAL_SCHEMA`). A range
   that starts before the first seq still in the journal is 410 (retention deleted it: the
   data source's ``failOnDataLoss``). Batches are read one at a time on a thread of the
   request's own, and the next is read only once the previous one is written to the socket:
   a slow reader holds back its own stream, nothing else.
+- ``GET /journal/v1/consumers``: ``{"consumers": [...]}``, the offsets the caller committed
+  (an administrator sees every user's), each ``{"name", "owner", "committed_seq",
+  "running", "updated_us", "live"}``.
+- ``PUT /journal/v1/consumers/{name}`` with ``{"committed_seq": N | null, "running": bool,
+  "topics": [F...]}``: a streaming query's offset, kept in the store (`ConsumerOffset`) so
+  that retention never deletes what a live query has not committed. ``null`` keeps the
+  committed seq (a heartbeat). The caller must be allowed to read the topics (default
+  ``#``): holding retention back is a reader's right, not any user's. A name belongs to the
+  user who wrote it first (403 for anyone else); `MAX_CONSUMERS_PER_USER` per user (429).
+- ``DELETE /journal/v1/consumers/{name}``: 204, or 404 when there is none.
 """
 
 from __future__ import annotations
@@ -40,14 +50,17 @@ import binascii
 import io
 import json
 import logging
+import re
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
 from ..protocol.topics import topic_filter_error
-from ..store import JournalReader, StoreError
+from ..store import ConsumerOffset, JournalReader, Store, StoreError, consumers
 from .config import HttpConfig
 from .tls import server_context
 
@@ -58,6 +71,22 @@ MayRead = Callable[[str, str], bool]  # user ("" anonymous), topic filter -> all
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 REALM = 'Basic realm="telemq", charset="UTF-8"'
+MAX_CONSUMERS_PER_USER = 256
+USER = web.RequestKey("user", str)  # the authenticated user of a request ("" anonymous)
+_CONSUMER_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
+
+
+@dataclass(frozen=True, slots=True)
+class HttpAuth:
+    """The broker's users, as the HTTP listeners see them (the hooks behind the callables).
+
+    `off_loop`: run `authenticate` on a worker thread (the hooks say whether it is slow and
+    safe there, as for CONNECT)."""
+
+    authenticate: Authenticate
+    may_read: MayRead
+    is_admin: Callable[[str], bool]
+    off_loop: bool = True
 
 
 def _error(status: int, message: str, **headers: str) -> web.Response:
@@ -76,22 +105,19 @@ class HttpServer:
     def __init__(
         self,
         configs: list[HttpConfig],
-        authenticate: Authenticate,
-        may_read: MayRead,
+        auth: HttpAuth,
+        store: Store,
+        store_executor: Executor | None,
         journal_path: str | None,
-        executor: Executor | None = None,
-        authenticate_off_loop: bool = True,
     ) -> None:
         """`journal_path`: the store's data directory, or None when the store keeps no file
-        (the memory store): the journal endpoints then answer 503. `authenticate_off_loop`:
-        run `authenticate` on a worker thread (the hooks say whether it is slow and safe
-        there, as for CONNECT)."""
+        (the memory store): the journal endpoints then answer 503. `store_executor`: the
+        store's own thread, which the consumer offsets are written on (None: inline)."""
         self._configs = configs
-        self._authenticate = authenticate
-        self._authenticate_off_loop = authenticate_off_loop
-        self._may_read = may_read
+        self._auth = auth
+        self._store = store
+        self._store_executor = store_executor
         self._journal_path = journal_path
-        self._executor = executor
         self._runner: web.AppRunner | None = None
         self.ports: list[int] = []
 
@@ -99,6 +125,9 @@ class HttpServer:
         app = web.Application(middlewares=[self._authenticated])
         app.router.add_get("/journal/v1/bounds", self._bounds)
         app.router.add_get("/journal/v1/range", self._range)
+        app.router.add_get("/journal/v1/consumers", self._list_consumers)
+        app.router.add_put("/journal/v1/consumers/{name}", self._put_consumer)
+        app.router.add_delete("/journal/v1/consumers/{name}", self._delete_consumer)
         return app
 
     async def start(self) -> None:
@@ -140,15 +169,16 @@ class HttpServer:
                 password = secret
             except (binascii.Error, ValueError):
                 return _error(401, "malformed Basic credentials", **_challenge())
-        if self._authenticate_off_loop:
+        authenticate = self._auth.authenticate
+        if self._auth.off_loop:
             loop = asyncio.get_running_loop()
-            accepted = await loop.run_in_executor(None, self._authenticate, user, password)
+            accepted = await loop.run_in_executor(None, authenticate, user, password)
         else:
-            accepted = self._authenticate(user, password)
+            accepted = authenticate(user, password)
         if not accepted:
             problem = "anonymous access is off" if user is None else "bad user name or password"
             return _error(401, problem, **_challenge())
-        request["user"] = user or ""
+        request[USER] = user or ""
         return await handler(request)
 
     def _topics(self, request: web.Request) -> list[str]:
@@ -156,12 +186,12 @@ class HttpServer:
 
     def _refused(self, request: web.Request, topics: list[str]) -> web.Response | None:
         """400 for a topic that is no filter, 403 for one the user may not read."""
-        user: str = request["user"]
+        user: str = request[USER]
         for topic in topics:
             problem = topic_filter_error(topic)
             if problem is not None:
                 return _error(400, f"topic {topic!r} is not a topic filter: {problem}")
-            if not self._may_read(user, topic):
+            if not self._auth.may_read(user, topic):
                 log.info("journal read of %r by %r denied", topic, user or "anonymous")
                 return _error(403, f"not authorized to read the journal on {topic!r}")
         return None
@@ -178,7 +208,7 @@ class HttpServer:
                 return work(reader)
 
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._executor, run)
+            return await asyncio.get_running_loop().run_in_executor(None, run)
         except StoreError as error:
             raise _unavailable(f"the journal cannot be read: {error}") from None
 
@@ -219,6 +249,98 @@ class HttpServer:
         finally:
             stream.close()
 
+    # -- consumer offsets --------------------------------------------------------------
+
+    async def _on_store(self, work: Callable[[], Any]) -> Any:
+        """`work` on the store's thread, after any commit in progress (never racing one)."""
+        try:
+            if self._store_executor is None:
+                return work()
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._store_executor, work)
+        except StoreError as error:
+            raise _unavailable(f"consumer offsets cannot be kept: {error}") from None
+
+    async def _list_consumers(self, request: web.Request) -> web.StreamResponse:
+        user: str = request[USER]
+        every = self._auth.is_admin(user) if user else False
+        offsets: list[ConsumerOffset] = await self._on_store(self._store.consumer_offsets)
+        now = time.time_ns() // 1000
+        listed = [_offset_json(o, now) for o in offsets if every or o.owner == user]
+        return web.json_response({"consumers": listed})
+
+    async def _put_consumer(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        if not _CONSUMER_NAME.fullmatch(name):
+            return _error(400, "a consumer name is 1 to 200 of A-Z a-z 0-9 . _ -")
+        try:
+            body = await request.json()
+        except ValueError:
+            return _error(400, "the body must be a JSON object")
+        if not isinstance(body, dict):
+            return _error(400, "the body must be a JSON object")
+        committed = body.get("committed_seq")
+        running = body.get("running", True)
+        topics = body.get("topics", ["#"])
+        if committed is not None and (type(committed) is not int or committed < 0):
+            return _error(400, "committed_seq must be a seq (an integer >= 0) or null")
+        if not isinstance(running, bool):
+            return _error(400, "running must be true or false")
+        if not isinstance(topics, list) or not all(isinstance(t, str) for t in topics):
+            return _error(400, "topics must be a list of topic filters")
+        refused = self._refused(request, topics or ["#"])
+        if refused is not None:
+            return refused
+        user: str = request[USER]
+
+        def put() -> ConsumerOffset | web.Response:
+            offsets = self._store.consumer_offsets()
+            old = next((o for o in offsets if o.name == name), None)
+            if old is not None and old.owner != user:
+                return _error(403, f"consumer {name!r} belongs to another user")
+            if old is None and sum(o.owner == user for o in offsets) >= MAX_CONSUMERS_PER_USER:
+                return _error(429, f"at most {MAX_CONSUMERS_PER_USER} consumers per user")
+            seq = committed if committed is not None or old is None else old.committed_seq
+            offset = ConsumerOffset(name, user, seq, running, time.time_ns() // 1000)
+            self._store.put_consumer_offset(offset)
+            return offset
+
+        result = await self._on_store(put)
+        if isinstance(result, web.Response):
+            return result
+        return web.json_response(_offset_json(result, result.updated_us))
+
+    async def _delete_consumer(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        user: str = request[USER]
+
+        def delete() -> int:
+            old = next((o for o in self._store.consumer_offsets() if o.name == name), None)
+            if old is None:
+                return 404
+            if old.owner != user and not (user and self._auth.is_admin(user)):
+                return 403
+            self._store.delete_consumer_offset(name)
+            return 204
+
+        status = await self._on_store(delete)
+        if status == 404:
+            return _error(404, f"no consumer {name!r}")
+        if status == 403:
+            return _error(403, f"consumer {name!r} belongs to another user")
+        return web.Response(status=204)
+
+
+def _offset_json(offset: ConsumerOffset, now_us: int) -> dict[str, Any]:
+    return {
+        "name": offset.name,
+        "owner": offset.owner,
+        "committed_seq": offset.committed_seq,
+        "running": offset.running,
+        "updated_us": offset.updated_us,
+        "live": consumers.offset_is_live(offset, now_us),
+    }
+
 
 class _RangeStream:
     """One range of the journal as Arrow IPC bytes, read on a thread of its own (the
@@ -243,7 +365,7 @@ class _RangeStream:
     def _open(self) -> str | None:
         import pyarrow as pa  # type: ignore[import-untyped]
 
-        from ..pipeline.journal import JOURNAL_SCHEMA, TopicMatcher, read_range
+        from ..journal.arrow import JOURNAL_SCHEMA, TopicMatcher, read_range
 
         reader = self._reader = JournalReader(self._path)
         low, high = reader.bounds()

@@ -183,15 +183,21 @@ class Broker:
         )
         self._started = True
         if config.http:
-            from .http import HttpServer  # aiohttp only for a broker that serves HTTP
+            from .http import HttpAuth, HttpServer  # aiohttp only for a broker that serves HTTP
 
             hooks = self.hooks
-            self.http = HttpServer(
-                config.http,
+            auth = HttpAuth(
                 lambda user, password: hooks.authenticate("", user, password),
                 lambda user, topic: hooks.may(Action.JOURNAL, topic, user, ""),
+                hooks.is_admin,
+                hooks.authenticate_off_loop,
+            )
+            self.http = HttpServer(
+                config.http,
+                auth,
+                self.store,
+                self._executor,
                 config.store.data_dir if config.store.kind == "sqlite" else None,
-                authenticate_off_loop=hooks.authenticate_off_loop,
             )
             await self.http.start()
         for listener in self.listeners:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import os
 import signal
 import sqlite3
 import sys
@@ -21,6 +22,7 @@ from typing import Any
 
 Handler = Callable[[argparse.Namespace], int]
 _INSTALL = "pip install 'telemq[spark]'"
+PASSWORD_ENV = "TELEMQ_JOURNAL_PASSWORD"
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -38,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Copy the journal into <lake>/journal (Parquet, by UTC date); every seq"
         " lands exactly once, also when the job is killed and run again.",
     )
-    ingest.add_argument("--data-dir", "-d", required=True, help="the broker's data directory")
+    _journal_source(ingest)
     ingest.add_argument("--lake", "-l", required=True, help="the lake directory")
     ingest.add_argument("--checkpoint", help="checkpoint (default <lake>/_checkpoints/ingest)")
     mode = ingest.add_mutually_exclusive_group()
@@ -78,7 +80,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Evaluate a stored subscription (by SubName or queue) or topic filters and"
         " an SQL filter over a range of the journal, on Spark.",
     )
-    replay.add_argument("--data-dir", "-d", required=True, help="the broker's data directory")
+    _journal_source(replay)
     which = replay.add_mutually_exclusive_group(required=True)
     which.add_argument("--subscription", help="a stored subscription: SubName or queue name")
     which.add_argument("--topics", help="MQTT topic filters, comma-separated")
@@ -105,8 +107,47 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     replay.set_defaults(handler=run_replay_command)
 
 
+def _journal_source(parser: argparse.ArgumentParser) -> None:
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--data-dir", "-d", help="the broker's data directory (on this host)")
+    where.add_argument(
+        "--journal", metavar="URL", help="the broker's journal service, http[s]://host:port"
+    )
+    parser.add_argument("--journal-user", help="--journal: the broker user to read as")
+    parser.add_argument(
+        "--journal-password",
+        help=f"--journal: its password (better: the {PASSWORD_ENV} environment variable)",
+    )
+    parser.add_argument("--journal-cafile", help="--journal over https: the CA to trust")
+
+
+def _where(args: argparse.Namespace) -> tuple[str, dict[str, str]]:
+    """The journal a job reads (data directory or service URL) and its client's options."""
+    options = {
+        "user": args.journal_user,
+        "password": args.journal_password or os.environ.get(PASSWORD_ENV),
+        "cafile": args.journal_cafile,
+    }
+    if args.journal is None:
+        for name in ("user", "password", "cafile"):
+            if getattr(args, f"journal_{name}"):
+                raise ValueError(f"--journal-{name} goes with --journal")
+        return args.data_dir, {}
+    from telemq.journal.client import JournalClient
+
+    JournalClient.parse(args.journal)  # a URL that is none: one line naming it
+    return args.journal, {k: v for k, v in options.items() if v}
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting, e.g. spark.executor.memory=2g (repeatable)",
+    )
     parser.add_argument("--spark-ui", action="store_true", help="enable Spark's web UI")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
 
@@ -128,12 +169,22 @@ def _session(args: argparse.Namespace, app: str) -> Iterator[Any]:
     from telemq.pipeline.spark import spark_session
 
     owned = SparkSession.getActiveSession() is None  # else: reuse it, and leave it running
-    spark = spark_session(args.master, app, ui=args.spark_ui)
+    spark = spark_session(args.master, app, ui=args.spark_ui, conf=_settings(args.conf))
     try:
         yield spark
     finally:
         if owned:
             spark.stop()
+
+
+def _settings(pairs: list[str]) -> dict[str, str]:
+    settings = {}
+    for pair in pairs:
+        key, equals, value = pair.partition("=")
+        if not equals or not key.strip():
+            raise ValueError(f"--conf: expected KEY=VALUE, got {pair!r}")
+        settings[key.strip()] = value
+    return settings
 
 
 def _guarded(run: Handler) -> Handler:
@@ -145,6 +196,7 @@ def _guarded(run: Handler) -> Handler:
                 importlib.import_module(module)
 
             from telemq.filters import FilterError
+            from telemq.journal.client import JournalServiceError
             from telemq.pipeline.spark import JavaNotFoundError
             from telemq.store import StoreError
         except ImportError as exc:
@@ -156,6 +208,8 @@ def _guarded(run: Handler) -> Handler:
         except FilterError as exc:
             return _fail(f"invalid filter (reason {exc.reason}) at position {exc.position}: {exc}")
         except (StoreError, FileNotFoundError, LookupError, ValueError, RuntimeError) as exc:
+            return _fail(str(exc))
+        except JournalServiceError as exc:
             return _fail(str(exc))
         except sqlite3.Error as exc:  # a damaged or foreign telemq.db
             where = getattr(args, "data_dir", None)
@@ -175,29 +229,30 @@ def _address(text: str, option: str = "--publish-to") -> tuple[str, int]:
 
 @_guarded
 def run_ingest_command(args: argparse.Namespace) -> int:
-    from telemq.pipeline.ingest import check_ingest, run_ingest
+    from telemq.pipeline.ingest import check_ingest, run_ingest, table_uri
     from telemq.pipeline.progress import Reporter
 
+    where, journal_options = _where(args)
     check_ingest(
-        args.data_dir,
+        where,
         args.lake,
         trigger_seconds=args.trigger,
         max_rows_per_batch=args.max_rows_per_batch,
         duration=args.duration,
+        journal_options=journal_options,
     )
     report = Reporter(quiet=args.quiet)
     stop = threading.Event()
     if args.continuous:
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: stop.set())
-    report(
-        f"ingest: {args.data_dir} -> {args.lake} ({'continuous' if args.continuous else 'once'})"
-    )
+    report(f"ingest: {where} -> {args.lake} ({'continuous' if args.continuous else 'once'})")
     with _session(args, "telemq-ingest") as spark, report.watch(spark, "ingest"):
         result = run_ingest(
             spark,
-            args.data_dir,
+            where,
             args.lake,
+            journal_options=journal_options,
             checkpoint=args.checkpoint,
             continuous=args.continuous,
             trigger_seconds=args.trigger,
@@ -211,7 +266,7 @@ def run_ingest_command(args: argparse.Namespace) -> int:
     print(
         f"ingested {result.rows:,} rows in {len(result.batches)} batch(es), {result.seconds:.1f}s"
     )
-    print(f"lake {result.lake / 'journal'}: {lake.rows:,} rows in {lake.files} file(s){seqs}")
+    print(f"lake {table_uri(result.lake)}: {lake.rows:,} rows in {lake.files} file(s){seqs}")
     if lake.dates:
         print(f"  dates: {', '.join(lake.dates)}")
     print(f"checkpoint {result.checkpoint}")
@@ -311,11 +366,13 @@ def run_replay_command(args: argparse.Namespace) -> int:
         "queue": args.queue,
         "qos": args.qos,
     }
-    check_replay(args.data_dir, **request)
+    where, journal_options = _where(args)
+    request["journal_options"] = journal_options
+    check_replay(where, **request)
     with _session(args, "telemq-replay") as spark, report.watch(spark, "replay"):
         result = run_replay(
             spark,
-            args.data_dir,
+            where,
             **request,
             output=args.output,
             broker=broker,

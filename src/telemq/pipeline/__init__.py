@@ -4,14 +4,18 @@ Theory of operation
 -------------------
 The broker appends every accepted publication to the journal in its SQLite store, with a
 gap-free, increasing ``seq`` (a QoS 1/2 publication is there before it is acknowledged). The
-pipeline reads that file and nothing else of the broker: it never imports the broker, and
-read-only WAL connections never block it, so the jobs run beside a live broker (or against a
-copied store).
+pipeline reads the journal and nothing else of the broker: it never imports the broker. It
+reads either over the broker's journal service (HTTP, Arrow IPC; any host, the way for a
+cluster) or from the store file (read-only WAL connections that never block the broker, or a
+copied store): `location` is the seam between the two.
 
 ::
 
     journal (SQLite, WAL)
-        |  journal.read_range: seq ranges -> pyarrow.RecordBatch (one SQL row per chunk)
+        |  telemq.journal.arrow: seq ranges -> pyarrow.RecordBatch (one SQL row per chunk)
+        |  served by the broker over HTTP (journal service), or read from the file
+        v
+    location.JournalService | location.StoreFile   bounds, ranges, consumer offsets
         v
     source.TelemqDataSource  format("telemq"): batch + stream, offsets {"seq": N}
         |                    partitions are seq ranges, read by executors in parallel

@@ -3,7 +3,9 @@
 Reads the lake's journal table (written by ingest), and for every topic and time window
 (tumbling, on the broker's receive time ``ts``, UTC) computes the message count and, per
 numeric payload field, its count, min, max and average. The result replaces
-``<lake>/aggregates/<window>`` (e.g. ``aggregates/1m``): written next to it, then swapped in.
+``<lake>/aggregates/<window>`` (e.g. ``aggregates/1m``): written next to it, then swapped in
+with two renames through Hadoop's FileSystem (`lakefs`), so the lake may be any storage Spark
+reaches (a local path, ``hdfs://``, ``s3a://``), as for ingest.
 
 Numbers follow the filter language's rules (design section 7): a field counts only where the
 payload is JSON and the value is a JSON number. The string ``"31"`` is not a number, and nothing
@@ -22,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -32,7 +33,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..filters.spark import document_column
-from .ingest import journal_table, utc_date
+from .ingest import table_uri, utc_date
+from .lakefs import LakeFileSystem, join, lake_uri
 from .source import register
 
 if TYPE_CHECKING:
@@ -135,7 +137,7 @@ def aggregate_frame(frame: DataFrame, interval: str, fields: Sequence[str]) -> D
 
 @dataclass(slots=True)
 class AggregateResult:
-    table: Path
+    table: str  # a URI
     window: str
     fields: list[str]
     rows: int
@@ -177,13 +179,13 @@ def _utc_bounds(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def _swap_in(built: Path, target: Path) -> None:
+def _swap_in(fs: LakeFileSystem, built: str, target: str, label: str) -> None:
     """Replace directory `target` by `built` (two renames; the old copy is then removed)."""
-    old = target.with_name(f".{target.name}-old-{uuid.uuid4().hex[:8]}")
-    if target.exists():
-        os.replace(target, old)
-    os.replace(built, target)
-    shutil.rmtree(old, ignore_errors=True)
+    old = f"{target.rpartition('/')[0]}/.{label}-old-{uuid.uuid4().hex[:8]}"
+    if fs.exists(target):
+        fs.rename(target, old)
+    fs.rename(built, target)
+    fs.delete(old, recursive=True)
 
 
 def check_aggregate(
@@ -192,7 +194,9 @@ def check_aggregate(
     """Refuse what would fail inside Spark, before a session is started: a lake without a
     journal table, a malformed window or field name. Returns `parse_window`'s pair."""
     interval, label = parse_window(window)
-    if not any(journal_table(lake).glob("date=*/*.parquet")):
+    uri = lake_uri(lake)
+    local = Path(uri.removeprefix("file:")) if uri.startswith("file:") else None
+    if local is not None and not any((local / "journal").glob("date=*/*.parquet")):
         raise FileNotFoundError(f"no journal table in {lake}: run telemq pipeline ingest first")
     for f in fields or ():
         if not _FIELD.match(f):
@@ -218,21 +222,20 @@ def run_aggregate(
     started = time.monotonic()
     interval, label = check_aggregate(lake, window, fields)
     prefix = topic_prefix.rstrip("/")
-    frame = spark.read.parquet(str(journal_table(lake))).where(
+    frame = spark.read.parquet(table_uri(lake)).where(
         ~((F.col("topic") == prefix) | F.col("topic").startswith(prefix + "/"))
     )
     chosen = list(fields) if fields else discover_fields(frame)
     if progress is not None:
         progress(f"fields: {', '.join(chosen) if chosen else '(none numeric)'}; window {interval}")
     result = aggregate_frame(frame, interval, chosen)
-    target = Path(lake) / "aggregates" / label
-    target.parent.mkdir(parents=True, exist_ok=True)
-    built = target.with_name(f".{label}-new-{uuid.uuid4().hex[:8]}")
-    result.withColumn("date", utc_date("window_start")).write.partitionBy("date").parquet(
-        str(built)
-    )
-    _swap_in(built, target)
-    written = spark.read.parquet(str(target))
+    fs = LakeFileSystem.for_uri(spark, lake_uri(lake))
+    target = join(lake_uri(lake), "aggregates", label)
+    fs.mkdirs(join(lake_uri(lake), "aggregates"))
+    built = join(lake_uri(lake), "aggregates", f".{label}-new-{uuid.uuid4().hex[:8]}")
+    result.withColumn("date", utc_date("window_start")).write.partitionBy("date").parquet(built)
+    _swap_in(fs, built, target, label)
+    written = spark.read.parquet(target)
     totals = written.agg(F.count(F.lit(1)), F.sum("count")).first()
     assert totals is not None
     rows, input_rows = int(totals[0]), int(totals[1] or 0)

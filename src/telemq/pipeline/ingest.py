@@ -1,28 +1,41 @@
 """`telemq pipeline ingest`: the journal into a Parquet lake, each seq exactly once.
 
-The lake is a directory of tables; ingest writes ``<lake>/journal``, partitioned by the UTC
-date of ``ts``::
+The lake is a directory of tables, on any storage Spark can reach: a local path, or a Hadoop
+file system URI (``file:``, ``hdfs://``, ``s3a://`` with its connector). Ingest writes
+``<lake>/journal``, partitioned by the UTC date of ``ts``::
 
     <lake>/journal/date=2024-11-22/batch-000000000042-0000.parquet
-    <lake>/_checkpoints/ingest/            Spark's checkpoint (default location)
-    <lake>/_checkpoints/ingest/staging/    a batch while it is written
+    <lake>/_checkpoints/ingest/spark/      Spark's checkpoint (default location)
+    <lake>/_staging/ingest-<id>/           a batch while it is written (hidden from readers)
 
 How exactly-once works. A streaming query reads the `telemq` source (offsets ``{"seq": N}``
 in the checkpoint) and hands each micro-batch to `BatchCommitter` (``foreachBatch``). Spark
 may run a batch again after a crash, with the same batch id and, from this source, the same
 rows. The committer makes that harmless:
 
-1. Spark writes the batch's Parquet files into ``staging/<batch id>`` (emptied first);
+1. Spark's executors write the batch's Parquet files into ``_staging/<query>/<batch id>``
+   (emptied first), on the table's file system, so that step 3 is a rename;
 2. files a previous attempt of the same batch left in the table are deleted (their names
    start with the batch id);
-3. each staged file is renamed into its date directory as ``batch-<id>-<k>.parquet``:
-   a rename within one file system, so a reader sees a whole file or none.
+3. each staged file is renamed into its date directory as ``batch-<id>-<k>.parquet``.
 
 Spark records the batch as done only after that, so every seq is in the table once, whatever
-moment the job is killed at. The table never holds Spark's ``_spark_metadata`` and needs none:
-any Parquet reader (Spark, pyarrow, pandas, DuckDB) reads it safely. The one thing a reader can
-observe mid-crash is a batch partly moved in (a subset of its rows, none twice), completed by
-the next run.
+moment the job is killed at. The file operations go through Hadoop's FileSystem on the driver
+(`lakefs.LakeFileSystem`), the same API and settings Spark writes with, never Python's ``os``.
+
+What a reader sees depends on the storage's rename. Where it is atomic (local disks, HDFS), a
+reader sees a whole file or none, and mid-crash at most a batch partly moved in (a subset of
+its rows, none twice), completed by the next run. Where it is a copy and a delete (s3a), each
+object still appears whole, but for a moment a file may be both staged and in the table:
+the table alone never holds a row twice, and the next run completes the batch; a reader that
+needs more than that should read after the job has returned. Either way, once a run has
+returned, the table holds each seq exactly once. The table never holds Spark's
+``_spark_metadata`` and needs none: any Parquet reader (Spark, pyarrow, pandas, DuckDB) reads
+it.
+
+On a cluster, the lake and the checkpoint must be storage every node reaches at the same URI
+(HDFS, an object store, or one network file system mounted at the same path everywhere):
+executors write the staged files, the driver renames them.
 """
 
 from __future__ import annotations
@@ -32,18 +45,15 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pyarrow.parquet as pq  # type: ignore[import-untyped]
-
-from ..store import consumers
-from .journal import data_dir_of, read_bounds
+from .lakefs import LakeFileSystem, join, lake_uri
+from .location import locate
 from .source import stream_journal
 
 if TYPE_CHECKING:
@@ -64,12 +74,17 @@ Progress = Callable[[str], None]
 
 
 def journal_table(lake: str | os.PathLike[str]) -> Path:
-    """The journal table of a lake (what ingest writes and aggregate reads)."""
+    """The journal table of a local lake (what ingest writes and aggregate reads)."""
     return Path(lake) / "journal"
 
 
-def default_checkpoint(lake: str | os.PathLike[str]) -> Path:
-    return Path(lake) / "_checkpoints" / "ingest"
+def table_uri(lake: str | os.PathLike[str]) -> str:
+    """The journal table of a lake given as a path or a URI, as a URI."""
+    return join(lake_uri(lake), "journal")
+
+
+def default_checkpoint(lake: str | os.PathLike[str]) -> str:
+    return join(lake_uri(lake), "_checkpoints", "ingest")
 
 
 def utc_date(ts: str = "ts") -> Column:
@@ -89,27 +104,13 @@ class BatchStats:
     seconds: float
 
 
-def _file_stats(path: Path) -> tuple[int, int | None, int | None]:
-    """Rows and seq range of one Parquet file, from its footer (no data read)."""
-    meta = pq.read_metadata(path)
-    low: int | None = None
-    high: int | None = None
-    column = meta.schema.names.index("seq") if "seq" in meta.schema.names else -1
-    for group in range(meta.num_row_groups):
-        if column < 0:
-            break
-        stats = meta.row_group(group).column(column).statistics
-        if stats is None or not stats.has_min_max:
-            continue
-        low = stats.min if low is None else min(low, stats.min)
-        high = stats.max if high is None else max(high, stats.max)
-    return meta.num_rows, low, high
-
-
 class BatchCommitter:
     """The ``foreachBatch`` function of ingest: stage, clear earlier attempts, rename in."""
 
-    def __init__(self, table: Path, staging: Path, progress: Progress | None = None) -> None:
+    def __init__(
+        self, fs: LakeFileSystem, table: str, staging: str, progress: Progress | None = None
+    ) -> None:
+        self.fs = fs
         self.table = table
         self.staging = staging
         self.progress = progress
@@ -117,28 +118,27 @@ class BatchCommitter:
 
     def __call__(self, frame: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
-        stage = self.staging / str(batch_id)
-        shutil.rmtree(stage, ignore_errors=True)
+        fs = self.fs
+        stage = join(self.staging, str(batch_id))
+        fs.delete(stage, recursive=True)
         (
             frame.withColumn("date", utc_date())
             .sortWithinPartitions("date", "seq")
             .write.partitionBy("date")
-            .parquet(str(stage))
+            .parquet(stage)
         )
         prefix = f"batch-{batch_id:012d}-"
-        for old in self.table.glob(f"date=*/{prefix}*.parquet"):
-            old.unlink()  # a previous attempt of this batch: replaced below
+        for old in fs.glob(join(self.table, "date=*", f"{prefix}*.parquet")):
+            fs.delete(old.uri)  # a previous attempt of this batch: replaced below
         rows, first, last = 0, None, None
-        staged = sorted(stage.glob("date=*/*.parquet"))
-        for k, path in enumerate(staged):
-            count, low, high = _file_stats(path)
+        staged = fs.glob(join(stage, "date=*", "*.parquet"))
+        for k, info in enumerate(staged):
+            count, low, high = fs.parquet_stats(info.uri)
             rows += count
             first = low if first is None or (low is not None and low < first) else first
             last = high if last is None or (high is not None and high > last) else last
-            target = self.table / path.parent.name / f"{prefix}{k:04d}.parquet"
-            target.parent.mkdir(parents=True, exist_ok=True)
-            _move(path, target)
-        shutil.rmtree(stage, ignore_errors=True)
+            fs.move(info.uri, join(self.table, info.parent, f"{prefix}{k:04d}.parquet"))
+        fs.delete(stage, recursive=True)
         stats = BatchStats(batch_id, rows, len(staged), first, last, time.monotonic() - started)
         self.batches.append(stats)
         if self.progress is not None and rows:
@@ -147,17 +147,6 @@ class BatchCommitter:
                 f"batch {batch_id}: {rows:,} rows (seq {first:,}..{last:,}) in {stats.files}"
                 f" file(s), {rate:,.0f} rows/s"
             )
-
-
-def _move(source: Path, target: Path) -> None:
-    """Rename `source` to `target` atomically, copying first across file systems."""
-    try:
-        os.replace(source, target)
-    except OSError:
-        temp = target.with_name(f".{target.name}.tmp")
-        shutil.copyfile(source, temp)
-        os.replace(temp, target)
-        source.unlink()
 
 
 @dataclass(slots=True)
@@ -169,16 +158,15 @@ class LakeStats:
     last_seq: int | None = None
 
 
-def lake_stats(lake: str | os.PathLike[str]) -> LakeStats:
+def lake_stats(fs: LakeFileSystem, lake: str | os.PathLike[str]) -> LakeStats:
     """Rows, files, dates and seq range of the journal table, from Parquet footers."""
     stats = LakeStats()
-    table = journal_table(lake)
     dates = set()
-    for path in sorted(table.glob("date=*/*.parquet")):
-        count, low, high = _file_stats(path)
+    for info in fs.glob(join(table_uri(lake), "date=*", "*.parquet")):
+        count, low, high = fs.parquet_stats(info.uri)
         stats.rows += count
         stats.files += 1
-        dates.add(path.parent.name.removeprefix("date="))
+        dates.add(info.parent.removeprefix("date="))
         if low is not None:
             stats.first_seq = low if stats.first_seq is None else min(stats.first_seq, low)
         if high is not None:
@@ -189,8 +177,8 @@ def lake_stats(lake: str | os.PathLike[str]) -> LakeStats:
 
 @dataclass(slots=True)
 class IngestResult:
-    lake: Path
-    checkpoint: Path
+    lake: str  # URIs
+    checkpoint: str
     batches: list[BatchStats]
     seconds: float
     lake_stats: LakeStats
@@ -200,43 +188,49 @@ class IngestResult:
         return sum(b.rows for b in self.batches)
 
 
-def committed_offset(spark_checkpoint: Path) -> int | None:
+def committed_offset(fs: LakeFileSystem, spark_checkpoint: str) -> int | None:
     """The source offset (seq) of the last batch Spark recorded as done in a checkpoint."""
-    batches = [int(p.name) for p in (spark_checkpoint / "commits").glob("*") if p.name.isdigit()]
-    if not batches:
+    done = [i.name for i in fs.glob(join(spark_checkpoint, "commits", "*")) if i.name.isdigit()]
+    if not done:
         return None
     try:
-        lines = (spark_checkpoint / "offsets" / str(max(batches))).read_text().splitlines()
-        return int(json.loads(lines[-1])["seq"])
+        text = fs.read_text(join(spark_checkpoint, "offsets", str(max(map(int, done)))))
+        return int(json.loads(text.splitlines()[-1])["seq"])
     except (OSError, ValueError, KeyError, IndexError, TypeError):
         return None
 
 
-def consumer_name(checkpoint: Path) -> str:
-    """The consumer record name of an ingest query: stable per checkpoint."""
-    digest = hashlib.sha1(str(checkpoint.resolve()).encode("utf-8")).hexdigest()[:12]
+def consumer_name(checkpoint: str | os.PathLike[str]) -> str:
+    """The consumer name of an ingest query: stable per checkpoint (a local one by its
+    resolved path, as before lakes could be URIs)."""
+    uri = lake_uri(checkpoint)
+    key = str(Path(uri.removeprefix("file:")).resolve()) if uri.startswith("file:") else uri
+    digest = hashlib.sha1(key.encode("utf-8")).hexdigest()[:12]
     return f"ingest-{digest}"
 
 
 def check_ingest(
-    data_dir: str | os.PathLike[str],
+    where: str | os.PathLike[str],
     lake: str | os.PathLike[str],
     *,
     trigger_seconds: float = 2.0,
     max_rows_per_batch: int | None = None,
     duration: float | None = None,
+    journal_options: Mapping[str, str] | None = None,
 ) -> None:
     """Refuse what would fail inside Spark, before a session is started and the lake touched:
-    a data directory without a broker's store, a lake that is a file, numbers out of range."""
+    a data directory without a broker's store, a journal service that cannot be reached or
+    refuses the credentials, a lake that is a file, numbers out of range."""
     if not trigger_seconds > 0:
         raise ValueError(f"trigger: expected seconds > 0, got {trigger_seconds:g}")
     if max_rows_per_batch is not None and max_rows_per_batch < 1:
         raise ValueError(f"max rows per batch: expected 1 or more, got {max_rows_per_batch}")
     if duration is not None and not duration >= 0:
         raise ValueError(f"duration: expected seconds >= 0, got {duration:g}")
-    if Path(lake).exists() and not Path(lake).is_dir():
+    local = lake_uri(lake).removeprefix("file:") if lake_uri(lake).startswith("file:") else None
+    if local is not None and Path(local).exists() and not Path(local).is_dir():
         raise ValueError(f"lake {lake}: not a directory")
-    read_bounds(data_dir)
+    locate(str(where), journal_options).bounds()
 
 
 def _failure(error: BaseException) -> str:
@@ -249,9 +243,10 @@ def _failure(error: BaseException) -> str:
 
 def run_ingest(
     spark: SparkSession,
-    data_dir: str | os.PathLike[str],
+    where: str | os.PathLike[str],
     lake: str | os.PathLike[str],
     *,
+    journal_options: Mapping[str, str] | None = None,
     checkpoint: str | os.PathLike[str] | None = None,
     continuous: bool = False,
     trigger_seconds: float = 2.0,
@@ -260,7 +255,8 @@ def run_ingest(
     stop: threading.Event | None = None,
     progress: Progress | None = None,
 ) -> IngestResult:
-    """Ingest the journal of `data_dir` into `lake` (see the module docstring).
+    """Ingest the journal `where` is (a data directory, a store file, or the journal service's
+    URL with `journal_options` for its client) into `lake` (see the module docstring).
 
     Once (default): everything in the journal now, in batches of at most
     `max_rows_per_batch` rows, then return. Continuous: a micro-batch every
@@ -270,24 +266,29 @@ def run_ingest(
     from pyspark.errors import StreamingQueryException
 
     check_ingest(
-        data_dir,
+        where,
         lake,
         trigger_seconds=trigger_seconds,
         max_rows_per_batch=max_rows_per_batch,
         duration=duration,
+        journal_options=journal_options,
     )
     started = time.monotonic()
-    lake_path = Path(lake)
-    ckpt = Path(checkpoint) if checkpoint is not None else default_checkpoint(lake_path)
-    table = journal_table(lake_path)
-    table.mkdir(parents=True, exist_ok=True)
-    committer = BatchCommitter(table, ckpt / "staging", progress)
-    options: dict[str, object] = {"consumer": consumer_name(ckpt)}
+    location = locate(str(where), journal_options)
+    lake_u = lake_uri(lake)
+    ckpt = lake_uri(checkpoint) if checkpoint is not None else default_checkpoint(lake_u)
+    fs = LakeFileSystem.for_uri(spark, lake_u)
+    table = table_uri(lake_u)
+    fs.mkdirs(table)
+    # Staged beside the table, on its file system: a rename never crosses file systems.
+    staging = join(lake_u, "_staging", consumer_name(ckpt))
+    committer = BatchCommitter(fs, table, staging, progress)
+    options: dict[str, object] = {**(journal_options or {}), "consumer": consumer_name(ckpt)}
     if max_rows_per_batch is not None:
         options["maxRowsPerBatch"] = max_rows_per_batch
-    frame = stream_journal(spark, str(data_dir), options=options)
+    frame = stream_journal(spark, str(where), options=options)
     writer = frame.writeStream.foreachBatch(committer).option(
-        "checkpointLocation", str(ckpt / "spark")
+        "checkpointLocation", join(ckpt, "spark")
     )
     if continuous:
         writer = writer.trigger(processingTime=f"{trigger_seconds:g} seconds")
@@ -313,10 +314,8 @@ def run_ingest(
     finally:
         with contextlib.suppress(Exception):
             query.stop()
-        with contextlib.suppress(OSError):  # the journal may sit on a read-only disk
-            consumers.mark_stopped(
-                data_dir_of(data_dir), consumer_name(ckpt), committed_offset(ckpt / "spark")
-            )
+        done = committed_offset(LakeFileSystem.for_uri(spark, ckpt), join(ckpt, "spark"))
+        location.save_offset(consumer_name(ckpt), done, False)
     return IngestResult(
-        lake_path, ckpt, committer.batches, time.monotonic() - started, lake_stats(lake_path)
+        lake_u, ckpt, committer.batches, time.monotonic() - started, lake_stats(fs, lake_u)
     )

@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..filters import Filter, compile_filter
-from .journal import parse_topics, read_bounds
+from .journal import parse_topics
+from .location import is_service_url, locate
 from .source import read_journal
 from .subscriptions import StoredSubscription, find_subscriptions, match_column
 
@@ -78,8 +79,9 @@ class ReplayPlan:
 
 
 def check_replay(
-    data_dir: str | os.PathLike[str],
+    where: str | os.PathLike[str],
     *,
+    journal_options: Mapping[str, str] | None = None,
     topics: Sequence[str] | None = None,
     filter: str | None = None,
     subscription: str | None = None,
@@ -91,13 +93,19 @@ def check_replay(
     qos: int = 1,
 ) -> ReplayPlan:
     """Refuse what would fail inside Spark, before a session is started: a bad filter, topic
-    filter, subscription name, seq range or limit, a data directory without a store."""
+    filter, subscription name, seq range or limit, a data directory without a store, a
+    journal service that cannot be reached or refuses the credentials."""
     flt = compile_filter(filter) if filter else None
     subs: list[StoredSubscription] = []
     if subscription is not None:
-        subs = find_subscriptions(data_dir, subscription)
+        if is_service_url(str(where)):
+            raise ValueError(
+                "--subscription reads the broker's stored subscriptions from its data directory"
+                " (--data-dir); over the journal service give --topics and --filter"
+            )
+        subs = find_subscriptions(where, subscription)
         if not subs:
-            raise LookupError(f"no subscription or queue named {subscription!r} in {data_dir}")
+            raise LookupError(f"no subscription or queue named {subscription!r} in {where}")
     elif not topics:
         raise ValueError("replay needs --subscription or --topics")
     else:
@@ -113,7 +121,8 @@ def check_replay(
         raise ValueError(f"from seq {from_seq} is after to seq {to_seq}")
     if limit < 0:
         raise ValueError(f"limit: expected 0 or more, got {limit}")
-    first, last = read_bounds(data_dir)
+    wanted = sorted({s.topic_filter for s in subs}) if subs else parse_topics(topics)
+    first, last = locate(str(where), journal_options, wanted).bounds()
     low = first if from_seq is None else max(first, from_seq)
     high = last if to_seq is None else min(last, to_seq)
     return ReplayPlan(flt, subs, target, low, high)
@@ -136,8 +145,9 @@ def delivery_queue(subscriptions: Sequence[StoredSubscription], queue: str | Non
 
 def replay_frame(
     spark: SparkSession,
-    data_dir: str | os.PathLike[str],
+    where: str | os.PathLike[str],
     *,
+    journal_options: Mapping[str, str] | None = None,
     topics: Sequence[str] | None = None,
     filter: Filter | str | None = None,
     subscriptions: Sequence[StoredSubscription] | None = None,
@@ -145,7 +155,7 @@ def replay_frame(
     to_seq: int | None = None,
 ) -> DataFrame:
     """The matching journal rows of the range (a lazy DataFrame)."""
-    options: dict[str, object] = {}
+    options: dict[str, object] = dict(journal_options or {})
     if from_seq is not None:
         options["startingSeq"] = from_seq
         options["failOnDataLoss"] = False  # a range partly trimmed replays what is left
@@ -153,15 +163,16 @@ def replay_frame(
         options["endingSeq"] = to_seq
     if subscriptions:
         wanted = sorted({s.topic_filter for s in subscriptions})
-        frame = read_journal(spark, str(data_dir), topics=wanted, filter=filter, options=options)
+        frame = read_journal(spark, str(where), topics=wanted, filter=filter, options=options)
         return frame.where(match_column(subscriptions))
-    return read_journal(spark, str(data_dir), topics=topics, filter=filter, options=options)
+    return read_journal(spark, str(where), topics=topics, filter=filter, options=options)
 
 
 def run_replay(
     spark: SparkSession,
-    data_dir: str | os.PathLike[str],
+    where: str | os.PathLike[str],
     *,
+    journal_options: Mapping[str, str] | None = None,
     topics: Sequence[str] | None = None,
     filter: str | None = None,
     subscription: str | None = None,
@@ -176,7 +187,9 @@ def run_replay(
     sink_options: Mapping[str, str] | None = None,
     progress: Progress | None = None,
 ) -> ReplayResult:
-    """Evaluate a subscription (stored, by name) or topic filters + filter over a range.
+    """Evaluate a subscription (stored, by name) or topic filters + filter over a range of
+    the journal `where` is (a data directory, a store file, or the journal service's URL
+    with `journal_options` for its client).
 
     With `deliver`, put the matches on `queue` (default: the subscription's queue) through
     the broker at `broker`, at `qos` (default 1: queued while the subscriber is offline);
@@ -184,7 +197,8 @@ def run_replay(
     """
     started = time.monotonic()
     plan = check_replay(
-        data_dir,
+        where,
+        journal_options=journal_options,
         topics=topics,
         filter=filter,
         subscription=subscription,
@@ -202,7 +216,8 @@ def run_replay(
             progress(f"subscription of queue {s.queue!r}: {s.topic_filter}{extra}")
     frame = replay_frame(
         spark,
-        data_dir,
+        where,
+        journal_options=journal_options,
         topics=topics,
         filter=plan.filter,
         subscriptions=subs,

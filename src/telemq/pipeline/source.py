@@ -6,21 +6,25 @@ Spark's Python Data Source API (PySpark 4) splits the work in three places:
   `streamReader` build a reader; the batch reader's `partitions()` cuts the journal's seq range
   into `SeqRange`s. A separate, long-lived process runs the stream reader's offset methods
   (`initialOffset`, `latestOffset`, `partitions(start, end)`, `commit`, `stop`);
-- *reading*, on executors: `read(partition)` opens its own read-only connection and yields
-  `pyarrow.RecordBatch`es (`journal.read_range`), so any number of tasks read seq ranges in
-  parallel without the broker noticing.
+- *reading*, on executors: `read(partition)` fetches its own seq range and yields
+  `pyarrow.RecordBatch`es, so any number of tasks read seq ranges in parallel. Where from is
+  the `location` seam: the broker's journal service over HTTP (option ``journal``, the way
+  for a cluster: executors never open a file of the broker's) or a store file at hand
+  (option ``path``: the broker's host, or an offline copy).
 
 Readers are created more than once (a fresh stream reader is built just to be pickled for the
 executors), so constructors only parse options; side effects (the consumer record used by
-journal retention, see `consumers`) happen in the offset methods, which only the long-lived
-process calls.
+journal retention: a record file, or an offset the journal service keeps) happen in the
+offset methods, which only the long-lived process calls.
 
 Offsets are ``{"seq": N}``: every row with ``seq <= N`` belongs to a batch at or before this
 offset. A micro-batch from ``{"seq": a}`` to ``{"seq": b}`` reads exactly ``a < seq <= b``;
 the journal is append-only with a gap-free seq, so a replayed range returns identical rows,
 unless retention deleted them, which fails the query (``failOnDataLoss``, default true).
 
-Options (case-insensitive): ``path`` (data directory or store file), ``topics`` (MQTT topic
+Options (case-insensitive): ``journal`` (the journal service, ``http[s]://host:port``, with
+``user``, ``password``, ``cafile``, ``certfile``, ``keyfile``) or ``path`` (data directory or
+store file), ``topics`` (MQTT topic
 filters, comma-separated or a JSON list), ``filter`` (SQL filter), ``startingSeq``
 (``earliest`` | ``latest`` | first seq), ``endingSeq`` (batch: last seq), ``maxRowsPerBatch``
 (stream), ``rowsPerPartition``, ``minPartitions``, ``failOnDataLoss``, ``consumer`` (stream:
@@ -32,7 +36,6 @@ Column instead (`telemq.filters.spark.to_column`). Both give the same rows.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import time
@@ -51,17 +54,9 @@ from pyspark.sql.datasource import (
 )
 
 from ..filters import Filter, compile_filter
-from ..store import JournalReader, consumers
-from .journal import (
-    DEFAULT_CHUNK_ROWS,
-    JOURNAL_DDL,
-    TopicMatcher,
-    data_dir_of,
-    parse_topics,
-    read_bounds,
-    read_range,
-    split_range,
-)
+from ..store import consumers
+from .journal import JOURNAL_DDL, parse_topics, split_range
+from .location import CREDENTIAL_OPTIONS, DataLossError, JournalLocation, is_service_url, locate
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]
@@ -135,7 +130,7 @@ def _bool_option(options: Mapping[str, str], name: str, default: bool) -> bool:
 class SourceOptions:
     """The source's options, parsed and checked once (errors name the option)."""
 
-    path: str
+    location: JournalLocation
     topics: tuple[str, ...] = ()
     filter: str | None = None
     starting_seq: int | str = "earliest"  # "earliest", "latest" or the first seq to read
@@ -149,9 +144,21 @@ class SourceOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
         opts = {str(k).lower(): v for k, v in options.items()}
-        path = opts.get("path")
-        if not path:
-            raise ValueError("telemq source: option path (the broker's data directory) is required")
+        path, journal = opts.get("path"), opts.get("journal")
+        if bool(path) == bool(journal):
+            raise ValueError(
+                "telemq source: give option journal (the broker's journal service,"
+                " http://host:port) or option path (a data directory or store file), not both"
+            )
+        if journal and not is_service_url(str(journal)):
+            raise ValueError(f"telemq source: option journal: not an http(s) URL: {journal!r}")
+        topics = parse_topics(opts.get("topics"))
+        try:
+            location = locate(str(journal or path), opts, topics)
+        except ValueError as error:
+            raise ValueError(f"telemq source: option journal: {error}") from None
+        if path and any(opts.get(k) for k in CREDENTIAL_OPTIONS):
+            raise ValueError("telemq source: user, password and TLS files go with option journal")
         text = opts.get("filter")
         # compile_filter raises FilterError (reason 3150) with the position
         text = compile_filter(text).text if text is not None and text.strip() else None
@@ -160,8 +167,8 @@ class SourceOptions:
         if starting not in ("earliest", "latest"):
             start = _int_option(opts, "startingSeq", 1, 1) or 1
         return cls(
-            path=str(path),
-            topics=parse_topics(opts.get("topics")),
+            location=location,
+            topics=topics,
             filter=text,
             starting_seq=start,
             ending_seq=_int_option(opts, "endingSeq", None, 0),
@@ -177,29 +184,13 @@ class SourceOptions:
         """Read one partition: what `read` does for both readers, on an executor."""
         if not isinstance(partition, SeqRange) or partition.first > partition.last:
             return
-        reader = JournalReader(self.path)
-        try:
-            if self.fail_on_data_loss:
-                first, _ = reader.bounds()
-                if first > partition.first:
-                    raise _data_loss(partition.first, first)
-            yield from read_range(
-                reader,
-                partition.first,
-                partition.last,
-                topics=TopicMatcher(self.topics) if self.topics else None,
-                flt=compile_filter(self.filter) if self.filter else None,
-                chunk_rows=DEFAULT_CHUNK_ROWS,
-            )
-        finally:
-            reader.close()
-
-
-def _data_loss(wanted: int, first: int) -> RuntimeError:
-    return RuntimeError(
-        f"telemq source: journal rows from seq {wanted} to {first - 1} were deleted by retention"
-        " before this query read them (set failOnDataLoss=false to skip them)"
-    )
+        yield from self.location.read(
+            partition.first,
+            partition.last,
+            topics=self.topics,
+            flt=compile_filter(self.filter) if self.filter else None,
+            fail_on_data_loss=self.fail_on_data_loss,
+        )
 
 
 class JournalBatchReader(DataSourceReader):
@@ -211,13 +202,13 @@ class JournalBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         """Called once on the driver when the query is planned."""
         opts = self.options
-        first, last = read_bounds(opts.path)
+        first, last = opts.location.bounds()
         if opts.starting_seq == "latest":
             raise ValueError("telemq source: startingSeq=latest is for streaming reads only")
         low = first if opts.starting_seq == "earliest" else int(opts.starting_seq)
         if low < first:
             if opts.fail_on_data_loss:
-                raise _data_loss(low, first)
+                raise DataLossError(low, first)
             low = first
         high = last if opts.ending_seq is None else min(last, opts.ending_seq)
         ranges = split_range(low, high, opts.rows_per_partition, opts.min_partitions)
@@ -235,35 +226,25 @@ class JournalStreamReader(DataSourceStreamReader, _AvailableNow):  # type: ignor
         self.options = options
         self._target: int | None = None  # Trigger.AvailableNow: never go past this seq
         self._last_end: int | None = None  # PySpark < 4.2 calls latestOffset() without start
-        self._record: consumers.ConsumerRecord | None = None
+        self._consumer: str | None = None  # this query's name, once its offset is saved
         self._saved_at = 0.0
 
     # -- driver side (the long-lived process of the query) ----------------------------------
 
     def _bounds(self) -> tuple[int, int]:
-        return read_bounds(self.options.path)
+        return self.options.location.bounds()
 
     def _save(self, committed: int | None, running: bool = True) -> None:
-        """Create or update this query's consumer record; never fails the query."""
-        data_dir = data_dir_of(self.options.path)
-        if self._record is None:
-            name = self.options.consumer or f"{_ANONYMOUS}{uuid.uuid4().hex[:12]}"
-            self._record = consumers.ConsumerRecord(name, None)
-            with contextlib.suppress(OSError):  # records of anonymous queries that died
-                for old in consumers.read_records(data_dir):
-                    if old.consumer.startswith(_ANONYMOUS) and not consumers.is_live(old):
-                        consumers.remove_record(data_dir, old.consumer)
-        if committed is not None:
-            self._record.committed_seq = committed
-        self._record.running = running
-        try:
-            consumers.write_record(data_dir, self._record)
-        except OSError as exc:
-            log.warning("cannot write the consumer record of %s: %s", self._record.consumer, exc)
+        """Create or update this query's offset (for retention); never fails the query."""
+        location = self.options.location
+        if self._consumer is None:
+            self._consumer = self.options.consumer or f"{_ANONYMOUS}{uuid.uuid4().hex[:12]}"
+            location.sweep(_ANONYMOUS)  # offsets of anonymous queries that died
+        location.save_offset(self._consumer, committed, running)
         self._saved_at = time.monotonic()
 
     def _heartbeat(self) -> None:
-        if self._record is None or time.monotonic() - self._saved_at >= consumers.HEARTBEAT_S:
+        if self._consumer is None or time.monotonic() - self._saved_at >= consumers.HEARTBEAT_S:
             self._save(None)
 
     def initialOffset(self) -> dict[str, int]:
@@ -324,7 +305,7 @@ class JournalStreamReader(DataSourceStreamReader, _AvailableNow):  # type: ignor
         first, _ = self._bounds()
         if first > low:
             if self.options.fail_on_data_loss:
-                raise _data_loss(low, first)
+                raise DataLossError(low, first)
             low = first
         opts = self.options
         ranges = split_range(low, high, opts.rows_per_partition, opts.min_partitions)
@@ -338,13 +319,12 @@ class JournalStreamReader(DataSourceStreamReader, _AvailableNow):  # type: ignor
         """The query ended: a named consumer stays (stopped), an anonymous one goes.
 
         Best effort: Spark often kills this process instead (see `consumers`)."""
-        if self._record is None:
+        if self._consumer is None:
             return
         if self.options.consumer:
             self._save(None, running=False)
         else:
-            with contextlib.suppress(OSError):
-                consumers.remove_record(data_dir_of(self.options.path), self._record.consumer)
+            self.options.location.drop_offset(self._consumer)
 
     # -- executor side ---------------------------------------------------------------------
 
@@ -386,12 +366,13 @@ def register(spark: SparkSession) -> None:
 
 def _source_options(
     spark: SparkSession,
-    path: str,
+    where: str,
     topics: str | Sequence[str] | None,
     extra: Mapping[str, object] | None,
 ) -> dict[str, str]:
     # As many tasks as cores for a range big enough, unless the caller says otherwise.
-    options = {"path": str(path), "minPartitions": str(spark.sparkContext.defaultParallelism)}
+    key = "journal" if is_service_url(str(where)) else "path"
+    options = {key: str(where), "minPartitions": str(spark.sparkContext.defaultParallelism)}
     if isinstance(topics, str):
         options["topics"] = topics  # the option's own syntax: comma-separated or JSON
     elif topics:
@@ -414,7 +395,7 @@ def _apply_filter(frame: DataFrame, flt: Filter | str | None) -> DataFrame:
 
 def read_journal(
     spark: SparkSession,
-    path: str,
+    where: str,
     *,
     topics: str | Sequence[str] | None = None,
     filter: Filter | str | None = None,
@@ -422,18 +403,20 @@ def read_journal(
 ) -> DataFrame:
     """The journal as a batch DataFrame, with `filter` compiled to a native Spark Column.
 
-    `options` are further source options (``startingSeq``, ``endingSeq``, ...).
+    `where`: the journal service's URL (``http[s]://host:port``) or a data directory or
+    store file. `options` are further source options (``startingSeq``, ``endingSeq``,
+    ``user``, ``password``, ...).
     """
     register(spark)
     frame = (
-        spark.read.format(FORMAT).options(**_source_options(spark, path, topics, options)).load()
+        spark.read.format(FORMAT).options(**_source_options(spark, where, topics, options)).load()
     )
     return _apply_filter(frame, filter)
 
 
 def stream_journal(
     spark: SparkSession,
-    path: str,
+    where: str,
     *,
     topics: str | Sequence[str] | None = None,
     filter: Filter | str | None = None,
@@ -442,6 +425,6 @@ def stream_journal(
     """The journal as a streaming DataFrame, with `filter` as a native Spark Column."""
     register(spark)
     reader = spark.readStream.format(FORMAT).options(
-        **_source_options(spark, path, topics, options)
+        **_source_options(spark, where, topics, options)
     )
     return _apply_filter(reader.load(), filter)

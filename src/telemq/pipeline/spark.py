@@ -5,12 +5,15 @@ raises `JavaNotFoundError` with a message saying what to install, instead of PyS
 "Java gateway process exited" after a long wait. `spark_session` then starts (or reuses) a
 session on ``--master`` (default ``local[*]``) with:
 
-- ``SPARK_LOCAL_IP=127.0.0.1`` unless set: the driver binds to loopback, not the machine's
-  network address (set it, or ``spark.driver.host``, to the driver's address on a cluster);
+- for a ``local`` master, ``SPARK_LOCAL_IP=127.0.0.1`` unless set: the driver binds to
+  loopback, not the machine's network address. On a cluster the executors must reach the
+  driver: set ``SPARK_LOCAL_IP`` (or ``spark.driver.host``) to an address they can reach;
+- ``conf``: further settings (the jobs' ``--conf KEY=VALUE``);
 - ``spark.ui.enabled=false`` unless ``ui=True``, and no console progress bar (the jobs print
   their own progress);
 - ``spark.sql.session.timeZone=UTC``: the lake's dates and the aggregate windows are UTC;
-- ``PYSPARK_PYTHON`` set to this interpreter unless set, so local workers import this telemq;
+- ``PYSPARK_PYTHON`` set to this interpreter unless set, so workers import this telemq (on a
+  cluster, every node needs a Python with telemq at that path, or set it);
 - the `telemq` data source registered.
 """
 
@@ -103,7 +106,8 @@ def spark_session(
         raise RuntimeError(
             "the pipeline needs PySpark 4 and pyarrow: pip install 'telemq[spark]'"
         ) from exc
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if master.startswith("local"):  # on a cluster, the driver's address is the user's choice
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     active = SparkSession.getActiveSession()
     if active is not None:  # e.g. a notebook's or a test suite's: use it as it is

@@ -35,6 +35,7 @@ import os
 from pathlib import Path
 
 from .base import (
+    ConsumerOffset,
     DeliveryRecord,
     DeliveryState,
     IncomingRecord,
@@ -59,6 +60,7 @@ from .sqlite import DB_FILENAME, SqliteStore, open_journal_reader
 __all__ = [
     "DB_FILENAME",
     "STORE_KINDS",
+    "ConsumerOffset",
     "DeliveryRecord",
     "DeliveryState",
     "IncomingRecord",

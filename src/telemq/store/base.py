@@ -292,6 +292,23 @@ class WriteBatch:
 
 
 @dataclass(slots=True)
+class ConsumerOffset:
+    """How far a journal reader over the network (a streaming query) has committed.
+
+    Kept by the broker for its journal service, so that retention can honour readers whose
+    files are on other hosts (`consumers.offsets_floor`). `committed_seq` None: the reader has
+    not committed yet (nothing may be trimmed); `updated_us`: the broker's clock at the last
+    write, the reader's heartbeat.
+    """
+
+    name: str
+    owner: str  # the broker user that wrote it first ("" anonymous)
+    committed_seq: int | None
+    running: bool
+    updated_us: int
+
+
+@dataclass(slots=True)
 class StoreStats:
     """Sizes reported in $SYS."""
 
@@ -336,6 +353,19 @@ class Store(ABC):
     def journal_seq_since(self, ts_us: int) -> int | None:
         """The first seq received at or after `ts_us` (None if there is none): the age cut
         of retention. Receive times follow seq order (one broker clock)."""
+
+    @abstractmethod
+    def put_consumer_offset(self, offset: ConsumerOffset) -> None:
+        """Create or replace the offset named `offset.name`, durably (its own transaction:
+        offsets come from the journal service, not from the broker's write batches)."""
+
+    @abstractmethod
+    def delete_consumer_offset(self, name: str) -> bool:
+        """Delete the offset `name`; whether there was one."""
+
+    @abstractmethod
+    def consumer_offsets(self) -> list[ConsumerOffset]:
+        """Every consumer offset, by name."""
 
     @abstractmethod
     def stats(self) -> StoreStats:

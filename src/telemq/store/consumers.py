@@ -22,6 +22,12 @@ the broker's data directory, ``<data_dir>/pipeline-commits/<consumer>.json``::
 
 A trimmer may delete rows with ``seq <= retention_floor(data_dir)``. Files are replaced
 atomically (write + rename), so a reader sees either the old or the new content.
+
+Queries that read the journal over the network (the journal service) have no file here: they
+commit their offsets to the broker, which keeps them in the store (`ConsumerOffset`), stamped
+with the broker's own clock. Such an offset holds retention back while it is running and was
+written within `STALE_AFTER_S` (a polling query writes at least every `HEARTBEAT_S`):
+`offsets_floor`. The broker's retention takes the lower of the two floors.
 """
 
 from __future__ import annotations
@@ -31,8 +37,11 @@ import os
 import re
 import socket
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from .base import ConsumerOffset
 
 __all__ = [
     "COMMITS_DIR",
@@ -41,6 +50,8 @@ __all__ = [
     "ConsumerRecord",
     "is_live",
     "mark_stopped",
+    "offset_is_live",
+    "offsets_floor",
     "read_records",
     "record_path",
     "remove_record",
@@ -158,3 +169,23 @@ def retention_floor(
         seq = record.committed_seq if record.committed_seq is not None else 0
         floor = seq if floor is None else min(floor, seq)
     return floor
+
+
+def offset_is_live(offset: ConsumerOffset, now_us: int | None = None) -> bool:
+    """Whether a network consumer's offset belongs to a query still running: flagged so, and
+    written within `STALE_AFTER_S` (its heartbeat)."""
+    if not offset.running:
+        return False
+    now = time.time_ns() // 1000 if now_us is None else now_us
+    return now - offset.updated_us <= STALE_AFTER_S * 1_000_000
+
+
+def offsets_floor(offsets: Iterable[ConsumerOffset], now_us: int | None = None) -> int | None:
+    """`retention_floor` for the offsets the broker keeps: the lowest committed seq of the
+    live ones, 0 for one that has not committed yet, None when none is live."""
+    seqs = [
+        o.committed_seq if o.committed_seq is not None else 0
+        for o in offsets
+        if offset_is_live(o, now_us)
+    ]
+    return min(seqs) if seqs else None

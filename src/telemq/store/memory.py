@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 from . import _codec
 from ._codec import Row
 from .base import (
+    ConsumerOffset,
     DeliveryRecord,
     IncomingRecord,
     JournalRecord,
@@ -82,6 +83,7 @@ class _Contents:
     incoming: dict[str, dict[int, Row]] = field(default_factory=dict)  # client -> packet id
     journal: dict[int, Row] = field(default_factory=dict)
     journal_seqs: list[int] = field(default_factory=list)  # sorted, for range reads
+    offsets: dict[str, ConsumerOffset] = field(default_factory=dict)  # consumer offsets
     # High-water marks: one past the largest id a committed batch named (put or deleted), so
     # ids are never reused; the SQLite store follows the same rule.
     next_seq: int = 1
@@ -203,6 +205,20 @@ class MemoryStore(Store):
             deliveries=len(c.deliveries),
             quarantined=c.quarantined,
         )
+
+    def put_consumer_offset(self, offset: ConsumerOffset) -> None:
+        self._check_open()
+        self._c.offsets[offset.name] = ConsumerOffset(
+            offset.name, offset.owner, offset.committed_seq, offset.running, offset.updated_us
+        )
+
+    def delete_consumer_offset(self, name: str) -> bool:
+        self._check_open()
+        return self._c.offsets.pop(name, None) is not None
+
+    def consumer_offsets(self) -> list[ConsumerOffset]:
+        self._check_open()
+        return [self._c.offsets[name] for name in sorted(self._c.offsets)]
 
     def close(self) -> None:
         self._closed = True

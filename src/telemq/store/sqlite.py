@@ -56,6 +56,7 @@ from ._codec import COLUMNS, BadRecord, Row
 from .base import (
     JOURNAL_CHUNK_ROWS,
     JOURNAL_FIELDS,
+    ConsumerOffset,
     JournalRecord,
     Op,
     Store,
@@ -158,6 +159,14 @@ CREATE TABLE IF NOT EXISTS journal (
     payload BLOB NOT NULL CHECK (typeof(payload) = 'blob'),
     client_id TEXT NOT NULL,
     user_id TEXT NOT NULL
+);
+-- Offsets of journal readers over the network (the journal service), for retention.
+CREATE TABLE IF NOT EXISTS consumers (
+    name TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    committed_seq INTEGER,
+    running INTEGER NOT NULL CHECK (running IN (0, 1)),
+    updated_us INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS quarantine (
     id INTEGER PRIMARY KEY,
@@ -802,6 +811,45 @@ class SqliteStore(Store):
         except (sqlite3.Error, OverflowError) as exc:
             raise StoreError(f"cannot read the journal: {exc}") from exc
         return None if row is None else int(row[0])
+
+    def put_consumer_offset(self, offset: ConsumerOffset) -> None:
+        self._write(
+            "INSERT OR REPLACE INTO consumers (name, owner, committed_seq, running, updated_us)"
+            " VALUES (?, ?, ?, ?, ?)",
+            (
+                offset.name,
+                offset.owner,
+                offset.committed_seq,
+                int(offset.running),
+                offset.updated_us,
+            ),
+        )
+
+    def delete_consumer_offset(self, name: str) -> bool:
+        return self._write("DELETE FROM consumers WHERE name = ?", (name,)) > 0
+
+    def consumer_offsets(self) -> list[ConsumerOffset]:
+        conn = self._live()
+        try:
+            rows = conn.execute(
+                "SELECT name, owner, committed_seq, running, updated_us FROM consumers"
+                " ORDER BY name"
+            ).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read consumer offsets: {exc}") from exc
+        return [ConsumerOffset(n, o, c, bool(r), u) for n, o, c, r, u in rows]
+
+    def _write(self, sql: str, params: tuple[Any, ...]) -> int:
+        """One statement in a transaction of its own; the rows it changed."""
+        conn = self._live()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            changed: int = conn.execute(sql, params).rowcount
+            conn.execute("COMMIT")
+        except (sqlite3.Error, OverflowError) as exc:
+            self._rollback(conn)
+            raise StoreError(f"cannot write consumer offsets: {exc}") from exc
+        return changed
 
     def stats(self) -> StoreStats:
         """Sizes; `journal_rows` is `last - first + 1`, exact while seq has no gaps (design

@@ -1,0 +1,8 @@
+"""The journal outside the broker: its Arrow encoding and the journal service's client.
+
+`arrow` turns store ranges into Arrow record batches (the broker's journal service and the
+data source's offline path share it); `client` talks to a broker's journal service over HTTP
+(the data source's network path). Both sit below the broker and the pipeline: the broker
+serves the journal without importing the pipeline, and the pipeline reads it without
+importing the broker.
+"""

@@ -1,0 +1,211 @@
+"""The journal as Arrow: seq ranges of a broker's store read into record batches.
+
+Theory of operation
+-------------------
+One encoding of journal rows serves every reader: the broker's journal service streams it
+over HTTP (`broker.http`), the Spark data source reads it from a store file at hand
+(`pipeline.source`), and both give Spark the same `JOURNAL_SCHEMA`. It lives here, between
+the store and its readers, so that neither the broker nor the pipeline imports the other.
+
+The store reads (`telemq.store.JournalReader`): a chunk of rows comes back as one row of
+concatenated columns (`PackedRange`), which pyarrow splits into Arrow arrays, so Python
+touches a handful of objects per chunk, not per row. A chunk whose text columns do not split
+into its row count (a U+0000 inside a value), whose payloads exceed Arrow's 2 GiB offsets,
+or a store that does not plan the packed read in seq order, takes the row path instead.
+
+Each chunk is one short read transaction of a read-only connection (WAL): the broker never
+waits for a reader, and the WAL checkpoints between chunks. Chunks start small and grow to
+about `_TARGET_CHUNK_BYTES` of payload once the average row size is known, so a batch is a
+bounded amount of memory whatever the payloads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.compute as pc  # type: ignore[import-untyped]
+
+from ..protocol import topic_matches
+from ..store import JournalReader, PackedRange
+
+__all__ = [
+    "ARROW_STREAM_TYPE",
+    "DEFAULT_CHUNK_ROWS",
+    "JOURNAL_COLUMNS",
+    "JOURNAL_SCHEMA",
+    "TopicMatcher",
+    "read_range",
+]
+
+ARROW_STREAM_TYPE = "application/vnd.apache.arrow.stream"
+"""The media type of an Arrow IPC stream (what the journal service sends)."""
+
+JOURNAL_COLUMNS = (
+    "seq",
+    "ts",
+    "topic",
+    "sub_point",
+    "qos",
+    "retain",
+    "payload",
+    "client_id",
+    "user_id",
+)
+
+JOURNAL_SCHEMA = pa.schema(
+    [
+        ("seq", pa.int64()),
+        ("ts", pa.timestamp("us", tz="UTC")),
+        ("topic", pa.string()),
+        ("sub_point", pa.string()),
+        ("qos", pa.int32()),
+        ("retain", pa.bool_()),
+        ("payload", pa.binary()),
+        ("client_id", pa.string()),
+        ("user_id", pa.string()),
+    ]
+)
+"""The journal rows as Arrow: exactly what Spark makes of the data source's DDL schema
+(`pipeline.journal.JOURNAL_DDL`), which the batches must match."""
+
+DEFAULT_CHUNK_ROWS = 50_000
+_TARGET_CHUNK_BYTES = 32 << 20  # payload bytes per chunk once the average row size is known
+_FIRST_CHUNK_ROWS = 1024  # before that: small, in case payloads are large
+_MAX_BINARY = 2**31 - 1  # Arrow `binary` has 32-bit offsets
+
+_TEXT_COLUMNS = ("topic", "sub_point", "client_id", "user_id")
+
+
+class TopicMatcher:
+    """Which rows of a batch match any of some MQTT topic filters, vectorized.
+
+    Each distinct topic is matched once (with the broker's own `topic_matches`) and cached;
+    a batch's mask is then one Arrow `is_in`.
+    """
+
+    def __init__(self, filters: Iterable[str]) -> None:
+        self.filters = tuple(filters)
+        self._seen: dict[str, bool] = {}
+
+    def mask(self, topics: pa.Array) -> pa.Array:
+        for topic in pc.unique(topics).to_pylist():
+            if topic not in self._seen:
+                self._seen[topic] = any(topic_matches(f, topic) for f in self.filters)
+        matched = [t for t, ok in self._seen.items() if ok]
+        return pc.is_in(topics, value_set=pa.array(matched, pa.string()))
+
+
+def _split(data: bytes, separator: bytes) -> pa.Array:
+    return pc.split_pattern(pa.array([data], pa.binary()), pattern=separator).flatten()
+
+
+def _decimal(data: bytes, kind: pa.DataType) -> pa.Array:
+    return pc.cast(_split(data, b",").cast(pa.string()), kind)
+
+
+def _chunk_fast(reader: JournalReader, a: int, b: int) -> pa.RecordBatch | None:
+    """Rows ``a..b`` from one packed read; None if they must take the row path."""
+    packed: PackedRange = reader.packed(a, b)
+    count, low, high = packed.count, packed.low, packed.high
+    if not count:
+        return _empty_batch()
+    texts = (packed.topic, packed.sub_point, packed.client_id, packed.user_id)
+    flags, ts, lengths, payload = packed.flags, packed.ts_us, packed.lengths, packed.payload
+    columns: dict[str, pa.Array] = {}
+    for name, data in zip(_TEXT_COLUMNS, texts, strict=True):
+        array = _split(data, b"\x00")
+        if len(array) != count:
+            return None  # a U+0000 inside a value: the row path sorts it out
+        columns[name] = array.cast(pa.string())
+    if len(flags) != count:
+        return None
+    if high - low + 1 == count:
+        seq = pc.add(pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int64()), count)), low - 1)
+    else:
+        seq = _decimal(reader.seqs(a, b), pa.int64())
+    digits = pc.subtract(pa.Array.from_buffers(pa.uint8(), count, [None, pa.py_buffer(flags)]), 48)
+    ends = pc.cumulative_sum(_decimal(lengths, pa.int64()))
+    if ends[-1].as_py() > _MAX_BINARY:
+        return None
+    offsets = pa.concat_arrays([pa.array([0], pa.int32()), ends.cast(pa.int32())])
+    payloads = pa.Array.from_buffers(
+        pa.binary(), count, [None, offsets.buffers()[1], pa.py_buffer(payload)]
+    )
+    return pa.RecordBatch.from_arrays(
+        [
+            seq,
+            _decimal(ts, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+            columns["topic"],
+            columns["sub_point"],
+            pc.shift_right(digits, 1).cast(pa.int32()),
+            pc.bit_wise_and(digits, 1).cast(pa.bool_()),
+            payloads,
+            columns["client_id"],
+            columns["user_id"],
+        ],
+        schema=JOURNAL_SCHEMA,
+    )
+
+
+def _chunk_rows(reader: JournalReader, a: int, b: int) -> Iterator[pa.RecordBatch]:
+    """Rows ``a..b`` one tuple at a time (slow, always right), in batches that fit Arrow."""
+    rows = reader.rows(a, b)
+    start = 0
+    while start < len(rows):
+        size = 0
+        end = start
+        while end < len(rows) and (end == start or size + len(rows[end][6]) <= _MAX_BINARY):
+            size += len(rows[end][6])
+            end += 1
+        part = rows[start:end]
+        cols = list(zip(*part, strict=True))
+        yield pa.RecordBatch.from_arrays(
+            [
+                pa.array(cols[0], pa.int64()),
+                pa.array(cols[1], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+                pa.array(cols[2], pa.string()),
+                pa.array(cols[3], pa.string()),
+                pa.array(cols[4], pa.int32()),
+                pa.array([bool(r) for r in cols[5]], pa.bool_()),
+                pa.array(cols[6], pa.binary()),
+                pa.array(cols[7], pa.string()),
+                pa.array(cols[8], pa.string()),
+            ],
+            schema=JOURNAL_SCHEMA,
+        )
+        start = end
+
+
+def _empty_batch() -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist([], schema=JOURNAL_SCHEMA)
+
+
+def read_range(
+    reader: JournalReader,
+    first: int,
+    last: int,
+    *,
+    topics: TopicMatcher | None = None,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+) -> Iterator[pa.RecordBatch]:
+    """The journal rows with ``first <= seq <= last``, in seq order, as record batches.
+
+    `topics` keeps the rows whose topic matches. Empty batches are not yielded.
+    """
+    fast = reader.packed_in_order
+    rows = min(chunk_rows, _FIRST_CHUNK_ROWS)
+    a = first
+    while a <= last:
+        b = min(last, a + rows - 1)
+        chunk = _chunk_fast(reader, a, b) if fast else None
+        batches = [chunk] if chunk is not None else list(_chunk_rows(reader, a, b))
+        for batch in batches:
+            if batch.num_rows and topics is not None:
+                batch = batch.filter(topics.mask(batch.column("topic")))
+            if batch.num_rows:
+                yield batch
+        if chunk is not None and chunk.num_rows:
+            per_row = max(1, chunk.column("payload").nbytes // chunk.num_rows)
+            rows = max(1, min(chunk_rows, _TARGET_CHUNK_BYTES // per_row))
+        a = b + 1

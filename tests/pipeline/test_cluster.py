@@ -1,0 +1,180 @@
+"""The jobs on a real Spark standalone cluster, reading the journal over the network.
+
+A broker subprocess serves its journal over HTTP (users, ACL). A standalone master and worker
+(`testsupport.spark_cluster`, PySpark's own ``bin/spark-class``) run on loopback; the worker,
+and so its executors, in a mount namespace with an empty tmpfs over the broker's data
+directory: they are as far from the broker's files as on another host. The jobs run as users
+run them, ``telemq pipeline ... --master spark://...``, and must give what ``local`` gives:
+ingest twice (the second adds nothing), aggregate and replay. An executor killed in the middle
+of an ingest is replaced, and the lake still holds every seq exactly once.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq  # type: ignore[import-untyped]
+import pytest
+
+from telemq.cli.main import main
+from telemq.pipeline.ingest import journal_table
+from testsupport.process import users_and_acl, wait_until
+from testsupport.spark_cluster import SparkCluster, standalone_cluster, unshare_problem
+
+from .helpers import journal_service, telemetry
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
+
+PASSWORDS = {"spark": "spark-cluster-pw"}
+ACL = [("spark", "journal", "#", True)]
+ROWS = 20_000
+JOB_DEADLINE = 240.0
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
+    """``(the broker's data directory, its journal service URL)``."""
+    workdir = tmp_path_factory.mktemp("cluster-broker")
+    config = users_and_acl(PASSWORDS, ACL)
+    pubs = telemetry(ROWS)
+    with journal_service(workdir, pubs, config_text=config, ts_step_us=15_000_000) as (b, url):
+        yield b.data_dir, url
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory, served: tuple[Path, str]
+) -> Iterator[SparkCluster]:
+    problem = unshare_problem()
+    if problem is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the cluster tests: {problem}")
+        pytest.skip(problem)
+    data, _ = served
+    with standalone_cluster(tmp_path_factory.mktemp("cluster"), [data]) as running:
+        yield running
+
+
+def journal_args(url: str) -> list[str]:
+    return ["--journal", url, "--journal-user", "spark"]
+
+
+def on_cluster(cluster: SparkCluster, *arguments: str) -> list[str]:
+    return [
+        sys.executable, "-m", "telemq", "pipeline", *arguments, "--master", cluster.master_url,
+        "--conf", "spark.executor.memory=512m", "--conf", "spark.driver.host=127.0.0.1",
+    ]  # fmt: skip
+
+
+def run_on_cluster(cluster: SparkCluster, cwd: Path, *arguments: str) -> str:
+    """Run a job on the cluster; its stdout (a failure shows its stderr and the logs)."""
+    env = {**cluster.driver_env(), "TELEMQ_JOURNAL_PASSWORD": PASSWORDS["spark"]}
+    done = subprocess.run(
+        on_cluster(cluster, *arguments),
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=JOB_DEADLINE,
+        check=False,
+    )
+    assert done.returncode == 0, f"{done.stderr[-6000:]}\n{cluster.log_tail()}"
+    return done.stdout
+
+
+def run_locally(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *arguments: str
+) -> str:
+    """The same job in this process, on the suite's `local[2]` session."""
+    monkeypatch.setenv("TELEMQ_JOURNAL_PASSWORD", PASSWORDS["spark"])
+    capsys.readouterr()
+    assert main(["pipeline", *arguments, "-q"]) == 0, capsys.readouterr().err
+    return capsys.readouterr().out
+
+
+def table_rows(path: Path, key: tuple[str, ...]) -> list[tuple[Any, ...]]:
+    """Every row of a Parquet table (any partitioning), sorted by `key`; floats rounded (a
+    sum's last bits depend on the order Spark adds in)."""
+    rows = pq.read_table(path).to_pylist()
+    for row in rows:
+        row.pop("date", None)  # the partition column, as pyarrow reads it back
+        for name, value in row.items():
+            if isinstance(value, float):
+                row[name] = round(value, 9)
+    return sorted((tuple(r[k] for k in key), tuple(sorted(r.items()))) for r in rows)
+
+
+def lake_seqs(lake: Path) -> list[int]:
+    files = sorted(journal_table(lake).glob("date=*/*.parquet"))
+    return sorted(s for f in files for s in pq.read_table(f, columns=["seq"]).column(0).to_pylist())
+
+
+def test_the_jobs_on_a_cluster_equal_the_jobs_on_local(
+    spark: Any,
+    cluster: SparkCluster,
+    served: tuple[Path, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _, url = served
+    remote_lake, local_lake = tmp_path / "cluster-lake", tmp_path / "local-lake"
+    source = journal_args(url)
+
+    out = run_on_cluster(cluster, tmp_path, "ingest", *source, "--lake", str(remote_lake), "-q")
+    assert out.startswith(f"ingested {ROWS:,} rows"), out
+    again = run_on_cluster(cluster, tmp_path, "ingest", *source, "--lake", str(remote_lake), "-q")
+    assert again.startswith("ingested 0 rows"), again
+    assert lake_seqs(remote_lake) == list(range(1, ROWS + 1))
+    run_locally(monkeypatch, capsys, "ingest", *source, "--lake", str(local_lake))
+    key = ("seq",)
+    assert table_rows(journal_table(remote_lake), key) == table_rows(journal_table(local_lake), key)
+
+    window = ["aggregate", "--window", "1h", "--fields", "temp,hum"]
+    run_on_cluster(cluster, tmp_path, *window, "--lake", str(remote_lake), "-q")
+    run_locally(monkeypatch, capsys, *window, "--lake", str(local_lake))
+    key = ("topic", "window_start")
+    remote = table_rows(remote_lake / "aggregates" / "1h", key)
+    assert remote and remote == table_rows(local_lake / "aggregates" / "1h", key)
+
+    replay = ["replay", *source, "--topics", "sensors/room2/#", "--filter", "temp > 20"]
+    remote_out, local_out = tmp_path / "cluster-replay", tmp_path / "local-replay"
+    printed = run_on_cluster(cluster, tmp_path, *replay, "--output", str(remote_out), "-q")
+    shown = run_locally(monkeypatch, capsys, *replay, "--output", str(local_out))
+    assert printed.splitlines()[0].split(" (")[0] == shown.splitlines()[0].split(" (")[0]
+    remote = table_rows(remote_out, ("seq",))
+    assert remote and remote == table_rows(local_out, ("seq",))
+
+
+def test_an_executor_killed_mid_ingest_still_lands_every_seq_once(
+    cluster: SparkCluster, served: tuple[Path, str], tmp_path: Path
+) -> None:
+    _, url = served
+    lake = tmp_path / "lake"
+    env = {**cluster.driver_env(), "TELEMQ_JOURNAL_PASSWORD": PASSWORDS["spark"]}
+    command = on_cluster(
+        cluster, "ingest", *journal_args(url), "--lake", str(lake), "--max-rows-per-batch", "1500"
+    )
+    job = subprocess.Popen(
+        [*command, "-q"], env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        started = wait_until(
+            lambda: len(list(journal_table(lake).glob("date=*/*.parquet"))) > 0, JOB_DEADLINE, 0.1
+        )
+        assert started, cluster.log_tail()
+        assert cluster.kill_executors() >= 1, "no executor to kill"
+        stdout, stderr = job.communicate(timeout=JOB_DEADLINE)
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.communicate()
+    assert job.returncode == 0, f"{stderr.decode()[-6000:]}\n{cluster.log_tail()}"
+    assert stdout.decode().startswith(f"ingested {ROWS:,} rows"), stdout
+    seqs = lake_seqs(lake)
+    assert seqs == list(range(1, ROWS + 1)), (len(seqs), len(set(seqs)))
