@@ -108,3 +108,24 @@ def test_a_failed_query_is_one_line_naming_the_cause(
     message = str(failure.value)
     assert message.startswith("ingest failed: ") and "\n" not in message, message
     assert "StoreError: no store file at" in message, message
+
+
+def test_lake_and_checkpoint_as_hadoop_uris(spark: Any, tmp_path: Path) -> None:
+    """``file://`` URIs take the same path as ``hdfs://`` or ``s3a://`` ones: Spark writes
+    there, and the commit protocol renames through Hadoop's FileSystem, not Python's ``os``."""
+    from telemq.pipeline.aggregate import run_aggregate
+
+    data, lake, ckpt = tmp_path / "data", tmp_path / "lake", tmp_path / "elsewhere" / "ckpt"
+    records = append_journal(data, telemetry(800), ts_step_us=200_000_000)
+    result = ingest.run_ingest(
+        spark, data, f"file://{lake}", checkpoint=f"file://{ckpt}", max_rows_per_batch=300
+    )
+    assert (result.rows, result.lake_stats.rows, len(result.batches)) == (800, 800, 3)
+    assert (result.lake, result.checkpoint) == (f"file://{lake}", f"file://{ckpt}")
+    assert lake_seqs(lake) == [r.seq for r in records]
+    assert (ckpt / "spark" / "commits").is_dir() and not list((lake / "_staging").glob("*/*"))
+    again = ingest.run_ingest(spark, data, f"file://{lake}", checkpoint=f"file://{ckpt}")
+    assert again.rows == 0 and again.lake_stats.rows == 800
+    summary = run_aggregate(spark, f"file://{lake}", "1h")
+    assert summary.input_rows == 800 and summary.table.endswith("/aggregates/1h")
+    assert pq.read_table(lake / "aggregates" / "1h").num_rows == summary.rows

@@ -1,0 +1,634 @@
+"""MQTT 5.0 properties (OASIS MQTT 5.0 §2.2.2): `Properties` <-> bytes.
+
+Theory of operation
+-------------------
+A property block is a Property Length (a Variable Byte Integer) followed by that many bytes of
+properties, each an identifier and a value of the identifier's type (§2.2.2.2, Table 2-4).
+The block sits in the variable header of every packet but PINGREQ/PINGRESP, and a second one,
+the Will Properties, in CONNECT's payload; a `PropertyContext` names the carrier, since which
+properties it may hold depends on it.
+
+`Properties` has one field per property, None (or an empty list) when absent: the two that
+may repeat are lists, in wire order (user properties keep their order and duplicates, as
+§3.3.2.3.7 requires of a forwarding server).
+
+`decode_properties` reads one block in place, from `offset` without passing `end`, and raises
+`PropertyError` with the reason code the connection sends in its CONNACK or DISCONNECT:
+
+- 0x81 (Malformed Packet) for what cannot be parsed: a length or value running past the block
+  or the packet, a Variable Byte Integer over four bytes, an unknown identifier, and an
+  identifier not valid for the packet type ("A Control Packet which contains an Identifier
+  which is not valid for its packet type ... is a Malformed Packet", §2.2.2.2); strings that
+  are not well-formed UTF-8 or contain U+0000 (§1.5.4, §1.5.7) or a control character (which
+  §1.5.4 lets a receiver treat as malformed, as `codec` does for MQTT 3.1.1).
+- 0x82 (Protocol Error) for what parses but breaks a rule stated per property: a property given
+  twice ("It is a Protocol Error to include ... more than once"), a 0/1 property with another
+  value, a Receive Maximum, Maximum Packet Size or Subscription Identifier of 0, and CONNECT
+  Authentication Data without an Authentication Method (§3.1.2.11.10).
+- 0x94 (Topic Alias invalid) for a Topic Alias of 0, the code §3.3.4 names for it.
+
+Rules that need the connection's state (a Topic Alias above the maximum, a Subscription
+Identifier sent by a client, the Authentication Method AUTH must carry) are the caller's.
+
+`encode_properties` writes a block in identifier order (deterministic bytes) and raises
+`ValueError` for whatever the decoder would refuse: the caller built something illegal.
+
+The common block is the empty one, `b"\\x00"`, which both directions take without looking at
+the table. The per-property code compares identifiers as int literals, not `PropertyId`
+members: integer comparisons once compiled with mypyc.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Final
+
+from .errors import MalformedPacket
+from .reasons import ReasonCode
+from .topics import forbidden_character
+
+
+class PropertyId(enum.IntEnum):
+    """Property identifiers (§2.2.2.2, Table 2-4)."""
+
+    PAYLOAD_FORMAT_INDICATOR = 0x01
+    MESSAGE_EXPIRY_INTERVAL = 0x02
+    CONTENT_TYPE = 0x03
+    RESPONSE_TOPIC = 0x08
+    CORRELATION_DATA = 0x09
+    SUBSCRIPTION_IDENTIFIER = 0x0B
+    SESSION_EXPIRY_INTERVAL = 0x11
+    ASSIGNED_CLIENT_IDENTIFIER = 0x12
+    SERVER_KEEP_ALIVE = 0x13
+    AUTHENTICATION_METHOD = 0x15
+    AUTHENTICATION_DATA = 0x16
+    REQUEST_PROBLEM_INFORMATION = 0x17
+    WILL_DELAY_INTERVAL = 0x18
+    REQUEST_RESPONSE_INFORMATION = 0x19
+    RESPONSE_INFORMATION = 0x1A
+    SERVER_REFERENCE = 0x1C
+    REASON_STRING = 0x1F
+    RECEIVE_MAXIMUM = 0x21
+    TOPIC_ALIAS_MAXIMUM = 0x22
+    TOPIC_ALIAS = 0x23
+    MAXIMUM_QOS = 0x24
+    RETAIN_AVAILABLE = 0x25
+    USER_PROPERTY = 0x26
+    MAXIMUM_PACKET_SIZE = 0x27
+    WILDCARD_SUBSCRIPTION_AVAILABLE = 0x28
+    SUBSCRIPTION_IDENTIFIER_AVAILABLE = 0x29
+    SHARED_SUBSCRIPTION_AVAILABLE = 0x2A
+
+
+class PropertyType(enum.IntEnum):
+    """The data types of §1.5 a property value can have."""
+
+    BYTE = 1
+    TWO_BYTE_INTEGER = 2
+    FOUR_BYTE_INTEGER = 3
+    VARIABLE_BYTE_INTEGER = 4
+    UTF8_STRING = 5
+    BINARY_DATA = 6
+    UTF8_STRING_PAIR = 7
+
+
+class PropertyContext(enum.IntEnum):
+    """What carries a property block: a packet (valued as its `PacketType`, AUTH being 15) or
+    the Will Properties of CONNECT's payload."""
+
+    CONNECT = 1
+    CONNACK = 2
+    PUBLISH = 3
+    PUBACK = 4
+    PUBREC = 5
+    PUBREL = 6
+    PUBCOMP = 7
+    SUBSCRIBE = 8
+    SUBACK = 9
+    UNSUBSCRIBE = 10
+    UNSUBACK = 11
+    DISCONNECT = 14
+    AUTH = 15
+    WILL = 16
+
+
+_C = PropertyContext
+_T = PropertyType
+_REPLIES = (_C.PUBACK, _C.PUBREC, _C.PUBREL, _C.PUBCOMP, _C.SUBACK, _C.UNSUBACK)
+
+
+def _row(kind: PropertyType, *contexts: PropertyContext) -> tuple[PropertyType, frozenset[_C]]:
+    return kind, frozenset(contexts)
+
+
+# Table 2-4: each property's type and the blocks that may carry it.
+PROPERTY_TABLE: Final[dict[PropertyId, tuple[PropertyType, frozenset[PropertyContext]]]] = {
+    PropertyId.PAYLOAD_FORMAT_INDICATOR: _row(_T.BYTE, _C.PUBLISH, _C.WILL),
+    PropertyId.MESSAGE_EXPIRY_INTERVAL: _row(_T.FOUR_BYTE_INTEGER, _C.PUBLISH, _C.WILL),
+    PropertyId.CONTENT_TYPE: _row(_T.UTF8_STRING, _C.PUBLISH, _C.WILL),
+    PropertyId.RESPONSE_TOPIC: _row(_T.UTF8_STRING, _C.PUBLISH, _C.WILL),
+    PropertyId.CORRELATION_DATA: _row(_T.BINARY_DATA, _C.PUBLISH, _C.WILL),
+    PropertyId.SUBSCRIPTION_IDENTIFIER: _row(_T.VARIABLE_BYTE_INTEGER, _C.PUBLISH, _C.SUBSCRIBE),
+    PropertyId.SESSION_EXPIRY_INTERVAL: _row(
+        _T.FOUR_BYTE_INTEGER, _C.CONNECT, _C.CONNACK, _C.DISCONNECT
+    ),
+    PropertyId.ASSIGNED_CLIENT_IDENTIFIER: _row(_T.UTF8_STRING, _C.CONNACK),
+    PropertyId.SERVER_KEEP_ALIVE: _row(_T.TWO_BYTE_INTEGER, _C.CONNACK),
+    PropertyId.AUTHENTICATION_METHOD: _row(_T.UTF8_STRING, _C.CONNECT, _C.CONNACK, _C.AUTH),
+    PropertyId.AUTHENTICATION_DATA: _row(_T.BINARY_DATA, _C.CONNECT, _C.CONNACK, _C.AUTH),
+    PropertyId.REQUEST_PROBLEM_INFORMATION: _row(_T.BYTE, _C.CONNECT),
+    PropertyId.WILL_DELAY_INTERVAL: _row(_T.FOUR_BYTE_INTEGER, _C.WILL),
+    PropertyId.REQUEST_RESPONSE_INFORMATION: _row(_T.BYTE, _C.CONNECT),
+    PropertyId.RESPONSE_INFORMATION: _row(_T.UTF8_STRING, _C.CONNACK),
+    PropertyId.SERVER_REFERENCE: _row(_T.UTF8_STRING, _C.CONNACK, _C.DISCONNECT),
+    PropertyId.REASON_STRING: _row(_T.UTF8_STRING, _C.CONNACK, *_REPLIES, _C.DISCONNECT, _C.AUTH),
+    PropertyId.RECEIVE_MAXIMUM: _row(_T.TWO_BYTE_INTEGER, _C.CONNECT, _C.CONNACK),
+    PropertyId.TOPIC_ALIAS_MAXIMUM: _row(_T.TWO_BYTE_INTEGER, _C.CONNECT, _C.CONNACK),
+    PropertyId.TOPIC_ALIAS: _row(_T.TWO_BYTE_INTEGER, _C.PUBLISH),
+    PropertyId.MAXIMUM_QOS: _row(_T.BYTE, _C.CONNACK),
+    PropertyId.RETAIN_AVAILABLE: _row(_T.BYTE, _C.CONNACK),
+    PropertyId.USER_PROPERTY: _row(_T.UTF8_STRING_PAIR, *PropertyContext),
+    PropertyId.MAXIMUM_PACKET_SIZE: _row(_T.FOUR_BYTE_INTEGER, _C.CONNECT, _C.CONNACK),
+    PropertyId.WILDCARD_SUBSCRIPTION_AVAILABLE: _row(_T.BYTE, _C.CONNACK),
+    PropertyId.SUBSCRIPTION_IDENTIFIER_AVAILABLE: _row(_T.BYTE, _C.CONNACK),
+    PropertyId.SHARED_SUBSCRIPTION_AVAILABLE: _row(_T.BYTE, _C.CONNACK),
+}
+
+# The table as the codec reads it, indexed by identifier: the type (0 = unknown identifier)
+# and a bit mask of the allowed contexts (bit `1 << context`).
+_ID_LIMIT: Final = 0x2B
+_TYPE_OF: Final[dict[int, int]] = {int(i): int(row[0]) for i, row in PROPERTY_TABLE.items()}
+_TYPES: Final[tuple[int, ...]] = tuple(_TYPE_OF.get(i, 0) for i in range(_ID_LIMIT))
+_CONTEXTS: Final[tuple[int, ...]] = tuple(
+    sum(1 << c for c in PROPERTY_TABLE[PropertyId(i)][1]) if i in _TYPE_OF else 0
+    for i in range(_ID_LIMIT)
+)
+_BYTE: Final = 1
+_TWO: Final = 2
+_VARINT: Final = 4
+_STRING: Final = 5
+_BINARY: Final = 6
+_PAIR: Final = 7
+_MAXIMUMS: Final[tuple[int, ...]] = (0, 0xFF, 0xFFFF, 0xFFFF_FFFF, 268_435_455)
+
+# Values rules (bit `1 << identifier`): 0 or 1 only; never 0.
+_ZERO_OR_ONE: Final = sum(1 << i for i in (0x01, 0x17, 0x19, 0x24, 0x25, 0x28, 0x29, 0x2A))
+_NOT_ZERO: Final = sum(1 << i for i in (0x0B, 0x21, 0x23, 0x27))
+
+MALFORMED_PACKET: Final[int] = ReasonCode.MALFORMED_PACKET
+PROTOCOL_ERROR: Final[int] = ReasonCode.PROTOCOL_ERROR
+TOPIC_ALIAS_INVALID: Final = 0x94  # not (yet) in `ReasonCode`
+EMPTY_PROPERTIES_BYTES: Final = b"\x00"
+MAX_PROPERTY_LENGTH: Final = 268_435_455
+Buffer = bytes | memoryview  # what `decode_properties` reads
+
+
+class PropertyError(MalformedPacket):
+    """A property block the peer is disconnected for; `reason` is the MQTT 5.0 reason code
+    to send first (0x81, 0x82 or 0x94, see the module docstring)."""
+
+    def __init__(self, message: str, reason: int = MALFORMED_PACKET) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(slots=True, init=False)
+class Properties:
+    """One property block; None (or an empty list) for an absent property.
+
+    `__init__` (keyword arguments only) is written out: the one dataclasses would generate
+    stays interpreted under mypyc, five times slower, and every PUBLISH builds one.
+    """
+
+    payload_format_indicator: int | None
+    message_expiry_interval: int | None
+    content_type: str | None
+    response_topic: str | None
+    correlation_data: bytes | None
+    # Several only in PUBLISH (one per matching subscription), at most one in SUBSCRIBE.
+    subscription_identifiers: list[int]
+    session_expiry_interval: int | None
+    assigned_client_identifier: str | None
+    server_keep_alive: int | None
+    authentication_method: str | None
+    authentication_data: bytes | None
+    request_problem_information: int | None
+    will_delay_interval: int | None
+    request_response_information: int | None
+    response_information: str | None
+    server_reference: str | None
+    reason_string: str | None
+    receive_maximum: int | None
+    topic_alias_maximum: int | None
+    topic_alias: int | None
+    maximum_qos: int | None
+    retain_available: int | None
+    user_properties: list[tuple[str, str]]  # (name, value), in wire order
+    maximum_packet_size: int | None
+    wildcard_subscription_available: int | None
+    subscription_identifier_available: int | None
+    shared_subscription_available: int | None
+
+    def __init__(
+        self,
+        *,
+        payload_format_indicator: int | None = None,
+        message_expiry_interval: int | None = None,
+        content_type: str | None = None,
+        response_topic: str | None = None,
+        correlation_data: bytes | None = None,
+        subscription_identifiers: list[int] | None = None,
+        session_expiry_interval: int | None = None,
+        assigned_client_identifier: str | None = None,
+        server_keep_alive: int | None = None,
+        authentication_method: str | None = None,
+        authentication_data: bytes | None = None,
+        request_problem_information: int | None = None,
+        will_delay_interval: int | None = None,
+        request_response_information: int | None = None,
+        response_information: str | None = None,
+        server_reference: str | None = None,
+        reason_string: str | None = None,
+        receive_maximum: int | None = None,
+        topic_alias_maximum: int | None = None,
+        topic_alias: int | None = None,
+        maximum_qos: int | None = None,
+        retain_available: int | None = None,
+        user_properties: list[tuple[str, str]] | None = None,
+        maximum_packet_size: int | None = None,
+        wildcard_subscription_available: int | None = None,
+        subscription_identifier_available: int | None = None,
+        shared_subscription_available: int | None = None,
+    ) -> None:
+        self.payload_format_indicator = payload_format_indicator
+        self.message_expiry_interval = message_expiry_interval
+        self.content_type = content_type
+        self.response_topic = response_topic
+        self.correlation_data = correlation_data
+        self.subscription_identifiers = (
+            [] if subscription_identifiers is None else subscription_identifiers
+        )
+        self.session_expiry_interval = session_expiry_interval
+        self.assigned_client_identifier = assigned_client_identifier
+        self.server_keep_alive = server_keep_alive
+        self.authentication_method = authentication_method
+        self.authentication_data = authentication_data
+        self.request_problem_information = request_problem_information
+        self.will_delay_interval = will_delay_interval
+        self.request_response_information = request_response_information
+        self.response_information = response_information
+        self.server_reference = server_reference
+        self.reason_string = reason_string
+        self.receive_maximum = receive_maximum
+        self.topic_alias_maximum = topic_alias_maximum
+        self.topic_alias = topic_alias
+        self.maximum_qos = maximum_qos
+        self.retain_available = retain_available
+        self.user_properties = [] if user_properties is None else user_properties
+        self.maximum_packet_size = maximum_packet_size
+        self.wildcard_subscription_available = wildcard_subscription_available
+        self.subscription_identifier_available = subscription_identifier_available
+        self.shared_subscription_available = shared_subscription_available
+
+    def is_empty(self) -> bool:
+        """True when no property is set: the block is then the single byte 0x00."""
+        return (
+            not self.user_properties
+            and not self.subscription_identifiers
+            and self.payload_format_indicator is None
+            and self.message_expiry_interval is None
+            and self.content_type is None
+            and self.response_topic is None
+            and self.correlation_data is None
+            and self.session_expiry_interval is None
+            and self.assigned_client_identifier is None
+            and self.server_keep_alive is None
+            and self.authentication_method is None
+            and self.authentication_data is None
+            and self.request_problem_information is None
+            and self.will_delay_interval is None
+            and self.request_response_information is None
+            and self.response_information is None
+            and self.server_reference is None
+            and self.reason_string is None
+            and self.receive_maximum is None
+            and self.topic_alias_maximum is None
+            and self.topic_alias is None
+            and self.maximum_qos is None
+            and self.retain_available is None
+            and self.maximum_packet_size is None
+            and self.wildcard_subscription_available is None
+            and self.subscription_identifier_available is None
+            and self.shared_subscription_available is None
+        )
+
+
+def _name(ident: int) -> str:
+    """'topic alias' for 0x23 (for messages)."""
+    return PropertyId(ident).name.lower().replace("_", " ")
+
+
+def _value_problem(ident: int, value: int) -> str | None:
+    """Why an integer property's value breaks its own rule, or None (§3.1.2.11, §3.2.2.3,
+    §3.3.2.3, §3.8.2.1)."""
+    if _ZERO_OR_ONE >> ident & 1 and value > 1:
+        return f"{_name(ident)} must be 0 or 1, got {value}"
+    if _NOT_ZERO >> ident & 1 and value == 0:
+        return f"{_name(ident)} must not be 0"
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Encoding
+
+
+def _varint(value: int) -> bytes:
+    if value < 128:
+        return bytes((value,))
+    out = bytearray()
+    while value >= 128:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _put_id(out: bytearray, ident: int, allowed: int) -> None:
+    if not _CONTEXTS[ident] & allowed:
+        raise ValueError(f"{_name(ident)} is not allowed here")
+    out.append(ident)
+
+
+def _put_int(out: bytearray, ident: int, value: int | None, allowed: int) -> None:
+    if value is None:
+        return
+    kind = _TYPES[ident]
+    if not 0 <= value <= _MAXIMUMS[kind]:
+        raise ValueError(f"{_name(ident)} {value} is out of range 0..{_MAXIMUMS[kind]}")
+    problem = _value_problem(ident, value)
+    if problem is not None:
+        raise ValueError(problem)
+    _put_id(out, ident, allowed)
+    if kind == _BYTE:
+        out.append(value)
+    elif kind == _VARINT:
+        out += _varint(value)
+    else:
+        out += value.to_bytes(2 if kind == _TWO else 4, "big")
+
+
+def _put_string(out: bytearray, ident: int, value: str | None, allowed: int) -> None:
+    """`ident` 0: the value of a user property (no identifier of its own)."""
+    if value is None:
+        return
+    forbidden = forbidden_character(value)
+    if forbidden is not None:
+        raise ValueError(f"string {value!r} contains {forbidden}")
+    try:
+        data = value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"string {value!r} is not valid Unicode (a lone surrogate)") from None
+    _put_binary(out, ident, data, allowed)
+
+
+def _put_binary(out: bytearray, ident: int, data: bytes | None, allowed: int) -> None:
+    if data is None:
+        return
+    if len(data) > 0xFFFF:
+        raise ValueError(f"{len(data)} bytes do not fit a two-byte length")
+    if ident:
+        _put_id(out, ident, allowed)
+    out += len(data).to_bytes(2, "big")
+    out += data
+
+
+def encode_properties(props: Properties, context: PropertyContext) -> bytes:
+    """The property block of `props` for `context`: Property Length, then the properties in
+    identifier order (user properties in their own). `ValueError` for what may not be sent."""
+    if props.is_empty():
+        return EMPTY_PROPERTIES_BYTES
+    allowed = 1 << context
+    out = bytearray()
+    _put_int(out, 0x01, props.payload_format_indicator, allowed)
+    _put_int(out, 0x02, props.message_expiry_interval, allowed)
+    _put_string(out, 0x03, props.content_type, allowed)
+    _put_string(out, 0x08, props.response_topic, allowed)
+    _put_binary(out, 0x09, props.correlation_data, allowed)
+    if len(props.subscription_identifiers) > 1 and context != PropertyContext.PUBLISH:
+        raise ValueError("several subscription identifiers are only allowed in PUBLISH")
+    for identifier in props.subscription_identifiers:
+        _put_int(out, 0x0B, identifier, allowed)
+    _put_int(out, 0x11, props.session_expiry_interval, allowed)
+    _put_string(out, 0x12, props.assigned_client_identifier, allowed)
+    _put_int(out, 0x13, props.server_keep_alive, allowed)
+    _put_string(out, 0x15, props.authentication_method, allowed)
+    if (  # §3.1.2.11.10
+        props.authentication_data is not None
+        and props.authentication_method is None
+        and context == PropertyContext.CONNECT
+    ):
+        raise ValueError("authentication data without an authentication method")
+    _put_binary(out, 0x16, props.authentication_data, allowed)
+    _put_int(out, 0x17, props.request_problem_information, allowed)
+    _put_int(out, 0x18, props.will_delay_interval, allowed)
+    _put_int(out, 0x19, props.request_response_information, allowed)
+    _put_string(out, 0x1A, props.response_information, allowed)
+    _put_string(out, 0x1C, props.server_reference, allowed)
+    _put_string(out, 0x1F, props.reason_string, allowed)
+    _put_int(out, 0x21, props.receive_maximum, allowed)
+    _put_int(out, 0x22, props.topic_alias_maximum, allowed)
+    _put_int(out, 0x23, props.topic_alias, allowed)
+    _put_int(out, 0x24, props.maximum_qos, allowed)
+    _put_int(out, 0x25, props.retain_available, allowed)
+    for name, value in props.user_properties:
+        _put_string(out, 0x26, name, allowed)
+        _put_string(out, 0, value, allowed)
+    _put_int(out, 0x27, props.maximum_packet_size, allowed)
+    _put_int(out, 0x28, props.wildcard_subscription_available, allowed)
+    _put_int(out, 0x29, props.subscription_identifier_available, allowed)
+    _put_int(out, 0x2A, props.shared_subscription_available, allowed)
+    if len(out) > MAX_PROPERTY_LENGTH:
+        raise ValueError(f"{len(out)} bytes of properties exceed {MAX_PROPERTY_LENGTH}")
+    return _varint(len(out)) + out
+
+
+# ---------------------------------------------------------------------------
+# Decoding
+#
+# The readers take the context and identifier rather than a description, so that the
+# message is only formatted for an error.
+
+
+def _label(context: int, ident: int) -> str:
+    """'PUBLISH: topic alias' (for messages; `ident` 0: the Property Length)."""
+    what = _name(ident) if ident else "property length"
+    return f"{PropertyContext(context).name}: {what}"
+
+
+def _read_varint(data: Buffer, pos: int, stop: int, context: int, ident: int) -> tuple[int, int]:
+    """A Variable Byte Integer (§1.5.5) at `pos`, and the position after it (`ident` 0: the
+    Property Length)."""
+    value = 0
+    shift = 0
+    while True:
+        if pos >= stop:
+            raise PropertyError(f"{_label(context, ident)} ends early")
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+        if shift == 28:
+            raise PropertyError(f"{_label(context, ident)} is longer than 4 bytes")
+
+
+def _read_binary(data: Buffer, pos: int, stop: int, context: int, ident: int) -> tuple[int, int]:
+    """The bounds (start, end) of the Binary Data or string at `pos` (§1.5.6)."""
+    if pos + 2 > stop:
+        raise PropertyError(f"{_label(context, ident)} ends early")
+    start = pos + 2
+    end = start + ((data[pos] << 8) | data[pos + 1])
+    if end > stop:
+        raise PropertyError(f"{_label(context, ident)} runs past the end of the properties")
+    return start, end
+
+
+def _read_string(data: Buffer, pos: int, stop: int, context: int, ident: int) -> tuple[str, int]:
+    """A UTF-8 Encoded String (§1.5.4) at `pos`, and the position after it."""
+    start, end = _read_binary(data, pos, stop, context, ident)
+    try:
+        value = str(data[start:end], "utf-8")
+    except UnicodeDecodeError:
+        raise PropertyError(f"{_label(context, ident)} is not valid UTF-8") from None
+    if not value.isprintable():  # U+0000 and the control characters (`topics`)
+        forbidden = forbidden_character(value)
+        if forbidden is not None:
+            raise PropertyError(f"{_label(context, ident)} contains {forbidden}")
+    return value, end
+
+
+def _store_int(props: Properties, context: int, ident: int, value: int) -> None:
+    problem = _value_problem(ident, value)
+    if problem is not None:
+        reason = TOPIC_ALIAS_INVALID if ident == 0x23 else PROTOCOL_ERROR
+        raise PropertyError(f"{PropertyContext(context).name}: {problem}", reason)
+    if ident == 0x01:
+        props.payload_format_indicator = value
+    elif ident == 0x02:
+        props.message_expiry_interval = value
+    elif ident == 0x0B:
+        props.subscription_identifiers.append(value)
+    elif ident == 0x23:
+        props.topic_alias = value
+    elif ident == 0x11:
+        props.session_expiry_interval = value
+    elif ident == 0x13:
+        props.server_keep_alive = value
+    elif ident == 0x17:
+        props.request_problem_information = value
+    elif ident == 0x18:
+        props.will_delay_interval = value
+    elif ident == 0x19:
+        props.request_response_information = value
+    elif ident == 0x21:
+        props.receive_maximum = value
+    elif ident == 0x22:
+        props.topic_alias_maximum = value
+    elif ident == 0x24:
+        props.maximum_qos = value
+    elif ident == 0x25:
+        props.retain_available = value
+    elif ident == 0x27:
+        props.maximum_packet_size = value
+    elif ident == 0x28:
+        props.wildcard_subscription_available = value
+    elif ident == 0x29:
+        props.subscription_identifier_available = value
+    else:
+        props.shared_subscription_available = value
+
+
+def _store_string(props: Properties, ident: int, value: str) -> None:
+    if ident == 0x03:
+        props.content_type = value
+    elif ident == 0x08:
+        props.response_topic = value
+    elif ident == 0x12:
+        props.assigned_client_identifier = value
+    elif ident == 0x15:
+        props.authentication_method = value
+    elif ident == 0x1A:
+        props.response_information = value
+    elif ident == 0x1C:
+        props.server_reference = value
+    else:
+        props.reason_string = value
+
+
+def decode_properties(
+    data: Buffer, offset: int, end: int, context: PropertyContext
+) -> tuple[Properties, int]:
+    """The property block at `offset` (not reading at or past `end`), and the offset after
+    it. `PropertyError` for a block that is malformed or breaks a rule of §2.2.2 and §3."""
+    if offset < end and data[offset] == 0:
+        return Properties(), offset + 1
+    where = int(context)
+    length, pos = _read_varint(data, offset, end, where, 0)
+    stop = pos + length
+    if stop > end:
+        raise PropertyError(f"{context.name}: {length} bytes of properties run past the packet")
+    props = Properties()
+    allowed = 1 << where
+    repeatable = 1 << 0x26  # user property (§3.3.2.3.7); subscription ids in PUBLISH (§3.3.4)
+    if where == PropertyContext.PUBLISH:
+        repeatable |= 1 << 0x0B
+    seen = 0
+    while pos < stop:
+        ident = data[pos]  # one byte: every identifier is below 128 (§2.2.2.2)
+        pos += 1
+        kind = _TYPES[ident] if ident < _ID_LIMIT else 0
+        if kind == 0:
+            raise PropertyError(f"{context.name}: unknown property identifier 0x{ident:02X}")
+        if not _CONTEXTS[ident] & allowed:
+            raise PropertyError(f"{_label(where, ident)} is not valid in this packet")
+        bit = 1 << ident
+        if seen & bit and not repeatable & bit:
+            raise PropertyError(f"{_label(where, ident)} is included twice", PROTOCOL_ERROR)
+        seen |= bit
+        if kind == _STRING:
+            text, pos = _read_string(data, pos, stop, where, ident)
+            _store_string(props, ident, text)
+        elif kind == _PAIR:
+            name, pos = _read_string(data, pos, stop, where, ident)
+            value, pos = _read_string(data, pos, stop, where, ident)
+            props.user_properties.append((name, value))
+        elif kind == _BINARY:
+            start, pos = _read_binary(data, pos, stop, where, ident)
+            if ident == 0x09:
+                props.correlation_data = bytes(data[start:pos])
+            else:
+                props.authentication_data = bytes(data[start:pos])
+        elif kind == _VARINT:
+            number, pos = _read_varint(data, pos, stop, where, ident)
+            _store_int(props, where, ident, number)
+        else:
+            size = 1 if kind == _BYTE else 2 if kind == _TWO else 4
+            if pos + size > stop:
+                raise PropertyError(f"{_label(where, ident)} ends early")
+            number = 0
+            for index in range(pos, pos + size):
+                number = (number << 8) | data[index]
+            pos += size
+            _store_int(props, where, ident, number)
+    if (
+        props.authentication_data is not None
+        and props.authentication_method is None
+        and where == PropertyContext.CONNECT
+    ):
+        raise PropertyError(  # §3.1.2.11.10
+            f"{context.name}: authentication data without an authentication method",
+            PROTOCOL_ERROR,
+        )
+    return props, stop
