@@ -28,8 +28,8 @@ Endpoints (all JSON, errors as ``{"error": "..."}``):
   record batches with the data source's schema (`journal.arrow.JOURNAL_SCHEMA`). A range
   that starts before the first seq still in the journal is 410 (retention deleted it: the
   data source's ``failOnDataLoss``). Batches are read one at a time on a thread of the
-  request's own, and the next is read only once the previous one is written to the socket:
-  a slow reader holds back its own stream, nothing else.
+  request's own, one batch ahead of the socket: the next is read while the previous one is
+  written, and no further, so a slow reader holds back its own stream and nothing else.
 - ``GET /journal/v1/consumers``: ``{"consumers": [...]}``, the offsets the caller committed
   (an administrator sees every user's), each ``{"name", "owner", "committed_seq",
   "running", "updated_us", "live"}``.
@@ -47,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import io
 import json
 import logging
@@ -59,6 +60,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ..journal import ARROW_STREAM_TYPE
 from ..protocol.topics import topic_filter_error
 from ..store import ConsumerOffset, JournalReader, Store, StoreError, consumers
 from .config import HttpConfig
@@ -234,19 +236,25 @@ class HttpServer:
         if self._journal_path is None:
             raise _unavailable("the journal service needs the sqlite store")
         stream = _RangeStream(self._journal_path, first, last, topics)
+        ahead: asyncio.Future[bytes | None] | None = None
         try:
             problem = await stream.open()
             if problem is not None:
                 return _error(410, problem)
-            response = web.StreamResponse(
-                headers={"Content-Type": "application/vnd.apache.arrow.stream"}
-            )
+            response = web.StreamResponse(headers={"Content-Type": ARROW_STREAM_TYPE})
             await response.prepare(request)
-            while (chunk := await stream.next_bytes()) is not None:
+            ahead = asyncio.ensure_future(stream.next_bytes())
+            while (chunk := await ahead) is not None:
+                # The next batch is read while this one goes out: one batch ahead, no more.
+                ahead = asyncio.ensure_future(stream.next_bytes())
                 await response.write(chunk)  # waits while the client is not reading
             await response.write_eof()
             return response
         finally:
+            if ahead is not None and not ahead.done():
+                ahead.cancel()
+                with contextlib.suppress(BaseException):
+                    await ahead
             stream.close()
 
     # -- consumer offsets --------------------------------------------------------------

@@ -6,3 +6,9 @@ data source's offline path share it); `client` talks to a broker's journal servi
 serves the journal without importing the pipeline, and the pipeline reads it without
 importing the broker.
 """
+
+ARROW_STREAM_TYPE = "application/vnd.apache.arrow.stream"
+"""The media type of an Arrow IPC stream (what the journal service sends). Here, not in
+`arrow`, so that naming it needs no pyarrow."""
+
+__all__ = ["ARROW_STREAM_TYPE"]

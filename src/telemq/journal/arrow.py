@@ -30,16 +30,12 @@ from ..protocol import topic_matches
 from ..store import JournalReader, PackedRange
 
 __all__ = [
-    "ARROW_STREAM_TYPE",
     "DEFAULT_CHUNK_ROWS",
     "JOURNAL_COLUMNS",
     "JOURNAL_SCHEMA",
     "TopicMatcher",
     "read_range",
 ]
-
-ARROW_STREAM_TYPE = "application/vnd.apache.arrow.stream"
-"""The media type of an Arrow IPC stream (what the journal service sends)."""
 
 JOURNAL_COLUMNS = (
     "seq",

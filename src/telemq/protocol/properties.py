@@ -172,7 +172,7 @@ _BINARY: Final = 6
 _PAIR: Final = 7
 _MAXIMUMS: Final[tuple[int, ...]] = (0, 0xFF, 0xFFFF, 0xFFFF_FFFF, 268_435_455)
 
-# Values rules (bit `1 << identifier`): 0 or 1 only; never 0.
+# Value rules (bit `1 << identifier`): 0 or 1 only; never 0.
 _ZERO_OR_ONE: Final = sum(1 << i for i in (0x01, 0x17, 0x19, 0x24, 0x25, 0x28, 0x29, 0x2A))
 _NOT_ZERO: Final = sum(1 << i for i in (0x0B, 0x21, 0x23, 0x27))
 
@@ -570,8 +570,9 @@ def _store_string(props: Properties, ident: int, value: str) -> None:
 def decode_properties(
     data: Buffer, offset: int, end: int, context: PropertyContext
 ) -> tuple[Properties, int]:
-    """The property block at `offset` (not reading at or past `end`), and the offset after
-    it. `PropertyError` for a block that is malformed or breaks a rule of §2.2.2 and §3."""
+    """The property block at `offset` (not reading at or past `end`, at most `len(data)`),
+    and the offset after it. `PropertyError` for a block that is malformed or breaks a rule
+    of §2.2.2 and §3."""
     if offset < end and data[offset] == 0:
         return Properties(), offset + 1
     where = int(context)
