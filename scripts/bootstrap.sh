@@ -35,6 +35,8 @@ java_major() {
 missing=()
 if [ "$want_test" = 1 ]; then
     command -v mosquitto_sub >/dev/null 2>&1 || missing+=(mosquitto-clients)
+    command -v node >/dev/null 2>&1 || missing+=(nodejs)
+    command -v npm >/dev/null 2>&1 || missing+=(npm)
 fi
 command -v cc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
 python_h=$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h
@@ -52,6 +54,19 @@ if [ -z "$major" ] || [ "$major" -lt 17 ]; then
     echo "bootstrap: Java 17 or newer is required by PySpark (found: ${major:-none});" \
          "install a JRE 17+ and put 'java' on the PATH" >&2
     exit 1
+fi
+if [ "$want_test" = 1 ]; then
+    # MQTT.js for the interop tests (tests/testsupport/node.py), exactly as package-lock.json
+    # pins it; skipped when node_modules was installed from these very files (the stamp, which
+    # npm ci deletes with the rest of node_modules, holds their hash).
+    node_dir=tests/interop/node
+    node_stamp=$node_dir/node_modules/.telemq-npm-ci.sha256
+    node_hash=$(cat "$node_dir/package.json" "$node_dir/package-lock.json" | sha256sum | cut -d' ' -f1)
+    if [ "$(cat "$node_stamp" 2>/dev/null)" != "$node_hash" ]; then
+        echo "bootstrap: installing MQTT.js (npm ci in $node_dir)" >&2
+        (cd "$node_dir" && npm ci --no-audit --no-fund --loglevel=error)
+        echo "$node_hash" >"$node_stamp"
+    fi
 fi
 if [ "$want_test" = 1 ]; then
     "$PYTHON" -m pip install -q --disable-pip-version-check ".[test,fast,spark]"

@@ -7,7 +7,9 @@
   tests' `MQClient` extends with commands and replies;
 * `spark_cluster`: `standalone_cluster`, a Spark standalone master and worker from PySpark's
   own ``bin/spark-class`` on loopback, the worker in a mount namespace that hides the
-  directories a test names (the broker's data, as on another host).
+  directories a test names (the broker's data, as on another host);
+* `node`: `MqttJsClient`, MQTT.js (npm, pinned by ``tests/interop/node/package-lock.json``)
+  under Node, driven line by line, for interop tests with a client outside Python.
 
 The area-specific helpers (`tests/broker/helpers.py`: a raw MQTT codec and `RawClient`;
 `tests/mq/helpers.py`: MQ command forms) build on these.
