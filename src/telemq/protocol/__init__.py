@@ -1,9 +1,10 @@
-"""Sans-IO MQTT 3.1 / 3.1.1: packets, codec, topic rules and the connection state machine.
+"""Sans-IO MQTT 3.1 / 3.1.1 / 5.0: packets, codec, topic rules and the connection state machine.
 
 Theory of operation
 -------------------
 Nothing in this package touches a socket, a thread, an event loop or a clock.
-`codec` turns bytes into packet dataclasses and back; `topics` validates and
+`codec` turns bytes into packet dataclasses and back (`codec5` for MQTT 5.0,
+`properties` for its property blocks); `topics` validates and
 matches topic names and filters; `Flows` keeps one session's QoS 1/2 state
 (packet ids, in-flight tables); `Connection` is one server-side connection:
 bytes in (`receive_data(data, now)`), events out, bytes to write from
@@ -18,8 +19,10 @@ from .codec import (
     decode_packet,
     encode,
     encode_publish,
+    encode_publish5,
     encode_remaining_length,
 )
+from .codec5 import VALID_REASON_CODES
 from .connection import Connection, ConnectionState
 from .errors import (
     LocalProtocolError,
@@ -42,7 +45,13 @@ from .events import (
 )
 from .flows import RELEASED_IDS_KEPT, Flows, Inflight, InflightState, release_digest
 from .packets import (
+    NO_LOCAL,
+    RETAIN_AS_PUBLISHED,
+    RETAIN_HANDLING,
+    RETAIN_HANDLING_SHIFT,
     SUBACK_FAILURE,
+    SUBSCRIPTION_QOS,
+    Auth,
     ConnAck,
     Connect,
     ConnectReturnCode,
@@ -63,6 +72,13 @@ from .packets import (
     Unsubscribe,
     Will,
 )
+from .properties import (
+    Properties,
+    PropertyContext,
+    PropertyError,
+    decode_properties,
+    encode_properties,
+)
 from .reasons import ReasonCode
 from .topics import (
     TopicLimits,
@@ -74,8 +90,15 @@ from .topics import (
 
 __all__ = [
     "MAX_REMAINING_LENGTH",
+    "NO_LOCAL",
     "RELEASED_IDS_KEPT",
+    "RETAIN_AS_PUBLISHED",
+    "RETAIN_HANDLING",
+    "RETAIN_HANDLING_SHIFT",
     "SUBACK_FAILURE",
+    "SUBSCRIPTION_QOS",
+    "VALID_REASON_CODES",
+    "Auth",
     "ConnAck",
     "Connect",
     "ConnectRequested",
@@ -101,6 +124,9 @@ __all__ = [
     "PacketType",
     "PingReq",
     "PingResp",
+    "Properties",
+    "PropertyContext",
+    "PropertyError",
     "ProtocolError",
     "ProtocolLevel",
     "PubAck",
@@ -119,8 +145,11 @@ __all__ = [
     "UnsubscribeRequested",
     "Will",
     "decode_packet",
+    "decode_properties",
     "encode",
+    "encode_properties",
     "encode_publish",
+    "encode_publish5",
     "encode_remaining_length",
     "is_wildcard_filter",
     "release_digest",

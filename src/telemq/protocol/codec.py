@@ -1,4 +1,4 @@
-"""Bytes <-> packets for MQTT 3.1 and 3.1.1.
+"""Bytes <-> packets for MQTT 3.1, 3.1.1 and 5.0.
 
 `Decoder.feed(data)` takes any split of the byte stream and returns every packet
 completed by `data`; it raises `MalformedPacket`, naming the problem, for bytes
@@ -11,10 +11,11 @@ size.
 by the broker, which encodes a publication once and reuses the bytes for every
 subscriber that receives the same QoS.
 
-PUBLISH topic names are checked once per distinct name: the names found valid are
-remembered (`_VALID_TOPICS`, bounded), since traffic repeats a few names and the
-full check (control characters above all) costs more per name than a dict lookup,
-whose hash the broker's routing then reuses.
+MQTT 5.0 lives in `codec5`: the decoder reads a level-5 stream with the table of
+`codec5.DECODERS_5`, chosen once per `feed` from the level (which a CONNECT sets), and
+`encode(packet, 5)` hands over to `codec5.encode5`; nothing of 3.1/3.1.1 tests for level 5
+per packet. The primitives both share (remaining length, strings, the body reader, the
+memory of valid topic names) are in `wire`.
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
+from .codec5 import DECODERS_5, decode_connect5, encode5, encode_connect5, encode_publish5
 from .errors import MalformedPacket
 from .packets import (
     PROTOCOL_NAMES,
+    Auth,
     ConnAck,
     Connect,
     Disconnect,
@@ -44,57 +47,35 @@ from .packets import (
     Unsubscribe,
     Will,
 )
-from .topics import forbidden_character, topic_name_error
+from .topics import topic_name_error
+from .wire import MAX_PACKET_SIZE, MAX_REMAINING_LENGTH, encode_remaining_length
+from .wire import VALID_TOPICS as _VALID_TOPICS  # noqa: F401 (`codec._VALID_TOPICS`, as before)
+from .wire import VALID_TOPICS_KEPT as _VALID_TOPICS_KEPT  # noqa: F401
+from .wire import Reader as _Reader
+from .wire import check_flags as _check_flags
+from .wire import check_topic_name as _check_topic_name
+from .wire import encode_binary as _binary
+from .wire import encode_string as _string
+from .wire import read_packet_id as _packet_id
 
-# PUBLISH topic names already found valid. Final: a C static in the compiled build, where
-# a plain module global would cost a dictionary lookup of its name per packet.
-_VALID_TOPICS: Final[dict[str, None]] = {}
-_VALID_TOPICS_KEPT: Final = 16384  # beyond this many the memory starts again (a flood of names)
+__all__ = [  # with what moved to `wire` and is still imported from here
+    "MAX_PACKET_SIZE",
+    "MAX_REMAINING_LENGTH",
+    "PINGRESP_BYTES",
+    "Decoder",
+    "decode_packet",
+    "encode",
+    "encode_ack",
+    "encode_publish",
+    "encode_publish5",
+    "encode_remaining_length",
+]
 
-
-def _check_topic_name(topic: str) -> None:
-    """Raise `MalformedPacket` for an invalid PUBLISH topic name (see the module docstring)."""
-    if topic in _VALID_TOPICS:
-        return
-    problem = topic_name_error(topic)
-    if problem is not None:
-        raise MalformedPacket(f"PUBLISH: {problem}")
-    if len(_VALID_TOPICS) >= _VALID_TOPICS_KEPT:
-        _VALID_TOPICS.clear()
-    _VALID_TOPICS[topic] = None
-
-
-MAX_REMAINING_LENGTH = 268_435_455
-MAX_PACKET_SIZE = MAX_REMAINING_LENGTH + 5  # fixed header byte + 4 length bytes
+_MQTT_5: Final = 5
 
 
 # ---------------------------------------------------------------------------
 # Encoding
-
-
-def encode_remaining_length(length: int) -> bytes:
-    if length < 0 or length > MAX_REMAINING_LENGTH:
-        raise ValueError(f"remaining length {length} out of range 0..{MAX_REMAINING_LENGTH}")
-    if length < 128:
-        return bytes((length,))
-    out = bytearray()
-    while True:
-        digit = length & 0x7F
-        length >>= 7
-        if length:
-            out.append(digit | 0x80)
-        else:
-            out.append(digit)
-            return bytes(out)
-
-
-def _string(value: str) -> bytes:
-    data = value.encode("utf-8")
-    return len(data).to_bytes(2, "big") + data
-
-
-def _binary(value: bytes) -> bytes:
-    return len(value).to_bytes(2, "big") + value
 
 
 def encode_publish(
@@ -114,6 +95,8 @@ def encode_publish(
 
 def _encode_connect(packet: Connect) -> bytes:
     level = packet.protocol_level
+    if level == _MQTT_5:
+        return encode_connect5(packet)
     name = PROTOCOL_NAMES.get(level, packet.protocol_name)
     flags = 0
     if packet.clean_session:
@@ -147,8 +130,12 @@ def _id_packet(first_byte: int, packet_id: int) -> bytes:
     return bytes((first_byte, 2, packet_id >> 8, packet_id & 0xFF))
 
 
-def encode(packet: Packet) -> bytes:
-    """Serialize any packet (for CONNECT, the protocol name follows the level)."""
+def encode(packet: Packet, protocol_level: int = ProtocolLevel.MQTT_3_1_1) -> bytes:
+    """Serialize any packet for a connection of `protocol_level` (3 and 4 write the same
+    bytes, and ignore the fields of 5.0). A CONNECT is written for its own level, with the
+    protocol name that goes with it."""
+    if protocol_level == _MQTT_5 and type(packet) is not Connect:
+        return encode5(packet)
     match packet:
         case Publish():
             return encode_publish(
@@ -194,6 +181,8 @@ def encode(packet: Packet) -> bytes:
             return b"\xd0\x00"
         case Disconnect():
             return b"\xe0\x00"
+        case Auth():
+            raise ValueError("AUTH exists only in MQTT 5.0")
     raise TypeError(f"not an MQTT packet: {packet!r}")
 
 
@@ -204,89 +193,35 @@ PINGRESP_BYTES = b"\xd0\x00"
 # Decoding
 
 
-class _Reader:
-    """Reads the variable header and payload of one packet body."""
-
-    __slots__ = ("data", "pos", "what")
-
-    def __init__(self, data: bytes, what: str) -> None:
-        self.data = data
-        self.pos = 0
-        self.what = what
-
-    def remaining(self) -> int:
-        return len(self.data) - self.pos
-
-    def byte(self) -> int:
-        if self.pos >= len(self.data):
-            raise MalformedPacket(f"{self.what}: packet ends early")
-        value = self.data[self.pos]
-        self.pos += 1
-        return value
-
-    def uint16(self) -> int:
-        pos = self.pos
-        if pos + 2 > len(self.data):
-            raise MalformedPacket(f"{self.what}: packet ends early")
-        self.pos = pos + 2
-        return (self.data[pos] << 8) | self.data[pos + 1]
-
-    def binary(self) -> bytes:
-        length = self.uint16()
-        pos = self.pos
-        if pos + length > len(self.data):
-            raise MalformedPacket(
-                f"{self.what}: field of {length} bytes runs past the end of the packet"
-            )
-        self.pos = pos + length
-        return self.data[pos : pos + length]
-
-    def string(self, field: str) -> str:
-        raw = self.binary()
-        try:
-            value = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise MalformedPacket(f"{self.what}: {field} is not valid UTF-8") from None
-        if not value.isprintable():  # U+0000 and the control characters (`topics`)
-            forbidden = forbidden_character(value)
-            if forbidden is not None:
-                raise MalformedPacket(f"{self.what}: {field} contains {forbidden}")
-        return value
-
-    def rest(self) -> bytes:
-        value = self.data[self.pos :]
-        self.pos = len(self.data)
-        return value
-
-
-def _packet_id(reader: _Reader) -> int:
-    packet_id = reader.uint16()
-    if packet_id == 0:
-        raise MalformedPacket(f"{reader.what}: packet identifier 0 is invalid")
-    return packet_id
-
-
-def _check_flags(first: int, expected: int, level: int, name: str) -> None:
-    flags = first & 0x0F
-    if level >= ProtocolLevel.MQTT_3_1_1:
-        if flags != expected:
-            raise MalformedPacket(
-                f"{name}: reserved flag bits are {flags:04b}, must be {expected:04b}"
-            )
-    elif expected == 0b0010 and (flags & 0b0110) != 0b0010:
-        # MQTT 3.1 sends these as QoS 1 messages; DUP may be set on a retry.
-        raise MalformedPacket(f"{name}: QoS bits must be 01 in MQTT 3.1, got flags {flags:04b}")
-
-
 def _decode_connect(first: int, body: bytes, level: int) -> Connect:
+    """CONNECT, for an owner that speaks MQTT 3.1/3.1.1 only (see `Decoder`)."""
+    return _read_connect(first, body, False)
+
+
+def _decode_connect_mqtt5(first: int, body: bytes, level: int) -> Connect:
+    """CONNECT, for an owner that speaks MQTT 5.0 as well."""
+    return _read_connect(first, body, True)
+
+
+def _read_connect(first: int, body: bytes, mqtt5: bool) -> Connect:
     _check_flags(first, 0, ProtocolLevel.MQTT_3_1_1, "CONNECT")
     reader = _Reader(body, "CONNECT")
     protocol_name = reader.string("protocol name")
     protocol_level = reader.byte()
     if protocol_name not in ("MQTT", "MQIsdp"):
         raise MalformedPacket(f"CONNECT: unknown protocol name {protocol_name!r}")
+    if protocol_level == _MQTT_5 and protocol_name == "MQTT":
+        if mqtt5:
+            return decode_connect5(reader)
+        try:
+            return decode_connect5(reader)
+        except MalformedPacket:
+            # An owner without 5.0 answers CONNACK 1 whatever follows the level byte
+            # (MQTT 3.1.1 [MQTT-3.1.2-2]): the stub below.
+            pass
     if protocol_level not in (ProtocolLevel.MQTT_3_1, ProtocolLevel.MQTT_3_1_1):
-        # Not ours to parse further: the connection answers CONNACK 1 and closes.
+        # Not ours to parse further: the connection answers CONNACK 1 and closes (a name
+        # other than "MQTT" with level 5 is another protocol's, MQTT 5.0 [MQTT-3.1.2-1]).
         return Connect(client_id="", protocol_level=protocol_level, protocol_name=protocol_name)
     if PROTOCOL_NAMES[protocol_level] != protocol_name:
         raise MalformedPacket(
@@ -490,11 +425,18 @@ _DECODERS: dict[int, Callable[[int, bytes, int], Packet]] = {
     PacketType.PINGRESP: _empty(PingResp, "PINGRESP"),
     PacketType.DISCONNECT: _empty(Disconnect, "DISCONNECT"),
 }
+# Level 5: codec5's decoders, with CONNECT and the pings of 3.1.1. Then both tables again
+# for an owner that speaks 5.0, whose CONNECT of level 5 is never the stub (`Decoder`).
+_DECODERS_5: dict[int, Callable[[int, bytes, int], Packet]] = {**_DECODERS, **DECODERS_5}
+_DECODERS_MQTT5 = {**_DECODERS, PacketType.CONNECT: _decode_connect_mqtt5}
+_DECODERS_5_MQTT5 = {**_DECODERS_5, PacketType.CONNECT: _decode_connect_mqtt5}
 
 
-def decode_packet(data: bytes, protocol_level: int = ProtocolLevel.MQTT_3_1_1) -> Packet:
-    """Decode exactly one whole packet (for tests and tools)."""
-    decoder = Decoder(protocol_level=protocol_level)
+def decode_packet(
+    data: bytes, protocol_level: int = ProtocolLevel.MQTT_3_1_1, mqtt5: bool = False
+) -> Packet:
+    """Decode exactly one whole packet (for tests and tools; `mqtt5` as for `Decoder`)."""
+    decoder = Decoder(protocol_level=protocol_level, mqtt5=mqtt5)
     packets = decoder.feed(data)
     if len(packets) != 1 or decoder.buffered:
         raise MalformedPacket(
@@ -508,20 +450,33 @@ class Decoder:
 
     After a `MalformedPacket` the decoder is in an undefined state: the
     connection must be closed, which is what MQTT requires anyway.
+
+    The packets of levels 3 and 4 are read with one table, those of level 5 with another
+    (`codec5`), picked at each `feed` from `protocol_level`, which a CONNECT of level 3, 4
+    or 5 sets for the packets after it.
+
+    `mqtt5` says whether the owner speaks MQTT 5.0. A level-5 CONNECT is decoded in full
+    either way; one that does not parse is a `MalformedPacket` for a 5.0 owner, but for an
+    owner without 5.0 the stub `Connect` of any unsupported level (client_id "", only the
+    protocol name and level read), since such a server answers every level-5 CONNECT with
+    CONNACK 1 whatever follows its level byte (MQTT 3.1.1 [MQTT-3.1.2-2]).
     """
 
-    __slots__ = ("_buffer", "max_packet_size", "protocol_level")
+    __slots__ = ("_buffer", "_decoders", "_decoders_5", "max_packet_size", "protocol_level")
 
     def __init__(
         self,
         max_packet_size: int = MAX_PACKET_SIZE,
         protocol_level: int = ProtocolLevel.MQTT_3_1_1,
+        mqtt5: bool = False,
     ) -> None:
         self._buffer = bytearray()
         self.max_packet_size = max_packet_size
         # Until CONNECT is seen the strict 3.1.1 rules apply; set to the
         # connection's level afterwards.
         self.protocol_level = protocol_level
+        self._decoders = _DECODERS_MQTT5 if mqtt5 else _DECODERS
+        self._decoders_5 = _DECODERS_5_MQTT5 if mqtt5 else _DECODERS_5
 
     @property
     def buffered(self) -> int:
@@ -556,7 +511,14 @@ class Decoder:
         pos = 0
         packets: list[Packet] = []
         level = self.protocol_level
-        decoders = _DECODERS
+        # The table of the level, and the first byte of the PUBLISH that keeps its frame
+        # (none at level 5: -1). A literal 5, not `_MQTT_5`: no global lookup per feed.
+        if level == 5:
+            decoders = self._decoders_5
+            plain = -1
+        else:
+            decoders = self._decoders
+            plain = 0x30
         error: MalformedPacket | None = None
         try:
             while size - pos >= 2:
@@ -592,19 +554,25 @@ class Decoder:
                     )
                 if end > size:
                     break
-                decoder = decoders.get(first >> 4)
-                if decoder is None:
-                    raise MalformedPacket(f"reserved packet type {first >> 4}")
                 packet: Packet
-                if first == 0x30:  # plain QoS 0 PUBLISH: keep its bytes to forward as they are
+                if first == plain:  # plain QoS 0 PUBLISH: keep its bytes to forward as they are
                     packet = _decode_plain_publish(bytes(view[pos:end]), start - pos)
                 else:
+                    decoder = decoders.get(first >> 4)
+                    if decoder is None:
+                        raise MalformedPacket(f"reserved packet type {first >> 4}")
                     packet = decoder(first, bytes(view[start:end]), level)
                 packets.append(packet)
                 pos = end
                 if type(packet) is Connect:
-                    if packet.protocol_level in (3, 4):
+                    if packet.protocol_level in (3, 4, 5):
                         level = self.protocol_level = packet.protocol_level
+                        if level == 5:
+                            decoders = self._decoders_5
+                            plain = -1
+                        else:
+                            decoders = self._decoders
+                            plain = 0x30
                     if stop_after_connect:
                         break
         except MalformedPacket as problem:
