@@ -320,7 +320,8 @@ def test_connect_password_without_user_name_is_malformed_at_both_levels(level: i
 
 
 def test_connect_with_an_unsupported_level_is_decoded_for_the_connack() -> None:
-    """Level 5 (and other unknown levels) are not parsed further: the connection answers
+    """Unknown levels, and a level-5 CONNECT that does not parse as 5.0 (here a 3.1.1 body)
+    for an owner without 5.0 (`mqtt5=False`), come back as a stub: the connection answers
     CONNACK 1, so the decoder must not reject the packet."""
     for name, level in [(b"MQTT", 5), (b"MQTT", 2), (b"MQIsdp", 5)]:
         body = len(name).to_bytes(2, "big") + name + bytes([level]) + b"\x02\x00\x3c\x00\x00\x00"
