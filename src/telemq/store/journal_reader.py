@@ -94,7 +94,11 @@ class JournalReader:
         An empty journal gives ``(last + 1, last)``; `last` survives trimming (the store keeps
         its high-water mark), so offsets never move backwards.
         """
-        low, high = self._conn.execute("SELECT MIN(seq), MAX(seq) FROM journal").fetchone()
+        # Subqueries: each is one b-tree lookup, where MIN and MAX side by side scan the
+        # table; one statement, so they see the same snapshot.
+        low, high = self._conn.execute(
+            "SELECT (SELECT MIN(seq) FROM journal), (SELECT MAX(seq) FROM journal)"
+        ).fetchone()
         row = self._conn.execute("SELECT value FROM meta WHERE key = 'next_seq'").fetchone()
         last = max(high or 0, (row[0] - 1) if row and isinstance(row[0], int) else 0)
         return (last + 1 if low is None else low), last

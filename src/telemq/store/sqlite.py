@@ -856,8 +856,12 @@ class SqliteStore(Store):
         §8), and `deliveries` counts the client index (cheap, but linear in queued rows)."""
         conn = self._live()
         try:
-            first = conn.execute("SELECT MIN(seq) FROM journal").fetchone()[0]
-            last = conn.execute("SELECT MAX(seq) FROM journal").fetchone()[0]
+            # One statement, one snapshot: a commit between two would pair a MIN of an
+            # empty journal with the MAX of a full one. Subqueries, so that each is one
+            # b-tree lookup (SQLite scans for MIN and MAX side by side).
+            first, last = conn.execute(
+                "SELECT (SELECT MIN(seq) FROM journal), (SELECT MAX(seq) FROM journal)"
+            ).fetchone()
             deliveries = conn.execute("SELECT COUNT(*) FROM deliveries").fetchone()[0]
             if self._messages is None:
                 self._messages = conn.execute("SELECT COUNT(*) FROM messages").fetchone()[0]
