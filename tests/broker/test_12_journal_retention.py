@@ -82,7 +82,7 @@ def test_a_running_consumer_holds_rows_it_has_not_committed(
     passes_done(broker, 2)
     assert journal_seqs(broker) == list(range(41, 101)), "never past the committed seq"
 
-    consumers.mark_stopped(broker.data_dir, "ingest-held", 40)
+    consumers.update_record(broker.data_dir, "ingest-held", 40, running=False)
     assert wait_until(lambda: journal_seqs(broker) == list(range(91, 101)), 10)
 
 

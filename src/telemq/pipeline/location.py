@@ -139,14 +139,9 @@ class StoreFile(JournalLocation):
             )
 
     def save_offset(self, consumer: str, committed_seq: int | None, running: bool) -> None:
-        data_dir = data_dir_of(self.path)
         try:
-            found = {r.consumer: r for r in consumers.read_records(data_dir)}.get(consumer)
-            record = found or consumers.ConsumerRecord(consumer, None)
-            if committed_seq is not None:
-                record.committed_seq = committed_seq
-            record.running = running
-            consumers.write_record(data_dir, record)
+            data_dir = data_dir_of(self.path)
+            consumers.update_record(data_dir, consumer, committed_seq, running=running)
         except OSError as exc:
             log.warning("cannot write the consumer record of %s: %s", consumer, exc)
 

@@ -505,16 +505,24 @@ def _decode_subscribe(first: int, body: bytes, level: int) -> Subscribe:
     return Subscribe(packet_id, topics, False, props)
 
 
-def _decode_suback(first: int, body: bytes, level: int) -> SubAck:
-    check_flags(first, 0, _LEVEL, "SUBACK")
-    reader = Reader(body, "SUBACK")
+def _read_ack_codes(
+    first: int, body: bytes, name: str, context: PropertyContext, valid: frozenset[int]
+) -> tuple[int, list[int], Properties | None]:
+    """The packet id, reason codes (one per filter) and properties of a SUBACK/UNSUBACK."""
+    check_flags(first, 0, _LEVEL, name)
+    reader = Reader(body, name)
     packet_id = read_packet_id(reader)
-    props = _read_properties(reader, _SUBACK)
+    props = _read_properties(reader, context)
     codes = list(reader.rest())
     if not codes:
-        raise MalformedPacket("SUBACK: no reason code")
+        raise MalformedPacket(f"{name}: no reason code")
     for code in codes:
-        _check_code(code, SUBACK_REASONS, "SUBACK")
+        _check_code(code, valid, name)
+    return packet_id, codes, props
+
+
+def _decode_suback(first: int, body: bytes, level: int) -> SubAck:
+    packet_id, codes, props = _read_ack_codes(first, body, "SUBACK", _SUBACK, SUBACK_REASONS)
     return SubAck(packet_id, codes, props)
 
 
@@ -535,15 +543,7 @@ def _decode_unsubscribe(first: int, body: bytes, level: int) -> Unsubscribe:
 
 
 def _decode_unsuback(first: int, body: bytes, level: int) -> UnsubAck:
-    check_flags(first, 0, _LEVEL, "UNSUBACK")
-    reader = Reader(body, "UNSUBACK")
-    packet_id = read_packet_id(reader)
-    props = _read_properties(reader, _UNSUBACK)
-    codes = list(reader.rest())
-    if not codes:
-        raise MalformedPacket("UNSUBACK: no reason code")
-    for code in codes:
-        _check_code(code, UNSUBACK_REASONS, "UNSUBACK")
+    packet_id, codes, props = _read_ack_codes(first, body, "UNSUBACK", _UNSUBACK, UNSUBACK_REASONS)
     return UnsubAck(packet_id, codes, props)
 
 

@@ -18,7 +18,7 @@ the broker's data directory, ``<data_dir>/pipeline-commits/<consumer>.json``::
   driver's machine). Spark kills that process when the query stops, usually without calling
   the source's `stop`, so "running" is judged by `is_live`: the flag, and the pid alive (same
   host) or a recent heartbeat (another host). The jobs mark their own consumer stopped, with
-  the final offset, when their query ends (`mark_stopped`).
+  the final offset, when their query ends (`update_record`).
 
 A trimmer may delete rows with ``seq <= retention_floor(data_dir)``. Files are replaced
 atomically (write + rename), so a reader sees either the old or the new content.
@@ -49,13 +49,13 @@ __all__ = [
     "STALE_AFTER_S",
     "ConsumerRecord",
     "is_live",
-    "mark_stopped",
     "offset_is_live",
     "offsets_floor",
     "read_records",
     "record_path",
     "remove_record",
     "retention_floor",
+    "update_record",
     "write_record",
 ]
 
@@ -142,15 +142,20 @@ def is_live(record: ConsumerRecord, now_us: int | None = None) -> bool:
     return now - record.updated_us <= STALE_AFTER_S * 1_000_000
 
 
-def mark_stopped(
-    data_dir: str | os.PathLike[str], consumer: str, committed_seq: int | None = None
+def update_record(
+    data_dir: str | os.PathLike[str],
+    consumer: str,
+    committed_seq: int | None = None,
+    *,
+    running: bool,
 ) -> None:
-    """Record that `consumer`'s query ended, having processed up to `committed_seq`."""
+    """Create or update `consumer`'s record: running or ended, having processed up to
+    `committed_seq` (None: as recorded)."""
     found = {r.consumer: r for r in read_records(data_dir)}.get(consumer)
     record = found or ConsumerRecord(consumer, None)
     if committed_seq is not None:
-        record.committed_seq = max(record.committed_seq or 0, committed_seq)
-    record.running = False
+        record.committed_seq = committed_seq
+    record.running = running
     write_record(data_dir, record)
 
 
