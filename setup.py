@@ -27,6 +27,7 @@ COMPILED = [
     "src/telemq/protocol/events.py",
     "src/telemq/protocol/flows.py",
     "src/telemq/protocol/packets.py",
+    "src/telemq/protocol/peer5.py",
     "src/telemq/protocol/properties.py",
     "src/telemq/protocol/reasons.py",
     "src/telemq/protocol/topics.py",

@@ -23,6 +23,11 @@ data dir.
 At the end (120 s deadline in all): every message whose PUBACK/PUBREC the publisher saw has
 been delivered to the subscriber at least once, no QoS 2 message was delivered twice, and the
 publisher completed all 4,000.
+
+The randomised test runs twice: at MQTT 3.1.1, and at MQTT 5.0 with persistent sessions made
+by a Session Expiry Interval of an hour. At 5.0 every PUBLISH carries a User Property naming
+its seq, and the subscriber checks that each delivery still carries its own: the properties
+are stored with the messages and survive the kills.
 """
 
 from __future__ import annotations
@@ -36,6 +41,16 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from telemq.protocol import (
+    ConnAck,
+    Connect,
+    Properties,
+    Publish,
+    Subscribe,
+    decode_packet,
+    encode,
+)
+
 from .helpers import (
     DISCONNECT_BYTES,
     PUBACK,
@@ -45,18 +60,21 @@ from .helpers import (
     PUBREL,
     SUBACK,
     BrokerProcess,
+    Connack,
     ConnectionClosed,
     Packet,
     RawClient,
     ack_packet,
     collect_until,
     connect_packet,
+    fixed,
     parse_connack,
     parse_publish,
     publish_packet,
     subscribe_packet,
     unique,
 )
+from .helpers import Publish as ParsedPublish
 
 pytestmark = [pytest.mark.interop]
 
@@ -71,13 +89,30 @@ STALL = 15.0
 PACE = 300.0
 
 
-def _connect(port: int, client_id: str) -> tuple[RawClient, int]:
-    """Connect with clean session 0; returns the client and the session-present flag."""
+MQTT5 = 5
+SESSION_EXPIRY = 3600  # seconds: the 5.0 sessions outlive every kill
+
+
+def _connect(port: int, client_id: str, version: int = 4) -> tuple[RawClient, int]:
+    """Connect with clean session 0 (at 5.0: Clean Start 0 and a Session Expiry Interval);
+    returns the client and the session-present flag."""
     client = RawClient(port, timeout=2.0)
     try:
         # Keep alive 0: the subscriber may sit idle while the test waits for a message.
-        client.send(connect_packet(client_id, clean=False, keepalive=0))
-        ack = parse_connack(client.recv_packet(5.0))
+        if version == MQTT5:
+            props = Properties(session_expiry_interval=SESSION_EXPIRY)
+            client.send(
+                encode(
+                    Connect(client_id, MQTT5, clean_session=False, keepalive=0, properties=props)
+                )
+            )
+            p = client.recv_packet(5.0)
+            ack5 = decode_packet(fixed(p.type << 4 | p.flags, p.body), MQTT5, mqtt5=True)
+            assert isinstance(ack5, ConnAck), ack5
+            ack = Connack(int(ack5.session_present), ack5.return_code)
+        else:
+            client.send(connect_packet(client_id, clean=False, keepalive=0))
+            ack = parse_connack(client.recv_packet(5.0))
     except BaseException:
         client.close()
         raise
@@ -87,18 +122,48 @@ def _connect(port: int, client_id: str) -> tuple[RawClient, int]:
     return client, ack.session_present
 
 
-def _reconnect(port: int, client_id: str, stop: threading.Event) -> tuple[RawClient, int] | None:
+def _reconnect(
+    port: int, client_id: str, stop: threading.Event, version: int
+) -> tuple[RawClient, int] | None:
     while not stop.is_set():
         try:
-            return _connect(port, client_id)
+            return _connect(port, client_id, version)
         except (OSError, ConnectionClosed, TimeoutError, AssertionError):
             time.sleep(0.05)
     return None
 
 
+def _subscribe(version: int) -> bytes:
+    if version == MQTT5:
+        return encode(Subscribe(1, [("crash/q1", 1), ("crash/q2", 2)]), MQTT5)
+    return subscribe_packet(1, [("crash/q1", 1), ("crash/q2", 2)])
+
+
+def _publish(version: int, msg: Message, pid: int, dup: bool = False) -> bytes:
+    if version == MQTT5:
+        props = Properties(user_properties=[("seq", str(msg.seq))])
+        return encode(Publish(msg.topic, msg.payload, msg.qos, False, dup, pid, None, props), 5)
+    return publish_packet(msg.topic, msg.payload, qos=msg.qos, pid=pid, dup=dup)
+
+
+def _parse_publish(version: int, p: Packet) -> tuple[ParsedPublish, str | None]:
+    """The PUBLISH, and at 5.0 the seq its User Property names."""
+    if version != MQTT5:
+        return parse_publish(p), None
+    publish = decode_packet(fixed(p.type << 4 | p.flags, p.body), MQTT5, mqtt5=True)
+    assert isinstance(publish, Publish), publish
+    props = publish.properties
+    seq = dict(props.user_properties).get("seq") if props is not None else None
+    parsed = ParsedPublish(
+        publish.topic, publish.payload, publish.qos, publish.retain, publish.dup, publish.packet_id
+    )
+    return parsed, seq
+
+
 @dataclass
 class Subscriber:
     port: int
+    version: int = 4
     client_id: str = "crash-sub"
     received_q1: list[int] = field(default_factory=list)
     received_q2: list[int] = field(default_factory=list)
@@ -113,11 +178,12 @@ class Subscriber:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def subscribe_once(self) -> None:
-        client, _ = _connect(self.port, self.client_id)
+        client, _ = _connect(self.port, self.client_id, self.version)
         with client:
-            client.send(subscribe_packet(1, [("crash/q1", 1), ("crash/q2", 2)]))
+            client.send(_subscribe(self.version))
             p = client.recv_packet()
-            assert p.type == SUBACK and list(p.body[2:]) == [1, 2], p
+            codes = p.body[3:] if self.version == MQTT5 else p.body[2:]  # 5.0: properties
+            assert p.type == SUBACK and list(codes) == [1, 2], p
             client.send(DISCONNECT_BYTES)
 
     def explain(self, seq: int) -> str:
@@ -136,7 +202,7 @@ class Subscriber:
 
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():
-            conn = _reconnect(self.port, self.client_id, stop)
+            conn = _reconnect(self.port, self.client_id, stop, self.version)
             if conn is None:
                 return
             client, present = conn
@@ -144,13 +210,14 @@ class Subscriber:
             if not present:
                 self.sessions_lost += 1
                 # Keep the test going so the report shows what was lost.
-                client.send(subscribe_packet(1, [("crash/q1", 1), ("crash/q2", 2)]))
+                client.send(_subscribe(self.version))
             try:
                 self._pump(client, stop)
             except (OSError, ConnectionClosed) as exc:
                 self.ends.append(f"conn{self.connections}: {exc!r}")
             except AssertionError as exc:
                 self.errors.append(str(exc))
+                return
             finally:
                 client.close()
 
@@ -160,10 +227,12 @@ class Subscriber:
             if p is None:
                 continue
             if p.type == PUBLISH:
-                msg = parse_publish(p)
+                msg, property_seq = _parse_publish(self.version, p)
                 assert msg.pid not in (None, 0), f"PUBLISH with packet id {msg.pid}"
                 assert msg.pid is not None
                 qos_tag, seq = msg.payload.decode().split(":")
+                if self.version == MQTT5:
+                    assert property_seq == seq, f"seq {seq} came with property {property_seq}"
                 with self.lock:
                     if msg.qos == 1:
                         self.received_q1.append(int(seq))
@@ -207,6 +276,7 @@ class Message:
 @dataclass
 class Publisher:
     port: int
+    version: int = 4
     client_id: str = "crash-pub"
     acked_q1: set[int] = field(default_factory=set)  # PUBACK seen
     acked_q2: set[int] = field(default_factory=set)  # PUBREC seen
@@ -237,7 +307,7 @@ class Publisher:
     def run(self, stop: threading.Event) -> None:
         start = time.monotonic()
         while not stop.is_set() and not self.done:
-            conn = _reconnect(self.port, self.client_id, stop)
+            conn = _reconnect(self.port, self.client_id, stop, self.version)
             if conn is None:
                 return
             client, _ = conn
@@ -246,9 +316,7 @@ class Publisher:
                 # Resend everything unacknowledged, in the original order.
                 for pid, (msg, stage) in list(self.inflight.items()):
                     if stage == "publish":
-                        client.send(
-                            publish_packet(msg.topic, msg.payload, qos=msg.qos, pid=pid, dup=True)
-                        )
+                        client.send(_publish(self.version, msg, pid, dup=True))
                     else:
                         client.send(ack_packet(PUBREL, pid))
                 self._pump(client, stop, start)
@@ -275,7 +343,7 @@ class Publisher:
                 self.next_index += 1
                 pid = self._pid()
                 self.inflight[pid] = (msg, "publish")
-                client.send(publish_packet(msg.topic, msg.payload, qos=msg.qos, pid=pid))
+                client.send(_publish(self.version, msg, pid))
             p = client.try_recv_packet(0.01)
             while p is not None:
                 self._on_packet(client, p)
@@ -303,16 +371,17 @@ class Publisher:
 
 
 @pytest.mark.timeout(TOTAL_DEADLINE + 60)
+@pytest.mark.parametrize("version", [4, MQTT5], ids=["mqtt311", "mqtt5"])
 def test_qos1_at_least_once_and_qos2_exactly_once_across_sigkill(
-    broker_factory: Callable[..., BrokerProcess],
+    broker_factory: Callable[..., BrokerProcess], version: int
 ) -> None:
-    rng = random.Random(SEED)
+    rng = random.Random(SEED + version)
     broker = broker_factory("--sync", "full", "--store", "sqlite")
     deadline = time.monotonic() + TOTAL_DEADLINE
 
-    sub = Subscriber(broker.port)
+    sub = Subscriber(broker.port, version)
     sub.subscribe_once()
-    pub = Publisher(broker.port)
+    pub = Publisher(broker.port, version)
     stop = threading.Event()
     threads = [
         threading.Thread(target=sub.run, args=(stop,), name="crash-sub", daemon=True),

@@ -34,6 +34,8 @@ README_TOPICS = [
     "messages/received",
     "messages/sent",
     "messages/dropped",
+    "messages/dropped/too large",
+    "messages/dropped/expired",
     "publish/messages/received",
     "publish/messages/denied",
     "commands/received",

@@ -20,6 +20,7 @@ from telemq.broker.config import (
     JournalConfig,
     LimitsConfig,
     ListenerConfig,
+    Mqtt5Config,
     StoreConfig,
     SysConfig,
 )
@@ -29,6 +30,7 @@ TABLES: dict[str, type[Any]] = {
     "store": StoreConfig,
     "journal": JournalConfig,
     "limits": LimitsConfig,
+    "mqtt5": Mqtt5Config,
     "sys": SysConfig,
 }
 TOP_LEVEL = {"name": "5", "sub_points": '"not a list"', "allow_anonymous": '"yes"'}
@@ -44,6 +46,11 @@ OUT_OF_RANGE = [
     ('[[users]]\nname = "a"\npassword_hash = "x"\nadmin = "yes"\n', "users[0].admin"),
     ('[[acl]]\naction = "queues"\ntopic = "#"\n', "acl[0]"),
     ("[[http]]\nport = -1\n", "http[0].port"),
+    ("[mqtt5]\nreceive_maximum = 0\n", "mqtt5.receive_maximum"),
+    ("[mqtt5]\nmaximum_qos = 3\n", "mqtt5.maximum_qos"),
+    ("[mqtt5]\ntopic_alias_maximum = 65536\n", "mqtt5.topic_alias_maximum"),
+    ("[mqtt5]\nmax_session_expiry_interval = -1\n", "mqtt5.max_session_expiry_interval"),
+    ("[mqtt5]\nserver_keep_alive = 70000\n", "mqtt5.server_keep_alive"),
     ('[[http]]\nkeyfile = "k.pem"\n', "http[0].keyfile"),
 ]
 

@@ -322,7 +322,7 @@ def test_oversized_packet_closes_from_its_header() -> None:
     connection, _ = accepted(max_packet_size=1024)
     closed = only_closed(connection.receive_data(b"\x30\xff\xff\x7f", 1.0))
     assert "exceeds the maximum packet size of 1024 bytes" in closed.reason
-    assert closed.code is ReasonCode.MALFORMED_PACKET
+    assert closed.code is ReasonCode.PACKET_TOO_LARGE
 
 
 def test_default_max_packet_size_is_one_mebibyte() -> None:

@@ -34,6 +34,14 @@ clients = st.sampled_from(["a", "b", "ç"])
 names = st.sampled_from(["t/1", "t/2", "ü/#"])
 qos = st.sampled_from([0, 1, 2] * 6 + [3])  # 3 is invalid: the batch must fail on both stores
 payloads = st.binary(max_size=12)
+properties = st.sampled_from([b""] * 3) | st.binary(max_size=6)  # mostly none, as in MQTT 3.1.1
+# Mostly never; negative values and NaN are invalid: the batch must fail on both stores.
+expiries = (
+    st.sampled_from([0.0] * 3)
+    | st.floats(-1.0, 2e9)
+    | st.integers(-1, 2**31)
+    | st.just(float("nan"))
+)
 data = st.dictionaries(
     st.text(max_size=3),
     st.none() | st.booleans() | st.integers() | st.text(max_size=3),
@@ -50,6 +58,8 @@ messages = st.builds(
     clients,
     clients,
     st.integers(0, 10**12),
+    properties,
+    expiries,
 )
 
 ops = st.one_of(
@@ -59,7 +69,9 @@ ops = st.one_of(
     st.tuples(st.just("delete_subscription"), clients, names),
     st.tuples(
         st.just("put_retained"),
-        st.builds(RetainedRecord, names, names, payloads, qos, st.integers(0, 99), data),
+        st.builds(
+            RetainedRecord, names, names, payloads, qos, st.integers(0, 99), data, properties
+        ),
     ),
     st.tuples(st.just("delete_retained"), names, names),
     st.tuples(st.just("put_message"), messages),

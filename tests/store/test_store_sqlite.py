@@ -136,7 +136,9 @@ def test_a_schema_1_file_moves_its_held_messages_to_the_keyed_table(tmp_path: Pa
     try:
         conn = connection(store)
         assert _incoming_layout(conn) == (True, [])
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(incoming)")}
+        assert {"properties", "expiry_at"} <= columns
         state = store.load()
         assert [(r.packet_id, r.message.id) for r in state.incoming] == [(1, 9), (2, 0)]
         assert [r.released for r in state.incoming] == [False, False]
@@ -172,7 +174,7 @@ def test_a_schema_2_file_keeps_its_held_messages_and_can_remember_released_ones(
     conn.close()
     store = SqliteStore(path)
     try:
-        assert connection(store).execute("PRAGMA user_version").fetchone()[0] == 3
+        assert connection(store).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         assert [(r.packet_id, r.released) for r in store.load().incoming] == [(4, False)]
         batch = WriteBatch()
         batch.put_incoming(IncomingRecord("c", 4, StoredMessage(0, "in/t", b"q4", 2), True))
@@ -215,8 +217,11 @@ def test_a_bad_held_message_is_quarantined_by_its_key(tmp_path: Path) -> None:
     with raw(path) as conn:
         conn.execute("PRAGMA ignore_check_constraints = ON")
         conn.executemany(
-            f"INSERT INTO incoming VALUES ({', '.join('?' * 12)})",
-            [(*row, 0) for row in (_held_row(1, 0), _held_row(2, 0, qos=7), _held_row(3, 0))],
+            f"INSERT INTO incoming VALUES ({', '.join('?' * 14)})",
+            [
+                (*row, 0, None, None)  # released, properties, expiry_at
+                for row in (_held_row(1, 0), _held_row(2, 0, qos=7), _held_row(3, 0))
+            ],
         )
     conn.close()
     store = SqliteStore(path)
@@ -256,7 +261,8 @@ CHILD = textwrap.dedent(
     for i in range(1, 1_000_000):
         batch = WriteBatch()
         batch.append_journal(JournalRecord(i, i, "t", "", 1, False, i.to_bytes(8, "big"), "c", "u"))
-        batch.put_message(StoredMessage(i, "t", b"m%d" % i, 1))
+        props = b"\\x03\\x00\\x01a" if i % 2 else b""  # MQTT 5.0 content type, or none
+        batch.put_message(StoredMessage(i, "t", b"m%d" % i, 1, properties=props))
         batch.put_delivery(DeliveryRecord(i, "sub", i, 1))
         batch.put_session(SessionRecord("sub", {"last": i}))
         store.commit(batch)
@@ -301,6 +307,9 @@ def test_committed_batches_survive_sigkill(tmp_path: Path, sync: SyncMode) -> No
         assert seqs == list(range(1, last + 1))  # no gaps: every batch is all or nothing
         assert state.next_seq == last + 1
         assert sorted(state.messages) == list(range(1, last + 1))
+        assert all(
+            m.properties == (b"\x03\x00\x01a" if i % 2 else b"") for i, m in state.messages.items()
+        )
         assert [d.delivery_id for d in state.deliveries] == list(range(1, last + 1))
         assert state.sessions == [SessionRecord("sub", {"last": last})]
         assert state.quarantined == 0
@@ -354,7 +363,8 @@ def _fill(path: Path) -> None:
         batch.put_session(SessionRecord(f"c{i % 7}", {"n": i}))
         batch.put_subscription(SubscriptionRecord(f"c{i % 7}", f"t/{i}", {"qos": 1}))
         if i <= 5:
-            batch.put_incoming(IncomingRecord(f"c{i}", i, StoredMessage(0, "in/t", b"held", 2)))
+            held = StoredMessage(0, "in/t", b"held", 2, properties=b"\x01\x01")
+            batch.put_incoming(IncomingRecord(f"c{i}", i, held))
         store.commit(batch)
     store.close()  # the last connection's close checkpoints and removes the WAL
     assert not Path(f"{path}-wal").exists()
@@ -398,6 +408,7 @@ def test_a_damaged_file_keeps_its_counters_when_they_are_readable(tmp_path: Path
         assert [(r.client_id, r.packet_id) for r in state.incoming] == [
             (f"c{i}", i) for i in range(1, 6)
         ]  # salvaged: a table without rowids is read whole
+        assert {r.message.properties for r in state.incoming} == {b"\x01\x01"}
         assert (state.next_seq, state.next_message_id) == (101, 101)
     finally:
         store.close()

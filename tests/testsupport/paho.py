@@ -10,7 +10,7 @@ import contextlib
 import socket
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import paho.mqtt.client as paho
@@ -20,7 +20,8 @@ from .process import HOST, unique
 
 MQTT31 = 3
 MQTT311 = 4
-PAHO_PROTOCOLS = {MQTT31: paho.MQTTv31, MQTT311: paho.MQTTv311}
+MQTT5 = 5
+PAHO_PROTOCOLS = {MQTT31: paho.MQTTv31, MQTT311: paho.MQTTv311, MQTT5: paho.MQTTv5}
 WAIT = 10.0  # default deadline for anything the broker should do "at once"
 
 
@@ -39,6 +40,8 @@ class Received:
     qos: int
     retain: bool
     dup: bool = False
+    # MQTT 5.0: paho's `Properties` of the PUBLISH (None at 3.1/3.1.1); not compared.
+    properties: Any = field(default=None, compare=False)
 
 
 class PahoClient:
@@ -56,15 +59,20 @@ class PahoClient:
         reconnect: bool = False,
         username: str | None = None,
         password: str | None = None,
+        properties: Any = None,
     ) -> None:
+        """`properties`: MQTT 5.0 CONNECT properties (paho's `Properties`); at 5.0 `clean`
+        is Clean Start."""
         self.port = port
         self.client_id = unique("paho") if client_id is None else client_id
         self.clean = clean
+        self.version = version
+        self.connect_properties = properties
         self.client = paho.Client(
             callback_api_version=CallbackAPIVersion.VERSION2,
             client_id=self.client_id,
             protocol=PAHO_PROTOCOLS[version],
-            clean_session=clean,
+            clean_session=None if version == MQTT5 else clean,
             reconnect_on_failure=reconnect,
         )
         self.keepalive = keepalive
@@ -75,6 +83,8 @@ class PahoClient:
         self._cond = threading.Condition()
         self.messages: list[Received] = []
         self.connacks: list[tuple[bool, int]] = []
+        self.connack_properties: Any = None  # MQTT 5.0: of the last CONNACK
+        self.disconnect_reasons: list[int] = []  # MQTT 5.0: of DISCONNECTs the server sent
         self.disconnects = 0
         self._subacks: dict[int, list[int]] = {}
         self._published: set[int] = set()
@@ -89,17 +99,27 @@ class PahoClient:
     def _on_connect(self, client: Any, userdata: Any, flags: Any, rc: Any, props: Any) -> None:
         with self._cond:
             self.connacks.append((bool(flags.session_present), int(rc.value)))
+            self.connack_properties = props
             self._cond.notify_all()
 
     def _on_disconnect(self, client: Any, userdata: Any, flags: Any, rc: Any, props: Any) -> None:
         with self._cond:
             self.disconnects += 1
+            self.disconnect_reasons.append(int(rc.value))
             self._cond.notify_all()
 
     def _on_message(self, client: Any, userdata: Any, msg: paho.MQTTMessage) -> None:
+        props = getattr(msg, "properties", None) if self.version == MQTT5 else None
         with self._cond:
             self.messages.append(
-                Received(msg.topic, bytes(msg.payload), msg.qos, bool(msg.retain), bool(msg.dup))
+                Received(
+                    msg.topic,
+                    bytes(msg.payload),
+                    msg.qos,
+                    bool(msg.retain),
+                    bool(msg.dup),
+                    props,
+                )
             )
             self._cond.notify_all()
 
@@ -124,7 +144,16 @@ class PahoClient:
         """Connect and wait for the CONNACK (return code 0 expected); returns the
         session-present flag."""
         seen = len(self.connacks)
-        self.client.connect(HOST, self.port, keepalive=self.keepalive)
+        if self.version == MQTT5:
+            self.client.connect(
+                HOST,
+                self.port,
+                keepalive=self.keepalive,
+                clean_start=self.clean,
+                properties=self.connect_properties,
+            )
+        else:
+            self.client.connect(HOST, self.port, keepalive=self.keepalive)
         self.client.loop_start()
         self._wait(lambda: len(self.connacks) > seen, timeout, "CONNACK")
         session_present, rc = self.connacks[-1]
@@ -146,9 +175,16 @@ class PahoClient:
         info = self.client.unsubscribe(topic)
         assert info[0] == paho.MQTT_ERR_SUCCESS
 
-    def publish(self, topic: str, payload: bytes | str, qos: int = 0, retain: bool = False) -> None:
-        """Publish and, for QoS 1/2, wait for PUBACK / PUBCOMP."""
-        info = self.client.publish(topic, payload, qos=qos, retain=retain)
+    def publish(
+        self,
+        topic: str,
+        payload: bytes | str,
+        qos: int = 0,
+        retain: bool = False,
+        properties: Any = None,
+    ) -> None:
+        """Publish and, for QoS 1/2, wait for PUBACK / PUBCOMP (`properties`: MQTT 5.0)."""
+        info = self.client.publish(topic, payload, qos=qos, retain=retain, properties=properties)
         assert info.rc == paho.MQTT_ERR_SUCCESS, f"publish failed locally: {info.rc}"
         if qos > 0:
             self._wait(lambda: info.mid in self._published, WAIT, f"ack of message {info.mid}")

@@ -77,6 +77,7 @@ class Client(asyncio.Protocol):
             max_packet_size=limits.max_packet_size,
             connect_timeout=limits.connect_timeout,
             retry_interval=limits.retry_interval,
+            mqtt5=self.broker.limits5,
         )
         self.broker.client_opened(self)
         self._arm_timer()
@@ -130,11 +131,12 @@ class Client(asyncio.Protocol):
             self._dirty = True
             self.broker.mark_dirty(self)
 
-    def acknowledge(self, packet_type: PacketType, packet_id: int) -> None:
-        """PUBACK, PUBREC, PUBREL or PUBCOMP, unless the connection has ended meanwhile."""
+    def acknowledge(self, packet_type: PacketType, packet_id: int, reason_code: int = 0) -> None:
+        """PUBACK, PUBREC, PUBREL or PUBCOMP, unless the connection has ended meanwhile;
+        `reason_code` for an MQTT 5.0 client (3.1/3.1.1 have none)."""
         connection = self.connection
         if connection is not None and not connection.closed:
-            connection.acknowledge(packet_type, packet_id)
+            connection.acknowledge(packet_type, packet_id, reason_code)
             self.mark_dirty()
 
     def flush(self) -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ..protocol.peer5 import ServerLimits5
 from .auth import AclRule, AuthError, Authorizer, UserConfig
 
 DEFAULT_HOST = "127.0.0.1"
@@ -103,8 +104,41 @@ class LimitsConfig:
 
 
 @dataclass(slots=True)
+class Mqtt5Config:
+    """MQTT 5.0 (docs/mqtt5.md): what the broker advertises to 5.0 clients in CONNACK and
+    enforces on them. `[limits]` keep their meaning at every protocol level."""
+
+    enabled: bool = True  # false: a level-5 CONNECT gets CONNACK 1, as from a 3.1.1 server
+    receive_maximum: int = 1024  # QoS 1/2 PUBLISHes a client may have unanswered
+    maximum_qos: int = 2  # of PUBLISHes a 5.0 client sends, and of its subscriptions
+    retain_available: bool = True
+    topic_alias_maximum: int = 64  # aliases a client may use; 0: none
+    wildcard_subscription_available: bool = True
+    max_session_expiry_interval: int = 0xFFFFFFFF  # seconds; longer requests are shortened
+    server_keep_alive: int = 0  # seconds; 0: the client's keep-alive holds
+
+    def server_limits(self, max_packet_size: int) -> ServerLimits5 | None:
+        """The limits every 5.0 connection states in CONNACK; None when 5.0 is off."""
+        if not self.enabled:
+            return None
+        return ServerLimits5(
+            receive_maximum=self.receive_maximum,
+            maximum_qos=self.maximum_qos,
+            retain_available=self.retain_available,
+            maximum_packet_size=max_packet_size,
+            topic_alias_maximum=self.topic_alias_maximum,
+            wildcard_subscription_available=self.wildcard_subscription_available,
+            max_session_expiry_interval=self.max_session_expiry_interval,
+            server_keep_alive=self.server_keep_alive,
+        )
+
+
+@dataclass(slots=True)
 class SysConfig:
     interval: float = 10.0  # seconds between $SYS updates; 0 disables them
+
+
+Section = StoreConfig | JournalConfig | LimitsConfig | Mqtt5Config | SysConfig
 
 
 @dataclass(slots=True)
@@ -120,13 +154,15 @@ class BrokerConfig:
     store: StoreConfig = field(default_factory=StoreConfig)
     journal: JournalConfig = field(default_factory=JournalConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    mqtt5: Mqtt5Config = field(default_factory=Mqtt5Config)
     sys: SysConfig = field(default_factory=SysConfig)
 
     def validate(self) -> None:
-        sections: dict[str, StoreConfig | JournalConfig | LimitsConfig | SysConfig] = {
+        sections: dict[str, Section] = {
             "store": self.store,
             "journal": self.journal,
             "limits": self.limits,
+            "mqtt5": self.mqtt5,
             "sys": self.sys,
         }
         for section_name, section in sections.items():
@@ -186,7 +222,20 @@ class BrokerConfig:
             raise ConfigError("journal.retention_interval: must be positive")
         if self.sys.interval < 0:
             raise ConfigError("sys.interval: must not be negative")
+        _check_mqtt5(self.mqtt5)
         build_authorizer(self)
+
+
+def _check_mqtt5(mqtt5: Mqtt5Config) -> None:
+    for name, low, high in (
+        ("receive_maximum", 1, 65535),
+        ("maximum_qos", 0, 2),
+        ("topic_alias_maximum", 0, 65535),
+        ("max_session_expiry_interval", 0, 0xFFFFFFFF),
+        ("server_keep_alive", 0, 65535),
+    ):
+        if not low <= getattr(mqtt5, name) <= high:
+            raise ConfigError(f"mqtt5.{name}: must be between {low} and {high}")
 
 
 TLS_OPTIONS_NEEDING_CERTFILE = (
@@ -279,6 +328,7 @@ def config_from_mapping(data: Mapping[str, Any]) -> BrokerConfig:
         "store": StoreConfig,
         "journal": JournalConfig,
         "limits": LimitsConfig,
+        "mqtt5": Mqtt5Config,
         "sys": SysConfig,
     }
     top: dict[str, Any] = {}

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -80,17 +81,37 @@ class Deliveries:
         return self._max_queued
 
     def send_qos0(self, client: Client, message: Message, retain: bool) -> bool:
-        """Send a QoS 0 copy; False when it is dropped (the client is not reading)."""
+        """Send a QoS 0 copy; False when it is dropped (the client is not reading, or, at
+        MQTT 5.0, the message has expired or is too large for the client)."""
         if not client.writable:
             self._stats.messages_dropped += 1
             return False
         connection = client.connection
         if connection is None:
             return False
-        connection.send_bytes(message.frame_qos0(retain))  # a no-op once closed
+        if connection.peer5 is None:
+            connection.send_bytes(message.frame_qos0(retain))  # a no-op once closed
+        else:
+            properties = message.properties5(time.time()) if message.expiry_at else None
+            if properties is None and message.expiry_at:
+                self._count_dropped(expired=True)
+                return False
+            if not connection.send_publish(
+                message.topic_bytes, message.payload, retain, properties or message.properties
+            ):
+                self._count_dropped(expired=False)
+                return False
         self._stats.messages_sent += 1
         client.mark_dirty()
         return True
+
+    def _count_dropped(self, expired: bool) -> None:
+        stats = self._stats
+        stats.messages_dropped += 1
+        if expired:
+            stats.messages_expired += 1
+        else:
+            stats.messages_too_large += 1
 
     def enqueue(
         self,
@@ -233,13 +254,24 @@ class Deliveries:
             return
         flows = session.flows
         now = self._loop.time()
+        wall = 0.0  # read once, when a message has an expiry
         committer = self._committer
         sent = 0
         wrote = False
+        dropped: list[Delivery] = []
         while queue and flows.has_window():
             delivery = queue.popleft()
             message = delivery.message
             session.queued_bytes -= message.size
+            properties = message.properties
+            if message.expiry_at:
+                wall = wall or time.time()
+                with_expiry = message.properties5(wall)
+                if with_expiry is None:  # expired before its delivery started
+                    self._count_dropped(expired=True)
+                    dropped.append(delivery)
+                    continue
+                properties = with_expiry
             deferred = delivery.qos == 2 and bool(delivery.delivery_id)  # see module docstring
             try:
                 packet_id = connection.deliver(
@@ -250,11 +282,16 @@ class Deliveries:
                     delivery,
                     now,
                     send=not deferred,
+                    properties=properties,
                 )
             except PacketIdsExhausted:
                 queue.appendleft(delivery)
                 session.queued_bytes += message.size
                 break
+            if not packet_id:  # larger than the client's maximum packet size
+                self._count_dropped(expired=False)
+                dropped.append(delivery)
+                continue
             sent += 1
             if delivery.delivery_id:
                 wrote = True
@@ -271,6 +308,8 @@ class Deliveries:
                 )
             if deferred:
                 committer.after(_send_publish_later(client, connection, packet_id))
+        if dropped:
+            self._forget(dropped)
         if sent:
             self._stats.messages_sent += sent
             client.mark_dirty()
@@ -320,15 +359,29 @@ class Deliveries:
             message.store_id = 0
             message.refs = 0
 
+    def drop_too_large(self, refs: list[object]) -> None:
+        """In-flight deliveries an MQTT 5.0 client no longer takes (`Connection.accept`)."""
+        dropped = [ref for ref in refs if isinstance(ref, Delivery)]
+        for _ in dropped:
+            self._count_dropped(expired=False)
+        self._forget(dropped)
+
     def drop(self, dropped: list[Delivery]) -> None:
         """Deliveries taken out of a session (not authorized any more): forgotten for good."""
+        self._stats.messages_dropped += len(dropped)
+        self._forget(dropped)
+
+    def _forget(self, dropped: list[Delivery]) -> None:
+        """Deliveries that will never be made: out of the store, with their messages' last
+        references."""
         pending = self._committer.pending
+        wrote = False
         for delivery in dropped:
-            self._stats.messages_dropped += 1
             if delivery.delivery_id:
                 pending.delete_delivery(delivery.delivery_id)
                 self.release_message(delivery)
-        if dropped:
+                wrote = True
+        if wrote:
             self._committer.schedule()
 
     def forget_session(self, session: Session) -> None:

@@ -3,7 +3,8 @@
 Theory of operation
 -------------------
 Two loops on the event loop. Once a second, the subscriptions and retained messages whose
-MQ expiry has passed are removed (RegSub and Publish `<mqmd><Expiry>`). Every
+MQ expiry has passed are removed (RegSub and Publish `<mqmd><Expiry>`), and so are the
+disconnected sessions whose MQTT 5.0 Session Expiry Interval has passed. Every
 `journal.retention_interval` seconds, when the journal has a `max_rows` or `max_age`, it is
 trimmed, never past what a running pipeline query has committed (its record under
 `<data_dir>/pipeline-commits`, or the offset it committed to the journal service). The trim
@@ -42,6 +43,7 @@ class Housekeeping:
         subscriptions: SubscriptionManager,
         retained: RetainedMessages,
         next_seq: Callable[[], int],
+        expire_sessions: Callable[[float], int],
     ) -> None:
         self._config = config
         self._store = store
@@ -50,6 +52,7 @@ class Housekeeping:
         self._subscriptions = subscriptions
         self._retained = retained
         self._next_seq = next_seq
+        self._expire_sessions = expire_sessions
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -68,6 +71,7 @@ class Housekeeping:
     def expire(self, now: float) -> None:
         self._subscriptions.expire(now)
         self._retained.expire(now)
+        self._expire_sessions(now)
 
     async def _expiry_loop(self) -> None:
         while True:

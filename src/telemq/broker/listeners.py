@@ -76,7 +76,7 @@ class TcpListener(Listener):
             host, port = sock.getsockname()[:2]
             self.ports.append(port)
             log.info(
-                "listening on %s:%s (MQTT 3.1/3.1.1%s, sub point %r)",
+                "listening on %s:%s (MQTT%s, sub point %r)",
                 host,
                 port,
                 " over TLS" if tls is not None else "",

@@ -22,10 +22,12 @@ released it: retained, journaled, routed, or run when it is an MQ command.
 from __future__ import annotations
 
 import logging
+import time
 
 from ..commands import COMMAND_TOPICS, Requester
 from ..protocol import TopicLimits
 from ..protocol.flows import InflightState, release_digest
+from ..protocol.peer5 import NO_EXPIRY
 from ..store import DeliveryState, IncomingRecord, StoreState
 from ..subscriptions import Registry, Subscription
 from .committer import Committer
@@ -58,6 +60,7 @@ def restore_state(
     deliveries.next_message_id = state.next_message_id
     deliveries.next_delivery_id = state.next_delivery_id
     by_id = sessions.by_id
+    wall_now = time.time()
     for session_record in state.sessions:
         restored = Session(
             session_record.client_id,
@@ -65,7 +68,15 @@ def restore_state(
             limits.max_inflight,
             str(session_record.data.get("sub_point", "")),
         )
-        restored.user_id = str(session_record.data.get("user_id", ""))
+        data = session_record.data
+        restored.user_id = str(data.get("user_id", ""))
+        restored.created_us = int(_number(data.get("created_us"), 0))
+        restored.expiry_interval = int(_number(data.get("expiry_interval"), NO_EXPIRY))
+        if restored.expiry_interval != NO_EXPIRY:
+            # Still connected when the broker stopped: its connection ended then, so now.
+            restored.expires_at = _number(
+                data.get("expires_at"), wall_now + restored.expiry_interval
+            )
         sessions.restore(restored)
     for sub in state.subscriptions:
         try:
@@ -112,6 +123,7 @@ def restore_state(
             record.ts_us,
         )
         kept.expiry_at = float(record.data.get("expiry_at", 0.0) or 0.0)
+        kept.properties = record.properties
         beyond = retained.restore(kept)
         if beyond is not None:
             log.warning(
@@ -162,6 +174,7 @@ def restore_state(
 
 def _restore_deliveries(state: StoreState, now: float, by_id: dict[str, Session]) -> None:
     messages = {mid: Message.from_stored(stored) for mid, stored in state.messages.items()}
+    wall_now = time.time()
     for record in state.deliveries:
         target = by_id.get(record.client_id)
         message = messages.get(record.message_id)
@@ -186,6 +199,8 @@ def _restore_deliveries(state: StoreState, now: float, by_id: dict[str, Session]
                     if record.state == DeliveryState.RELEASED
                     else InflightState.PUBLISHED
                 ),
+                # What an MQTT 5.0 client is re-sent (in flight: sent even if expired since).
+                properties=message.properties5(wall_now) or message.properties,
             )
 
 
@@ -203,3 +218,10 @@ def _restore_released(
         stored = record.message
         digest = release_digest(stored.topic.encode("utf-8"), stored.payload, stored.retain)
         router.remember_release(holder, record.packet_id, digest, 0)
+
+
+def _number(value: object, default: float) -> float:
+    """A number from a session record, or `default` when absent or not a number."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    return default

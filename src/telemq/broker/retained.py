@@ -233,6 +233,7 @@ class RetainedMessages:
                         "user_id": message.user_id,
                         "expiry_at": message.expiry_at,
                     },
+                    message.properties,
                 )
             )
 

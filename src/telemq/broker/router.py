@@ -6,8 +6,9 @@ For one PUBLISH from a client (`on_publish`):
 
 1. A command topic (`SYSTEM.BROKER.*`) runs the MQ command instead (`mq.CommandHost`); a
    QoS 2 command runs on PUBREL, like any QoS 2 publication.
-2. The hooks may deny it: it is acknowledged as usual and dropped (MQTT 3.1.1 has no way to
-   say no to a PUBLISH), and counted in `$SYS/broker/publish/messages/denied`.
+2. The hooks may deny it: it is dropped and counted in `$SYS/broker/publish/messages/denied`,
+   and acknowledged as usual (MQTT 3.1.1 has no way to say no to a PUBLISH) or, at MQTT 5.0,
+   with reason code 0x87 (not authorized).
 3. QoS 0/1: `accept` retains it (`RetainedMessages`), appends its journal row and routes it:
    the registry gives the matching queues with their granted QoS (content filters included);
    each session gets one `Delivery` at min(publish QoS, granted QoS) (`Deliveries`).
@@ -160,10 +161,12 @@ class Router:
         ):
             self._stats.publish_denied += 1
             log.info("client %r: publish to %r denied", client.client_id, publish.topic)
+            # MQTT 5.0 says so (0x87); 3.1.1 acknowledges as usual (the code is ignored).
+            denied = ReasonCode.NOT_AUTHORIZED
             if qos == 1:
-                committer.after(lambda: client.acknowledge(PacketType.PUBACK, packet_id))
+                committer.after(lambda: client.acknowledge(PacketType.PUBACK, packet_id, denied))
             elif qos == 2:
-                committer.after(lambda: client.acknowledge(PacketType.PUBREC, packet_id))
+                committer.after(lambda: client.acknowledge(PacketType.PUBREC, packet_id, denied))
             return
         if qos == 2:
             if not event.duplicate:
@@ -249,7 +252,7 @@ class Router:
     def _message_from(self, client: Client, publish: Publish) -> Message:
         """The accepted publication of a PUBLISH being handled."""
         self._stats.messages_received += 1
-        return Message(
+        message = Message(
             publish.topic,
             publish.payload,
             publish.qos,
@@ -260,6 +263,9 @@ class Router:
             self._received_us,
             frame_qos0=publish.frame,
         )
+        if publish.properties is not None:  # MQTT 5.0
+            message.take_properties(publish.properties)
+        return message
 
     # -- publications from inside the broker ----------------------------------
 

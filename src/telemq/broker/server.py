@@ -7,7 +7,8 @@ mirror, written through the `Committer` (group commit: acknowledgements after th
 that makes them true). The state is split into rooms, each the only code that changes
 what it owns:
 
-- `Sessions` (sessions.py): sessions and connections: CONNECT, takeover, wills;
+- `Sessions` (sessions.py): sessions and connections: CONNECT, takeover, session expiry;
+- `Wills` (wills.py): wills, published at once or after their delay;
 - `Router` (router.py): publications in: retained, journaled, routed; QoS 2 releases;
 - `Deliveries` (delivery.py): queues, the in-flight window and subscribers' acks;
 - `SubscriptionManager` (subscribe.py): SUBSCRIBE/UNSUBSCRIBE and every subscription change;
@@ -68,6 +69,7 @@ from .session import Message, Session
 from .sessions import Sessions
 from .stats import BrokerStats, SysReporter
 from .subscribe import SubscriptionManager
+from .wills import Wills
 
 if TYPE_CHECKING:
     from .http import HttpServer
@@ -104,6 +106,8 @@ class Broker:
             config.limits.max_topic_levels, config.limits.max_topic_length
         )
         self.stats = BrokerStats()
+        # What MQTT 5.0 connections are told and held to; None: 5.0 is off.
+        self.limits5 = config.mqtt5.server_limits(config.limits.max_packet_size)
         self.command_host = CommandHost(self)
         if listeners is None:
             listeners = [
@@ -118,6 +122,7 @@ class Broker:
         self.retained: RetainedMessages
         self.router: Router
         self.subscriptions: SubscriptionManager
+        self.wills: Wills
         self.housekeeping: Housekeeping
         self.sys: SysReporter
         self._event_handlers: dict[type, Callable[[Client, Any], None]] = {}
@@ -232,6 +237,7 @@ class Broker:
             self.registry,
             self.deliveries,
             self.topic_limits,
+            config.mqtt5.max_session_expiry_interval,
         )
         self.router = Router(
             committer,
@@ -257,8 +263,10 @@ class Broker:
             self.topic_limits,
             self.stats,
             config.limits.max_subscriptions_per_client,
+            self.limits5,
         )
-        sessions.attach(self.router, self.subscriptions)
+        self.wills = Wills(self.loop, self.hooks, self.stats, self.router, committer)
+        sessions.attach(self.router, self.subscriptions, self.wills)
         self.housekeeping = Housekeeping(
             config,
             self.store,
@@ -267,6 +275,7 @@ class Broker:
             self.subscriptions,
             self.retained,
             lambda: self.router.next_seq,
+            sessions.expire,
         )
         self.sys = SysReporter(
             config,
@@ -299,6 +308,7 @@ class Broker:
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._sys_task
             await self.housekeeping.stop()
+            self.wills.stop()
             for client in list(self.clients):
                 if client.transport is not None:
                     client.flush()

@@ -10,10 +10,13 @@ deliveries waiting for a connection or for room in the in-flight window.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from typing import TYPE_CHECKING, Protocol
 
 from ..protocol import Flows, encode_publish
+from ..protocol.peer5 import NO_EXPIRY
+from ..protocol.properties import Properties, message_expiry_property, message_properties
 from ..store import StoredMessage
 
 if TYPE_CHECKING:
@@ -28,6 +31,7 @@ class Message:
         "client_id",
         "expiry_at",
         "payload",
+        "properties",
         "qos",
         "refs",
         "retain",
@@ -66,7 +70,12 @@ class Message:
         self.ts_us = ts_us
         self.store_id = 0  # id in the store's messages table; 0 = not stored there
         self.refs = 0  # durable deliveries that reference store_id
-        self.expiry_at = 0.0  # UTC seconds after which a retained copy is gone; 0 = never
+        # UTC seconds after which the message is gone: a retained copy (MQ Expiry, MQTT 5.0's
+        # Message Expiry Interval), and a queued one not yet sent (5.0); 0 = never.
+        self.expiry_at = 0.0
+        # MQTT 5.0 properties forwarded to subscribers (`protocol.message_properties`): b""
+        # for none, and for every message published at 3.1/3.1.1.
+        self.properties = b""
         self._frames: list[bytes | None] = [frame_qos0, None]
 
     def frame_qos0(self, retain: bool) -> bytes:
@@ -79,6 +88,24 @@ class Message:
             )
         return frame
 
+    def take_properties(self, props: Properties) -> None:
+        """An MQTT 5.0 PUBLISH's (or will's) properties: what is forwarded, and when the
+        message expires (counted from its receipt)."""
+        self.properties = message_properties(props)
+        if props.message_expiry_interval is not None:
+            self.expiry_at = self.ts_us / 1e6 + props.message_expiry_interval
+
+    def properties5(self, now: float) -> bytes | None:
+        """The properties of a PUBLISH of this message to an MQTT 5.0 client, with what is
+        left of its expiry interval; None when it has expired."""
+        expiry_at = self.expiry_at
+        if not expiry_at:
+            return self.properties
+        remaining = math.ceil(expiry_at - now)
+        if remaining <= 0:
+            return None
+        return message_expiry_property(remaining) + self.properties
+
     def to_stored(self) -> StoredMessage:
         return StoredMessage(
             id=self.store_id,
@@ -90,6 +117,8 @@ class Message:
             client_id=self.client_id,
             user_id=self.user_id,
             ts_us=self.ts_us,
+            properties=self.properties,
+            expiry_at=self.expiry_at,
         )
 
     @classmethod
@@ -105,6 +134,8 @@ class Message:
             stored.ts_us,
         )
         message.store_id = stored.id
+        message.properties = stored.properties
+        message.expiry_at = stored.expiry_at
         return message
 
 
@@ -134,12 +165,20 @@ class DeliveryTarget(Protocol):
 
 class Session:
     """State of one client id (see module docstring). Deliveries go to `client` while one is
-    connected, or to `target` (a session with a target has no client)."""
+    connected, or to `target` (a session with a target has no client).
+
+    A persistent session lasts `expiry_interval` seconds after its connection ends (MQTT
+    5.0's Session Expiry Interval; `NO_EXPIRY` for 3.1/3.1.1 and MQ queues): `expires_at`
+    is then when, in UTC seconds, and 0 while connected or forever.
+    """
 
     __slots__ = (
         "client",
         "client_id",
+        "created_us",
         "dropped",
+        "expires_at",
+        "expiry_interval",
         "flows",
         "held",
         "holding",
@@ -157,6 +196,9 @@ class Session:
     ) -> None:
         self.client_id = client_id
         self.persistent = persistent
+        self.expiry_interval = NO_EXPIRY if persistent else 0
+        self.expires_at = 0.0
+        self.created_us = 0  # UTC microseconds, kept in the store record
         self.sub_point = sub_point
         self.user_id = ""
         self.subscriptions: dict[str, int] = {}  # topic filter -> granted QoS

@@ -15,16 +15,18 @@ whatever its clean-session flag: it can neither resume, discard nor take over th
 A resumed session keeps only what its user may read (subscriptions another user registered
 for it, queued and in-flight messages): the ACL may have changed since.
 
-When a connection ends without DISCONNECT its will is published (through the hooks'
-authorization, like any PUBLISH); a clean session ends with its connection, a persistent one
-waits for the next. An MQ queue is a session too (`ensure_queue`), persistent and owned by
-the user whose RegSub created it.
+When a connection ends without DISCONNECT its will is published (wills.py); a clean session
+ends with its connection, a persistent one waits for the next: for ever at MQTT 3.1/3.1.1,
+for its Session Expiry Interval at 5.0 (kept in the store, so that it holds across a
+restart; housekeeping ends the sessions whose time is up, `expire`). An MQ queue is a
+session too (`ensure_queue`), persistent and owned by the user whose RegSub created it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections import deque
 from typing import TYPE_CHECKING
@@ -38,7 +40,7 @@ from ..protocol import (
     TopicLimits,
 )
 from ..protocol.flows import InflightState
-from ..protocol.packets import Will
+from ..protocol.peer5 import NO_EXPIRY
 from ..store import SessionRecord
 from ..subscriptions import Registry
 from .auth import Action
@@ -46,8 +48,9 @@ from .committer import Committer
 from .delivery import Deliveries
 from .hooks import Hooks
 from .router import Router, now_us
-from .session import Delivery, DeliveryTarget, Message, Session
+from .session import Delivery, DeliveryTarget, Session
 from .subscribe import SubscriptionManager
+from .wills import Wills
 
 if TYPE_CHECKING:
     from .client import Client
@@ -73,9 +76,11 @@ class Sessions:
         registry: Registry,
         deliveries: Deliveries,
         topic_limits: TopicLimits,
+        max_session_expiry: int = NO_EXPIRY,
     ) -> None:
         self._loop = loop
         self._limits = limits
+        self._max_expiry = max_session_expiry
         self._topic_limits = topic_limits
         self._committer = committer
         self._stats = stats
@@ -88,12 +93,14 @@ class Sessions:
         self.deliveries = deliveries
         self.router: Router  # see attach
         self.subscriptions: SubscriptionManager
+        self.wills: Wills
 
-    def attach(self, router: Router, subscriptions: SubscriptionManager) -> None:
+    def attach(self, router: Router, subscriptions: SubscriptionManager, wills: Wills) -> None:
         """The rooms that read `by_id` (and so are made after this one), for wills and for
         the subscriptions of sessions that end."""
         self.router = router
         self.subscriptions = subscriptions
+        self.wills = wills
 
     # -- connections ----------------------------------------------------------
 
@@ -109,7 +116,13 @@ class Sessions:
             self._connect(client, event)
 
     def on_disconnect(self, client: Client, event: DisconnectRequested) -> None:
-        client.will = None
+        if not event.keeps_will:
+            client.will = None
+        session = client.session
+        expiry = event.session_expiry_interval
+        if expiry is not None and session is not None and session.persistent:
+            session.expiry_interval = min(expiry, self._max_expiry)
+            self._save(session)
 
     def _authenticate_later(self, client: Client, event: ConnectRequested) -> bool:
         """Check a password off the event loop (a key derivation takes a while).
@@ -151,10 +164,16 @@ class Sessions:
         future.add_done_callback(done)
         return True
 
-    def _refuse(self, client: Client, code: ConnectReturnCode, reason: str) -> None:
+    def _refuse(
+        self,
+        client: Client,
+        code: ConnectReturnCode,
+        reason: str,
+        code5: ReasonCode | None = None,
+    ) -> None:
         connection = client.connection
         assert connection is not None
-        closed = connection.refuse(code, reason)
+        closed = connection.refuse(code, reason, code5)
         self.on_closed(client, closed)
 
     def _connect(
@@ -169,6 +188,15 @@ class Sessions:
                 client,
                 ConnectReturnCode.SERVER_UNAVAILABLE,
                 f"connection limit of {limits.max_connections} reached",
+            )
+            return
+        props = packet.properties
+        if props is not None and props.authentication_method is not None:
+            self._refuse(
+                client,
+                ConnectReturnCode.NOT_AUTHORIZED,
+                f"authentication method {props.authentication_method!r} is not configured",
+                ReasonCode.BAD_AUTHENTICATION_METHOD,
             )
             return
         hooks = self._hooks
@@ -227,25 +255,45 @@ class Sessions:
             )
         session = self.by_id.get(client_id)
         present = False
-        if packet.clean_session:
-            if session is not None:
-                self.discard(session)
-            session = Session(client_id, False, limits.max_inflight, client.listener.sub_point)
-            session.user_id = user_id
-            self.by_id[client_id] = session
-        elif session is not None and session.persistent:
-            present = True
+        peer5 = connection.peer5
+        # MQTT 5.0: the session lasts as long as the client asks, up to the configured cap;
+        # 3.1/3.1.1: a persistent session (clean session 0) lasts until the client ends it.
+        if peer5 is not None:
+            expiry = min(peer5.session_expiry_interval, self._max_expiry)
         else:
+            expiry = 0 if packet.clean_session else NO_EXPIRY
+        if packet.clean_session or session is None or not session.persistent:
             if session is not None:
                 self.discard(session)
-            session = self._new_persistent(client_id, client.listener.sub_point, user_id)
+            sub_point = client.listener.sub_point
+            if expiry:
+                session = self._new_persistent(client_id, sub_point, user_id, expiry)
+            else:
+                session = Session(client_id, False, limits.max_inflight, sub_point)
+                session.user_id = user_id
+                self.by_id[client_id] = session
+        else:
+            present = True
+            if session.expires_at or session.expiry_interval != expiry:
+                session.expires_at = 0.0  # connected: it does not expire
+                session.expiry_interval = expiry
+                self._save(session)
+        self.wills.cancel(client_id)  # a new connection to the session, in time
         if present and hooks.authorizers:
             self._recheck(session, client)
         session.client = client
         client.session = session
         self.connected += 1
         self._stats.clients_total_ever += 1
-        connection.accept(present, session.flows, self._loop.time())
+        oversized = connection.accept(
+            present,
+            session.flows,
+            self._loop.time(),
+            assigned_client_id=client_id if peer5 is not None and not packet.client_id else None,
+            session_expiry_interval=(
+                expiry if peer5 is not None and expiry != peer5.session_expiry_interval else None
+            ),
+        )
         log.debug(
             "client %r connected from %s (level %d, clean %s, keepalive %d)",
             client_id,
@@ -254,22 +302,49 @@ class Sessions:
             packet.clean_session,
             packet.keepalive,
         )
+        if oversized:  # in flight, and beyond the Maximum Packet Size this client has now
+            self.deliveries.drop_too_large(oversized)
         if hooks.session_up:
             hooks.notify(hooks.session_up, client_id, user_id, present)
         if session.queue:
             self.deliveries.pump(session)
 
-    def _new_persistent(self, client_id: str, sub_point: str, user_id: str) -> Session:
+    def _new_persistent(
+        self, client_id: str, sub_point: str, user_id: str, expiry: int = NO_EXPIRY
+    ) -> Session:
         session = Session(client_id, True, self._limits.max_inflight, sub_point)
         session.user_id = user_id
+        session.expiry_interval = expiry
+        session.created_us = now_us()
         self.by_id[client_id] = session
-        self._committer.pending.put_session(
-            SessionRecord(
-                client_id, {"sub_point": sub_point, "user_id": user_id, "created_us": now_us()}
-            )
-        )
-        self._committer.schedule()
+        self._save(session)
         return session
+
+    def _save(self, session: Session) -> None:
+        """The session's record: who owns it, and how long it outlives its connection."""
+        data: dict[str, object] = {
+            "sub_point": session.sub_point,
+            "user_id": session.user_id,
+            "created_us": session.created_us,
+        }
+        if session.expiry_interval != NO_EXPIRY:
+            data["expiry_interval"] = session.expiry_interval
+        if session.expires_at:
+            data["expires_at"] = session.expires_at
+        self._committer.pending.put_session(SessionRecord(session.client_id, data))
+        self._committer.schedule()
+
+    def expire(self, now: float) -> int:
+        """End the disconnected sessions whose expiry interval has passed (housekeeping)."""
+        expired = [
+            session
+            for session in self.by_id.values()
+            if session.expires_at and session.expires_at <= now and session.client is None
+        ]
+        for session in expired:
+            log.info("session %r expired", session.client_id)
+            self.discard(session)
+        return len(expired)
 
     def open_local(self, target: DeliveryTarget, sub_point: str) -> Session:
         """A clean session without a connection, delivering to `target` (embedded.py)."""
@@ -356,6 +431,7 @@ class Sessions:
 
     def discard(self, session: Session) -> None:
         """Forget a session entirely (clean session start, or clean session end)."""
+        self.wills.session_ended(session.client_id)
         self.subscriptions.remove_queue(session.client_id)
         committer = self._committer
         if session.persistent:
@@ -392,8 +468,16 @@ class Sessions:
             )
         will = client.will
         client.will = None
-        if will is not None and session is not None and not event.graceful:
-            self._publish_will(client, will)
+        if will is not None and session is not None:
+            # A DISCONNECT of reason 0 dropped it (`on_disconnect`); any other end publishes
+            # it, after its delay when the session outlives the connection (wills.py).
+            kept = 0.0
+            if session.client is client and session.persistent:
+                interval = session.expiry_interval
+                kept = float("inf") if interval == NO_EXPIRY else float(interval)
+            self.wills.connection_ended(
+                will, client.client_id, client.user_id, client.listener.sub_point, kept
+            )
         if session is not None:
             self.connected -= 1
             hooks = self._hooks
@@ -401,27 +485,12 @@ class Sessions:
                 hooks.notify(hooks.session_down, client.client_id, event.graceful, event.reason)
             if session.client is client:
                 session.client = None
-                if not session.persistent:
+                if not session.persistent or not session.expiry_interval:
                     self.discard(session)
+                elif session.expiry_interval != NO_EXPIRY:
+                    session.expires_at = time.time() + session.expiry_interval
+                    self._save(session)
         client.session = None
-
-    def _publish_will(self, client: Client, will: Will) -> None:
-        if not self._hooks.may(Action.PUBLISH, will.topic, client.user_id, client.client_id):
-            self._stats.publish_denied += 1
-            log.info("client %r: will to %r denied", client.client_id, will.topic)
-            return
-        message = Message(
-            will.topic,
-            will.payload,
-            will.qos,
-            will.retain,
-            client.listener.sub_point,
-            client.client_id,
-            client.user_id,
-            now_us(),
-        )
-        self.router.accept(message, hand_off_now=True)
-        self._committer.schedule()
 
     def close_all(self, reason: str) -> None:
         """Close every connection (a store failure: their acknowledgements will not come, so

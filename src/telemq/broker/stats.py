@@ -43,8 +43,10 @@ class BrokerStats:
         "commands",
         "journal_trimmed",
         "messages_dropped",
+        "messages_expired",
         "messages_received",
         "messages_sent",
+        "messages_too_large",
         "publish_denied",
         "publish_received",
         "publish_sent",
@@ -55,7 +57,9 @@ class BrokerStats:
     def __init__(self) -> None:
         self.messages_received = 0  # PUBLISH packets accepted from clients
         self.messages_sent = 0  # PUBLISH packets sent to clients
-        self.messages_dropped = 0  # deliveries dropped (queue full, slow consumer)
+        self.messages_dropped = 0  # deliveries dropped (queue full, slow consumer, ...)
+        self.messages_too_large = 0  # of those: above an MQTT 5.0 client's maximum packet size
+        self.messages_expired = 0  # of those: MQTT 5.0 message expiry passed while queued
         self.publish_received = 0
         self.publish_sent = 0
         self.clients_total_ever = 0
@@ -138,6 +142,8 @@ class SysReporter:
             "messages/received": str(stats.messages_received),
             "messages/sent": str(stats.messages_sent),
             "messages/dropped": str(stats.messages_dropped),
+            "messages/dropped/too large": str(stats.messages_too_large),
+            "messages/dropped/expired": str(stats.messages_expired),
             "publish/messages/received": str(stats.publish_received),
             "publish/messages/denied": str(stats.publish_denied),
             "commands/received": str(stats.commands),

@@ -30,13 +30,18 @@ from typing import TYPE_CHECKING
 
 from ..protocol import (
     SUBACK_FAILURE,
+    SUBSCRIPTION_QOS,
+    Connection,
     ProtocolLevel,
+    ReasonCode,
     SubAck,
     SubscribeRequested,
     TopicLimits,
     UnsubAck,
     UnsubscribeRequested,
+    is_wildcard_filter,
 )
+from ..protocol.peer5 import ServerLimits5
 from ..store import SubscriptionRecord
 from ..subscriptions import PERSISTENCE_RANK, Identity, Registry, Subscription
 from .auth import Action
@@ -71,8 +76,10 @@ class SubscriptionManager:
         topic_limits: TopicLimits,
         stats: BrokerStats,
         max_subscriptions: int,
+        limits5: ServerLimits5 | None = None,
     ) -> None:
         self._qmgr_name = qmgr_name
+        self._limits5 = limits5
         self._topic_limits = topic_limits
         self._stats = stats
         self._max_subscriptions = max_subscriptions  # per session; 0 = unlimited
@@ -112,19 +119,22 @@ class SubscriptionManager:
         hooks = self._hooks
         identity = Identity(self._qmgr_name, session.client_id, "")
         limits = self._topic_limits
-        for topic_filter, qos in packet.topics:
+        limits5 = self._limits5 if connection.peer5 is not None else None
+        for topic_filter, options in packet.topics:
+            # 5.0: subscription options, whose bits 0-1 are the QoS; 3.1/3.1.1: the QoS.
+            qos = options & SUBSCRIPTION_QOS
+            code5 = ReasonCode.TOPIC_FILTER_INVALID
             problem = limits.filter_error(topic_filter)
+            if problem is None and limits5 is not None:
+                qos = min(qos, limits5.maximum_qos)
+                code5, problem = _unavailable(topic_filter, limits5)
             if problem is None and not hooks.may(
                 Action.SUBSCRIBE, topic_filter, client.user_id, client.client_id
             ):
-                problem = "not authorized"
+                code5, problem = ReasonCode.NOT_AUTHORIZED, "not authorized"
             if problem:
                 log.info("client %r: refused subscription: %s", session.client_id, problem)
-                if connection.protocol_level >= ProtocolLevel.MQTT_3_1_1:
-                    codes.append(SUBACK_FAILURE)
-                else:
-                    # MQTT 3.1 has no failure code: grant, and deliver nothing.
-                    codes.append(qos)
+                codes.append(_refusal(connection, qos, code5))
                 continue
             key = (identity, topic_filter, session.sub_point, "")
             subscription = registry.get(key)
@@ -135,9 +145,7 @@ class SubscriptionManager:
                     topic_filter,
                     self._max_subscriptions,
                 )
-                codes.append(
-                    SUBACK_FAILURE if connection.protocol_level >= ProtocolLevel.MQTT_3_1_1 else qos
-                )
+                codes.append(_refusal(connection, qos, ReasonCode.QUOTA_EXCEEDED))
                 continue
             if subscription is None:
                 subscription = Subscription(
@@ -181,15 +189,19 @@ class SubscriptionManager:
         if session is None or connection is None:
             return
         identity = Identity(self._qmgr_name, session.client_id, "")
+        codes: list[int] = []  # MQTT 5.0 only: one reason code per filter
         for topic_filter in event.packet.topics:
             subscription = self._registry.get((identity, topic_filter, session.sub_point, ""))
             if subscription is not None:
                 self.remove(subscription)
+                codes.append(ReasonCode.NORMAL_DISCONNECTION)  # 0: success
+            else:
+                codes.append(ReasonCode.NO_SUBSCRIPTION_EXISTED)
         packet_id = event.packet.packet_id
 
         def answer() -> None:
             if not connection.closed:
-                connection.send(UnsubAck(packet_id))
+                connection.send(UnsubAck(packet_id, codes))
                 client.mark_dirty()
 
         self._committer.after(answer)
@@ -344,3 +356,26 @@ class _RetainedJob:
         self.position = 0
         self.sent = 0
         self.dropped = 0
+
+
+def _refusal(connection: Connection, qos: int, code5: ReasonCode) -> int:
+    """The SUBACK code of a refused subscription: `code5` at 5.0, 0x80 at 3.1.1; and at 3.1,
+    which has no failure code, the QoS: granted, and nothing is delivered."""
+    if connection.peer5 is not None:
+        return code5
+    return SUBACK_FAILURE if connection.protocol_level >= ProtocolLevel.MQTT_3_1_1 else qos
+
+
+def _unavailable(topic_filter: str, limits: ServerLimits5) -> tuple[ReasonCode, str | None]:
+    """A 5.0 subscription to a feature this server does not offer: its code and why."""
+    if topic_filter.startswith("$share/") and not limits.shared_subscription_available:
+        return (
+            ReasonCode.SHARED_SUBSCRIPTIONS_NOT_SUPPORTED,
+            "shared subscriptions are not available",
+        )
+    if not limits.wildcard_subscription_available and is_wildcard_filter(topic_filter):
+        return (
+            ReasonCode.WILDCARD_SUBSCRIPTIONS_NOT_SUPPORTED,
+            "wildcard subscriptions are not available",
+        )
+    return ReasonCode.NORMAL_DISCONNECTION, None

@@ -550,7 +550,8 @@ class Decoder:
                 if end - pos > self.max_packet_size:
                     raise MalformedPacket(
                         f"packet of {end - pos} bytes exceeds the maximum packet size "
-                        f"of {self.max_packet_size} bytes"
+                        f"of {self.max_packet_size} bytes",
+                        0x95,  # Packet too large
                     )
                 if end > size:
                     break

@@ -29,6 +29,14 @@ Any protocol violation ends in `ConnectionClosed` with the reason; after it
 the connection ignores input. Acknowledgements of *incoming* QoS 1/2
 publications are left to the owner, which sends them once the message is
 durable.
+
+MQTT 5.0 (when the owner gives `mqtt5`, the server's `ServerLimits5`): a level-5
+CONNECT gives the connection a `Peer5` (peer5.py): the client's limits, the aliases
+and the 5.0 packets the server writes. CONNACK states the limits; an error after it
+is a DISCONNECT with its reason code before the close; incoming PUBLISHes are held
+to the limits (a payload that is not the UTF-8 it says is refused in its PUBACK or
+PUBREC, 0x99); outgoing ones respect the client's Receive Maximum and Maximum Packet
+Size (`deliver` returns 0 for a message too large) and use the aliases it allows.
 """
 
 from __future__ import annotations
@@ -67,9 +75,12 @@ from .packets import (
     Subscribe,
     Unsubscribe,
 )
+from .peer5 import Peer5, ServerLimits5
 from .reasons import REFUSAL_REASONS, ReasonCode
 
 MAX_CLIENT_ID_3_1 = 23
+_PUBACK = PacketType.PUBACK
+_PUBREC = PacketType.PUBREC
 
 
 class ConnectionState(enum.Enum):
@@ -80,20 +91,23 @@ class ConnectionState(enum.Enum):
 
 
 class Connection:
-    """Server-side MQTT 3.1/3.1.1 connection state machine (see module docstring)."""
+    """Server-side MQTT 3.1/3.1.1/5.0 connection state machine (see module docstring)."""
 
     __slots__ = (
         "_closed_reason",
         "_connect_deadline",
         "_decoder",
         "_keepalive_window",
+        "_limits5",
         "_out",
+        "_waiting",
         "bytes_received",
         "bytes_sent",
         "closed",
         "flows",
         "keepalive",
         "last_received",
+        "peer5",
         "protocol_level",
         "retry_interval",
         "state",
@@ -106,12 +120,19 @@ class Connection:
         max_packet_size: int = 1024 * 1024,
         connect_timeout: float = 10.0,
         retry_interval: float = 20.0,
+        mqtt5: ServerLimits5 | None = None,
     ) -> None:
         self.state = ConnectionState.AWAIT_CONNECT
         # `state is CLOSED`, kept as a plain attribute: read several times per packet.
         self.closed = False
-        self._decoder = Decoder(max_packet_size=max_packet_size)
+        self._limits5 = mqtt5
+        # The client's side at level 5; None at 3.1/3.1.1 (or before CONNECT).
+        self.peer5: Peer5 | None = None
+        self._decoder = Decoder(max_packet_size=max_packet_size, mqtt5=mqtt5 is not None)
         self._out: list[bytes] = []
+        # MQTT 5.0: packet ids in flight not re-sent yet on this connection: beyond the
+        # client's Receive Maximum when it resumed its session (`resend_inflight`).
+        self._waiting: list[int] = []
         self._connect_deadline: float | None = now + connect_timeout
         self._closed_reason = ""
         self._keepalive_window = 0.0
@@ -147,7 +168,8 @@ class Connection:
             if self.closed:
                 return events
         if error is not None and self.state is not ConnectionState.CONNECTING:
-            events.append(self._fail(f"malformed packet: {error}", ReasonCode.MALFORMED_PACKET))
+            code = _reason(error.reason)  # "malformed packet: ...", "packet too large: ..."
+            events.append(self._fail(f"{code.name.lower().replace('_', ' ')}: {error}", code))
         return events
 
     @property
@@ -163,6 +185,8 @@ class Connection:
                 events.append(
                     self._fail("the first packet is not CONNECT", ReasonCode.PROTOCOL_ERROR)
                 )
+                return
+            if self.peer5 is not None and not self._check_publish5(packet, events):
                 return
             duplicate = False
             flows = self.flows
@@ -185,17 +209,28 @@ class Connection:
                 )
             return
         flows = self.flows
+        peer = self.peer5
+        if peer is not None and (kind is Subscribe or kind is Disconnect):
+            assert isinstance(packet, Subscribe | Disconnect) and self._limits5 is not None
+            refusal, problem = peer.check_request(packet, self._limits5)
+            if refusal:
+                events.append(self._fail(problem, refusal))
+                return
         if kind is PubAck:
             assert isinstance(packet, PubAck)
             inflight = flows.acknowledge(packet.packet_id) if flows else None
             if inflight is not None:
-                events.append(DeliveryAcknowledged(packet.packet_id, inflight.ref))
+                self._completed(inflight, now, events)
             else:
                 self._check_ack_kind("PUBACK", packet.packet_id, events)
         elif kind is PubRec:
             assert isinstance(packet, PubRec)
             inflight = flows.received(packet.packet_id, now) if flows else None
-            if inflight is not None:
+            if inflight is not None and packet.reason_code >= 0x80 and flows is not None:
+                # MQTT 5.0: a PUBREC with an error ends the exchange; no PUBREL follows.
+                flows.complete(packet.packet_id)
+                self._completed(inflight, now, events)
+            elif inflight is not None:
                 # The owner sends PUBREL once the released state is durable: after a
                 # crash it must resume with PUBREL, never re-send the PUBLISH.
                 events.append(DeliveryReceived(packet.packet_id, inflight.ref))
@@ -206,7 +241,7 @@ class Connection:
             assert isinstance(packet, PubComp)
             inflight = flows.complete(packet.packet_id) if flows else None
             if inflight is not None:
-                events.append(DeliveryAcknowledged(packet.packet_id, inflight.ref))
+                self._completed(inflight, now, events)
             else:
                 self._check_ack_kind("PUBCOMP", packet.packet_id, events)
         elif kind is PubRel:
@@ -222,11 +257,12 @@ class Connection:
             assert isinstance(packet, Unsubscribe)
             events.append(UnsubscribeRequested(packet))
         elif kind is Disconnect:
-            events.append(DisconnectRequested())
-            self._close("client sent DISCONNECT")
-            events.append(
-                ConnectionClosed(self._closed_reason, True, ReasonCode.NORMAL_DISCONNECTION)
-            )
+            assert isinstance(packet, Disconnect)
+            code = packet.reason_code
+            expiry = packet.properties.session_expiry_interval if packet.properties else None
+            events.append(DisconnectRequested(code, expiry))
+            self._close("client sent DISCONNECT" + (f" (reason 0x{code:02X})" if code else ""))
+            events.append(ConnectionClosed(self._closed_reason, True, _reason(code)))
         elif kind is Connect:
             events.append(
                 self._fail("a second CONNECT on the same connection", ReasonCode.PROTOCOL_ERROR)
@@ -237,6 +273,29 @@ class Connection:
                     f"a client may not send {packet.packet_type.name}", ReasonCode.PROTOCOL_ERROR
                 )
             )
+
+    def _check_publish5(self, packet: Publish, events: list[Event]) -> bool:
+        """An MQTT 5.0 PUBLISH against this connection's limits (`Peer5.check_publish`);
+        False when it goes no further: the connection failed, or the PUBLISH is refused in
+        its PUBACK/PUBREC (a payload that is not the UTF-8 it says it is)."""
+        peer = self.peer5
+        limits = self._limits5
+        assert peer is not None and limits is not None
+        code, problem = peer.check_publish(packet, limits)
+        if not code:
+            return True
+        if code == ReasonCode.PAYLOAD_FORMAT_INVALID and packet.qos:
+            self.acknowledge(_PUBACK if packet.qos == 1 else _PUBREC, packet.packet_id, code)
+        else:
+            events.append(self._fail(problem, code))
+        return False
+
+    def _completed(self, inflight: Inflight, now: float, events: list[Event]) -> None:
+        """An outbound exchange is over: the owner hears of it, and a PUBLISH waiting for
+        room in the client's Receive Maximum goes (`resend_inflight`)."""
+        events.append(DeliveryAcknowledged(inflight.packet_id, inflight.ref))
+        if self._waiting:
+            self._send_waiting(now)
 
     def _check_ack_kind(self, name: str, packet_id: int, events: list[Event]) -> bool:
         """An acknowledgement that did not fit its id: True (and the connection failed) when
@@ -257,6 +316,16 @@ class Connection:
 
     def _handle_connect(self, packet: Connect, events: list[Event]) -> None:
         level = packet.protocol_level
+        limits = self._limits5
+        if level == ProtocolLevel.MQTT_5 and limits is not None and packet.protocol_name == "MQTT":
+            self.protocol_level = level
+            self.peer5 = Peer5.from_connect(packet.properties)
+            keepalive = packet.keepalive
+            if limits.server_keep_alive and not 0 < keepalive <= limits.server_keep_alive:
+                keepalive = limits.server_keep_alive  # sent back as Server Keep Alive
+            # An empty client id is allowed whatever Clean Start says: the server assigns one.
+            self._connecting(keepalive, packet, events)
+            return
         if level not in (ProtocolLevel.MQTT_3_1, ProtocolLevel.MQTT_3_1_1):
             self._out.append(encode(ConnAck(ConnectReturnCode.UNACCEPTABLE_PROTOCOL_VERSION)))
             events.append(
@@ -285,42 +354,110 @@ class Connection:
                 )
             )
             return
+        self._connecting(packet.keepalive, packet, events)
+
+    def _connecting(self, keepalive: int, packet: Connect, events: list[Event]) -> None:
         self.state = ConnectionState.CONNECTING
         self._connect_deadline = None
-        self.keepalive = packet.keepalive
-        self._keepalive_window = 1.5 * packet.keepalive
+        self.keepalive = keepalive
+        self._keepalive_window = 1.5 * keepalive
         events.append(ConnectRequested(packet))
 
     # -- answers from the owner ----------------------------------------
 
-    def accept(self, session_present: bool, flows: Flows, now: float) -> None:
-        """Send CONNACK 0 and attach the session's flows; re-sends what is in flight."""
+    def accept(
+        self,
+        session_present: bool,
+        flows: Flows,
+        now: float,
+        *,
+        assigned_client_id: str | None = None,
+        session_expiry_interval: int | None = None,
+    ) -> list[object]:
+        """Send CONNACK 0 and attach the session's flows; re-sends what is in flight.
+
+        MQTT 5.0: `assigned_client_id` when the server chose the client id, and
+        `session_expiry_interval` when the server's differs from the client's request.
+        Returns the refs of in-flight messages dropped because they are larger than the
+        client's Maximum Packet Size (see `resend_inflight`).
+        """
         self.flows = flows
         flows.connection_number += 1
         self.state = ConnectionState.CONNECTED
-        # MQTT 3.1 has no session present flag: the byte is reserved (0).
-        present = session_present and self.protocol_level >= ProtocolLevel.MQTT_3_1_1
-        self._out.append(encode(ConnAck(ConnectReturnCode.ACCEPTED, present)))
+        peer = self.peer5
+        limits = self._limits5
+        if peer is not None and limits is not None:
+            flows.limit_window(peer.receive_maximum)
+            self._out.append(
+                peer.connack(
+                    limits,
+                    session_present,
+                    self.keepalive,
+                    assigned_client_id,
+                    session_expiry_interval,
+                )
+            )
+        else:
+            flows.limit_window(flows.configured_inflight)
+            # MQTT 3.1 has no session present flag: the byte is reserved (0).
+            present = session_present and self.protocol_level >= ProtocolLevel.MQTT_3_1_1
+            self._out.append(encode(ConnAck(ConnectReturnCode.ACCEPTED, present)))
         if flows.outbound:
-            self.resend_inflight(now)
+            return self.resend_inflight(now)
+        return []
 
-    def refuse(self, return_code: ConnectReturnCode, reason: str) -> ConnectionClosed:
-        """Send CONNACK with a failure code; the owner closes the transport after flushing."""
-        self._out.append(encode(ConnAck(return_code, False)))
-        return self._fail(reason, REFUSAL_REASONS.get(return_code, ReasonCode.UNSPECIFIED_ERROR))
+    def refuse(
+        self, return_code: ConnectReturnCode, reason: str, code5: ReasonCode | None = None
+    ) -> ConnectionClosed:
+        """Send CONNACK with a failure code; the owner closes the transport after flushing.
 
-    def resend_inflight(self, now: float) -> None:
-        """Re-send every unfinished outbound flow in order: PUBLISH with DUP=1, or PUBREL."""
-        if self.flows is None:
-            return
+        At MQTT 5.0 the CONNACK carries `code5` (by default the 5.0 code of `return_code`)
+        and the reason as its Reason String.
+        """
+        code = code5 if code5 is not None else REFUSAL_REASONS[return_code]
+        if self.peer5 is not None:
+            self._out.append(self.peer5.refusal(code, reason))
+        else:
+            self._out.append(encode(ConnAck(return_code, False)))
+        return self._fail(reason, code)
+
+    def resend_inflight(self, now: float) -> list[object]:
+        """Re-send every unfinished outbound flow in order: PUBLISH with DUP=1, or PUBREL.
+
+        MQTT 5.0: no more than the client's Receive Maximum (the rest go out as
+        acknowledgements free room), and nothing larger than its Maximum Packet Size: such
+        a message is dropped; the refs of those are returned.
+        """
+        flows = self.flows
+        if flows is None:
+            return []
         out = self._out
-        for inflight in self.flows.outbound.values():
+        peer = self.peer5
+        if peer is None:
+            for inflight in flows.outbound.values():
+                self._resend(inflight, now, out)
+            return []
+        resend, self._waiting, dropped = peer.plan_resend(flows)
+        for inflight in resend:
             self._resend(inflight, now, out)
+        return dropped
+
+    def _send_waiting(self, now: float) -> None:
+        """An acknowledgement freed room: the next in-flight PUBLISH not re-sent yet."""
+        flows = self.flows
+        assert flows is not None
+        while self._waiting:
+            inflight = flows.outbound.get(self._waiting.pop(0))
+            if inflight is not None:
+                self._resend(inflight, now, self._out)
+                return
 
     def _resend(self, inflight: Inflight, now: float, out: list[bytes]) -> None:
         inflight.sent_at = now
         if inflight.state is InflightState.RELEASED:
             out.append(encode_ack(PacketType.PUBREL, inflight.packet_id))
+        elif self.peer5 is not None:
+            out.append(self.peer5.encode_publish(inflight, True))
         else:
             out.append(
                 encode_publish(
@@ -335,12 +472,18 @@ class Connection:
 
     def send(self, packet: Packet) -> None:
         if not self.closed:
-            self._out.append(encode(packet))
+            self._out.append(encode(packet, self.protocol_level))
 
-    def acknowledge(self, packet_type: PacketType, packet_id: int) -> None:
-        """Queue PUBACK, PUBREC, PUBREL or PUBCOMP (`encode_ack`: no packet object)."""
-        if not self.closed:
+    def acknowledge(self, packet_type: PacketType, packet_id: int, reason_code: int = 0) -> None:
+        """Queue PUBACK, PUBREC, PUBREL or PUBCOMP (`encode_ack`: no packet object), with
+        an MQTT 5.0 reason code (ignored at 3.1/3.1.1, which have none)."""
+        if self.closed:
+            return
+        peer = self.peer5
+        if peer is None:
             self._out.append(encode_ack(packet_type, packet_id))
+            return
+        self._out.append(peer.acknowledgement(packet_type, packet_id, reason_code))
 
     def send_bytes(self, data: bytes) -> None:
         """Queue already encoded bytes (e.g. a QoS 0 PUBLISH shared by many subscribers)."""
@@ -356,19 +499,47 @@ class Connection:
         ref: object,
         now: float,
         send: bool = True,
+        properties: bytes = b"",
     ) -> int:
         """Track a QoS 1/2 PUBLISH until acknowledged and send it; returns its packet id.
 
         With `send=False` the message is only tracked: the owner writes the bytes
         (`publish_bytes`) once its packet id is durable, so that after a crash the
         message is re-sent with the same id and DUP=1, never as a new message.
+
+        MQTT 5.0: `properties` are the PUBLISH's properties, encoded without their length.
+        0 when the PUBLISH would exceed the client's Maximum Packet Size: nothing is
+        tracked, and the owner drops the message for this client [MQTT-3.1.2-25].
         """
-        if self.flows is None:
+        flows = self.flows
+        if flows is None:
             raise LocalProtocolError("deliver() before accept()")
-        inflight = self.flows.track(qos, topic, payload, retain, ref, now)
+        if self.peer5 is None:
+            inflight = flows.track(qos, topic, payload, retain, ref, now)
+            if send and not self.closed:
+                self._out.append(
+                    encode_publish(topic, payload, qos, retain, False, inflight.packet_id)
+                )
+            return inflight.packet_id
+        peer = self.peer5
+        if not peer.fits(topic, payload, qos, properties):
+            return 0
+        inflight = flows.track(qos, topic, payload, retain, ref, now, properties=properties)
         if send and not self.closed:
-            self._out.append(encode_publish(topic, payload, qos, retain, False, inflight.packet_id))
+            self._out.append(peer.encode_publish(inflight, False))
         return inflight.packet_id
+
+    def send_publish(self, topic: bytes, payload: bytes, retain: bool, properties: bytes) -> bool:
+        """MQTT 5.0: send a QoS 0 PUBLISH; False when it exceeds the client's Maximum Packet
+        Size (dropped). 3.1/3.1.1 QoS 0 PUBLISHes are shared frames (`send_bytes`)."""
+        peer = self.peer5
+        assert peer is not None
+        if not peer.fits(topic, payload, 0, properties):
+            return False
+        if not self.closed:
+            inflight = Inflight(0, 0, topic, payload, retain, None, properties=properties)
+            self._out.append(peer.encode_publish(inflight, False))
+        return True
 
     def publish_bytes(self, packet_id: int) -> bytes | None:
         """The first PUBLISH of a tracked message, or None if it is no longer in flight."""
@@ -376,6 +547,8 @@ class Connection:
         inflight = flows.outbound.get(packet_id) if flows is not None else None
         if inflight is None or inflight.state is not InflightState.PUBLISHED:
             return None
+        if self.peer5 is not None:
+            return self.peer5.encode_publish(inflight, False)
         return encode_publish(
             inflight.topic, inflight.payload, inflight.qos, inflight.retain, False, packet_id
         )
@@ -390,11 +563,15 @@ class Connection:
         """The transport is gone; reports the end unless it was already reported."""
         if self.state is ConnectionState.CLOSED:
             return []
-        return [self._fail(reason)]
+        self._close(reason)
+        return [ConnectionClosed(reason, False, ReasonCode.UNSPECIFIED_ERROR)]
 
     def _fail(
         self, reason: str, code: ReasonCode = ReasonCode.UNSPECIFIED_ERROR
     ) -> ConnectionClosed:
+        """End the connection for `reason`; an MQTT 5.0 client past CONNACK is told why."""
+        if self.peer5 is not None and self.state is ConnectionState.CONNECTED:
+            self._out.append(self.peer5.disconnect(code, reason))
         self._close(reason)
         return ConnectionClosed(reason, False, code)
 
@@ -466,3 +643,11 @@ class Connection:
                 if now >= inflight.sent_at + self.retry_interval:
                     self._resend(inflight, now, self._out)
         return []
+
+
+def _reason(code: int) -> ReasonCode:
+    """`code` as a `ReasonCode`, or "unspecified error" for one it does not name."""
+    try:
+        return ReasonCode(code)
+    except ValueError:
+        return ReasonCode.UNSPECIFIED_ERROR

@@ -17,7 +17,16 @@ class RemoteProtocolError(ProtocolError):
 
 
 class MalformedPacket(RemoteProtocolError):
-    """Bytes that do not form a valid MQTT packet (the codec's only error)."""
+    """Bytes that do not form a valid MQTT packet (the codec's only error).
+
+    `reason` is the MQTT 5.0 reason code an MQTT 5.0 peer is sent before the close: 0x81
+    (malformed packet) unless the error says otherwise (0x82 protocol error, 0x95 packet too
+    large, ...).
+    """
+
+    def __init__(self, message: str, reason: int = 0x81) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class LocalProtocolError(ProtocolError):

@@ -75,7 +75,18 @@ class UnsubscribeRequested:
 
 @dataclass(slots=True)
 class DisconnectRequested:
-    """A clean DISCONNECT: the will is discarded."""
+    """A DISCONNECT from the client. The will is discarded, unless the reason code (MQTT
+    5.0) is not 0 (normal disconnection): 0x04 asks for the will, and so does any error.
+
+    `session_expiry_interval` (MQTT 5.0) is the new interval when the DISCONNECT sets one.
+    """
+
+    reason_code: int = 0
+    session_expiry_interval: int | None = None
+
+    @property
+    def keeps_will(self) -> bool:
+        return self.reason_code != 0
 
 
 @dataclass(slots=True)

@@ -57,6 +57,9 @@ class Inflight:
     ref: OwnerRef
     state: InflightState = InflightState.PUBLISHED
     sent_at: float = 0.0
+    # MQTT 5.0: the PUBLISH's properties, encoded one after the other without their length
+    # (subscription identifiers, the message's own properties), to re-send it the same.
+    properties: bytes = b""
 
 
 class Flows:
@@ -64,6 +67,7 @@ class Flows:
 
     __slots__ = (
         "_last_id",
+        "configured_inflight",
         "connection_number",
         "incoming",
         "max_inflight",
@@ -72,7 +76,8 @@ class Flows:
     )
 
     def __init__(self, max_inflight: int = 0) -> None:
-        self.max_inflight = max_inflight if max_inflight > 0 else MAX_PACKET_ID
+        self.configured_inflight = max_inflight if max_inflight > 0 else MAX_PACKET_ID
+        self.max_inflight = self.configured_inflight
         self.outbound: dict[int, Inflight] = {}
         self.incoming: dict[int, object] = {}
         # packet id -> (release_digest, connection_number at the release), oldest first
@@ -81,6 +86,11 @@ class Flows:
         self._last_id = 0
 
     # -- outbound -------------------------------------------------------
+
+    def limit_window(self, receive_maximum: int) -> None:
+        """The connection taking these flows accepts at most `receive_maximum` unanswered
+        QoS 1/2 PUBLISHes (MQTT 5.0's Receive Maximum; 65535 for 3.1/3.1.1)."""
+        self.max_inflight = min(self.configured_inflight, receive_maximum)
 
     def has_window(self) -> bool:
         """True when another QoS 1/2 message may be sent now."""
@@ -108,6 +118,7 @@ class Flows:
         now: float,
         packet_id: int = 0,
         state: InflightState = InflightState.PUBLISHED,
+        properties: bytes = b"",
     ) -> Inflight:
         """Record an outbound message; allocates a packet id unless one is given."""
         if qos not in (1, 2):
@@ -116,7 +127,7 @@ class Flows:
             packet_id = self.allocate_packet_id()
         elif packet_id in self.outbound or not 0 < packet_id <= MAX_PACKET_ID:
             raise LocalProtocolError(f"packet id {packet_id} is invalid or already in use")
-        inflight = Inflight(packet_id, qos, topic, payload, retain, ref, state, now)
+        inflight = Inflight(packet_id, qos, topic, payload, retain, ref, state, now, properties)
         self.outbound[packet_id] = inflight
         return inflight
 

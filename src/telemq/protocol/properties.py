@@ -178,7 +178,7 @@ _NOT_ZERO: Final = sum(1 << i for i in (0x0B, 0x21, 0x23, 0x27))
 
 MALFORMED_PACKET: Final[int] = ReasonCode.MALFORMED_PACKET
 PROTOCOL_ERROR: Final[int] = ReasonCode.PROTOCOL_ERROR
-TOPIC_ALIAS_INVALID: Final = 0x94  # not (yet) in `ReasonCode`
+TOPIC_ALIAS_INVALID: Final[int] = ReasonCode.TOPIC_ALIAS_INVALID
 EMPTY_PROPERTIES_BYTES: Final = b"\x00"
 MAX_PROPERTY_LENGTH: Final = 268_435_455
 Buffer = bytes | memoryview  # what `decode_properties` reads
@@ -189,8 +189,7 @@ class PropertyError(MalformedPacket):
     to send first (0x81, 0x82 or 0x94, see the module docstring)."""
 
     def __init__(self, message: str, reason: int = MALFORMED_PACKET) -> None:
-        super().__init__(message)
-        self.reason = reason
+        super().__init__(message, reason)
 
 
 @dataclass(slots=True, init=False)
@@ -451,6 +450,37 @@ def encode_properties(props: Properties, context: PropertyContext) -> bytes:
     if len(out) > MAX_PROPERTY_LENGTH:
         raise ValueError(f"{len(out)} bytes of properties exceed {MAX_PROPERTY_LENGTH}")
     return _varint(len(out)) + out
+
+
+def message_properties(props: Properties) -> bytes:
+    """What a server forwards of a PUBLISH's properties, unchanged [MQTT-3.3.2-4..20]: the
+    Payload Format Indicator, Content Type, Response Topic, Correlation Data and User
+    Properties, encoded one after the other without a Property Length (b"" for none). The
+    Message Expiry Interval is the caller's to write (it shrinks while the message waits);
+    the Topic Alias and Subscription Identifiers belong to one connection."""
+    if (
+        props.payload_format_indicator is None
+        and props.content_type is None
+        and props.response_topic is None
+        and props.correlation_data is None
+        and not props.user_properties
+    ):
+        return b""
+    allowed = 1 << PropertyContext.PUBLISH
+    out = bytearray()
+    _put_int(out, 0x01, props.payload_format_indicator, allowed)
+    _put_string(out, 0x03, props.content_type, allowed)
+    _put_string(out, 0x08, props.response_topic, allowed)
+    _put_binary(out, 0x09, props.correlation_data, allowed)
+    for name, value in props.user_properties:
+        _put_string(out, 0x26, name, allowed)
+        _put_string(out, 0, value, allowed)
+    return bytes(out)
+
+
+def message_expiry_property(seconds: int) -> bytes:
+    """A Message Expiry Interval property (identifier 0x02, Four Byte Integer)."""
+    return b"\x02" + seconds.to_bytes(4, "big")
 
 
 # ---------------------------------------------------------------------------

@@ -32,11 +32,13 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     for table, columns in {
         "sessions": "client_id data",
         "subscriptions": "client_id key data",
-        "retained": "sub_point topic payload qos ts_us data",
-        "messages": "id topic payload qos retain sub_point client_id user_id ts_us",
+        "retained": "sub_point topic payload qos ts_us data properties",
+        "messages": "id topic payload qos retain sub_point client_id user_id ts_us properties"
+        " expiry_at",
         "deliveries": "delivery_id client_id message_id qos state packet_id retain data",
+        # The held message's columns in `messages` order (from message_id on), then released.
         "incoming": "client_id packet_id message_id topic payload qos retain sub_point"
-        " msg_client_id user_id ts_us released",
+        " msg_client_id user_id ts_us properties expiry_at released",
         "journal": "seq ts_us topic sub_point qos retain payload client_id user_id",
     }.items()
 }
@@ -54,6 +56,13 @@ class BadRecord(ValueError):
 # Flags and enums go in as plain ints: the sqlite3 module binds exact int, float, str and
 # bytearray directly, but looks up an adapter (a tuple, a dict probe, two attribute
 # lookups) for anything else, a bool or an IntEnum included, while holding the GIL.
+# `properties` (an MQTT 5.0 property block, opaque here) goes in as NULL when empty: MQTT
+# 3.1.1 messages, nearly all of them, cost one byte of record header; NULL reads back as b"".
+# `expiry_at` likewise goes in as NULL when 0.0 (never). A NaN goes in as the text "NaN":
+# SQLite would bind the float as NULL (never expires), where the memory store's CHECK twin
+# refuses it; as text, both refuse it like a negative value (a file whose column predates
+# the CHECK keeps it and quarantines the row at load, as it does a negative value).
+_NAN = "NaN"
 
 
 def session_row(r: SessionRecord) -> Row:
@@ -66,12 +75,24 @@ def subscription_row(r: SubscriptionRecord) -> Row:
 
 def retained_row(r: RetainedRecord) -> Row:
     data = _encode_json(r.data) if r.data else None
-    return (r.sub_point, r.topic, r.payload, r.qos, r.ts_us, data)
+    return (r.sub_point, r.topic, r.payload, r.qos, r.ts_us, data, r.properties or None)
 
 
 def message_row(m: StoredMessage) -> Row:
-    retain = 1 if m.retain else 0
-    return (m.id, m.topic, m.payload, m.qos, retain, m.sub_point, m.client_id, m.user_id, m.ts_us)
+    expiry = m.expiry_at
+    return (
+        m.id,
+        m.topic,
+        m.payload,
+        m.qos,
+        1 if m.retain else 0,
+        m.sub_point,
+        m.client_id,
+        m.user_id,
+        m.ts_us,
+        m.properties or None,
+        (expiry or None) if expiry == expiry else _NAN,
+    )
 
 
 def delivery_row(r: DeliveryRecord) -> Row:
@@ -88,21 +109,8 @@ def delivery_row(r: DeliveryRecord) -> Row:
 
 
 def incoming_row(r: IncomingRecord) -> Row:
-    m = r.message
-    return (
-        r.client_id,
-        r.packet_id,
-        m.id,
-        m.topic,
-        m.payload,
-        m.qos,
-        1 if m.retain else 0,
-        m.sub_point,
-        m.client_id,
-        m.user_id,
-        m.ts_us,
-        1 if r.released else 0,
-    )
+    # The held message's columns are the `messages` table's, between the key and `released`.
+    return (r.client_id, r.packet_id, *message_row(r.message), 1 if r.released else 0)
 
 
 # -- the CHECK constraints of the SQLite schema, for the memory store's commits ---------------
@@ -113,9 +121,19 @@ def _check(ok: bool, table: str, what: str, row: Row) -> None:
         raise BadRecord(f"{table}: {what} is invalid in {row!r:.200}")
 
 
+def _blob_or_null(value: object) -> bool:
+    return value is None or type(value) is bytes
+
+
+def _expiry_or_null(value: object) -> bool:
+    """A REAL column's CHECK: SQLite stores an int (or bool) there as a real; NaN fails."""
+    return value is None or (isinstance(value, int | float) and value >= 0)
+
+
 def check_retained(row: Row) -> None:
     _check(type(row[2]) is bytes, "retained", "payload", row)
     _check(row[3] in (0, 1, 2), "retained", "qos", row)
+    _check(_blob_or_null(row[6]), "retained", "properties", row)
 
 
 def check_message(row: Row, table: str = "messages", at: int = 0) -> None:
@@ -123,6 +141,8 @@ def check_message(row: Row, table: str = "messages", at: int = 0) -> None:
     _check(type(row[at + 2]) is bytes, table, "payload", row)
     _check(row[at + 3] in (0, 1, 2), table, "qos", row)
     _check(row[at + 4] in (0, 1), table, "retain", row)
+    _check(_blob_or_null(row[at + 9]), table, "properties", row)
+    _check(_expiry_or_null(row[at + 10]), table, "expiry_at", row)
 
 
 def check_delivery(row: Row) -> None:
@@ -134,7 +154,7 @@ def check_delivery(row: Row) -> None:
 
 def check_incoming(row: Row) -> None:
     _check(type(row[1]) is int and 1 <= row[1] <= 65535, "incoming", "packet_id", row)
-    _check(row[11] in (0, 1), "incoming", "released", row)
+    _check(row[13] in (0, 1), "incoming", "released", row)
     check_message(row, "incoming", 2)
 
 
@@ -181,6 +201,22 @@ def _payload(value: object) -> bytes:
     return value
 
 
+def _properties(value: object) -> bytes:
+    if value is None:
+        return b""
+    if type(value) is not bytes:
+        raise BadRecord(f"properties is not a blob or NULL: {type(value).__name__}")
+    return value
+
+
+def _expiry(value: object) -> float:
+    if value is None:
+        return 0.0
+    if not isinstance(value, int | float) or not value >= 0:  # NaN is not >= 0
+        raise BadRecord(f"expiry_at is not a number >= 0 or NULL: {value!r:.100}")
+    return float(value)
+
+
 def decode_data(raw: object) -> dict[str, Any]:
     if raw is None:
         return {}
@@ -210,6 +246,7 @@ def retained_from_row(row: Sequence[object]) -> RetainedRecord:
         _qos(row[3]),
         _int(row[4], "ts_us"),
         decode_data(row[5]),
+        _properties(row[6]),
     )
 
 
@@ -224,6 +261,8 @@ def message_from_row(row: Sequence[object]) -> StoredMessage:
         _text(row[6], "client_id"),
         _text(row[7], "user_id"),
         _int(row[8], "ts_us"),
+        _properties(row[9]),
+        _expiry(row[10]),
     )
 
 
@@ -246,7 +285,7 @@ def incoming_from_row(row: Sequence[object]) -> IncomingRecord:
         _text(row[0], "client_id"),
         _int(row[1], "packet_id", 1, 65535),
         message_from_row(row[2:]),
-        _flag(row[11], "released"),
+        _flag(row[13], "released"),
     )
 
 

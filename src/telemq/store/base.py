@@ -45,7 +45,12 @@ class SyncMode(enum.StrEnum):
 
 @dataclass(slots=True)
 class StoredMessage:
-    """A publication kept for later delivery (referenced by deliveries)."""
+    """A publication kept for later delivery (referenced by deliveries).
+
+    `properties`: the MQTT 5.0 PUBLISH property block without its leading Property Length,
+    opaque to the store (the broker encodes and decodes it); b"" for none (every MQTT 3.1.1
+    message), stored as NULL.
+    """
 
     id: int
     topic: str
@@ -56,6 +61,8 @@ class StoredMessage:
     client_id: str = ""
     user_id: str = ""
     ts_us: int = 0  # broker receive time, UTC microseconds
+    properties: bytes = b""
+    expiry_at: float = 0.0  # MQTT 5.0 expiry: UTC seconds after which it is gone; 0 = never
 
 
 @dataclass(slots=True)
@@ -102,7 +109,8 @@ class SubscriptionRecord:
 
 @dataclass(slots=True)
 class RetainedRecord:
-    """The retained publication of one topic at one subscription point."""
+    """The retained publication of one topic at one subscription point. `properties`: as in
+    `StoredMessage` (the MQTT 5.0 property block without its length; b"" for none)."""
 
     sub_point: str
     topic: str
@@ -110,6 +118,7 @@ class RetainedRecord:
     qos: int
     ts_us: int = 0
     data: dict[str, Any] = field(default_factory=dict)
+    properties: bytes = b""
 
 
 class DeliveryState(enum.IntEnum):

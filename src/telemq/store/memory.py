@@ -317,7 +317,7 @@ class MemoryStore(Store):
         rows = self._c.incoming.get(client_id)
         row = rows.get(packet_id) if rows is not None else None
         if rows is not None and row is not None:
-            _put(rows, packet_id, (*row[:11], 1), undo)
+            _put(rows, packet_id, (*row[:-1], 1), undo)  # released: the last column
 
     def _append_journal(self, row: JournalRow, undo: Undo) -> None:
         if type(row[6]) is bytearray:  # stored as bytes, as SQLite returns it

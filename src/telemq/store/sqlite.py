@@ -70,9 +70,11 @@ from .base import (
 log = logging.getLogger("telemq.store")
 
 DB_FILENAME = "telemq.db"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # 2: `incoming` keyed by (client_id, packet_id) itself (WITHOUT ROWID).
 # 3: `incoming.released`: released QoS 2 messages are remembered (`_add_released_column`).
+# 4: MQTT 5.0: `properties` in messages, retained, incoming; `expiry_at` in messages,
+#    incoming (`_add_mqtt5_columns`).
 _BUSY_TIMEOUT_S = 5.0  # only another writer (an operator's sqlite3 shell) can make us wait
 _CORRUPTION = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
 _WAL_SIZE_LIMIT = 64 << 20
@@ -94,10 +96,16 @@ _CREATE_INCOMING = """CREATE TABLE IF NOT EXISTS incoming (
     user_id TEXT NOT NULL,
     ts_us INTEGER NOT NULL,
     released INTEGER NOT NULL DEFAULT 0 CHECK (released IN (0, 1)),
+    properties BLOB CHECK (typeof(properties) IN ('blob', 'null')),
+    expiry_at REAL CHECK (expiry_at IS NULL OR (typeof(expiry_at) = 'real' AND expiry_at >= 0)),
     PRIMARY KEY (client_id, packet_id)
 ) WITHOUT ROWID;"""
 
 # The CHECK constraints have twins in `_codec.check_*`, which the memory store applies.
+# `properties` (messages, retained, incoming): an MQTT 5.0 PUBLISH property block without its
+# length, opaque to the store; NULL for none. `expiry_at` (messages, incoming): the MQTT 5.0
+# message expiry, UTC seconds; NULL for never. Last in each table, in the order in which
+# `_add_mqtt5_columns` adds them to an older file.
 _SCHEMA = f"""
 BEGIN IMMEDIATE;
 CREATE TABLE IF NOT EXISTS meta (
@@ -123,6 +131,7 @@ CREATE TABLE IF NOT EXISTS retained (
     qos INTEGER NOT NULL CHECK (qos BETWEEN 0 AND 2),
     ts_us INTEGER NOT NULL,
     data TEXT,
+    properties BLOB CHECK (typeof(properties) IN ('blob', 'null')),
     PRIMARY KEY (sub_point, topic)
 );
 -- Each message is stored once; deliveries reference it (mosquitto's base_msgs/client_msgs).
@@ -135,7 +144,9 @@ CREATE TABLE IF NOT EXISTS messages (
     sub_point TEXT NOT NULL,
     client_id TEXT NOT NULL,
     user_id TEXT NOT NULL,
-    ts_us INTEGER NOT NULL
+    ts_us INTEGER NOT NULL,
+    properties BLOB CHECK (typeof(properties) IN ('blob', 'null')),
+    expiry_at REAL CHECK (expiry_at IS NULL OR (typeof(expiry_at) = 'real' AND expiry_at >= 0))
 );
 CREATE TABLE IF NOT EXISTS deliveries (
     delivery_id INTEGER PRIMARY KEY,
@@ -635,6 +646,40 @@ def _add_released_column(conn: sqlite3.Connection) -> None:
     conn.execute("COMMIT")
 
 
+# Schema 4's columns, per table, in the order of a new file's tables.
+_MQTT5_COLUMNS = {
+    "messages": (("properties", "BLOB"), ("expiry_at", "REAL")),
+    "retained": (("properties", "BLOB"),),
+    "incoming": (("properties", "BLOB"), ("expiry_at", "REAL")),
+}
+
+
+def _add_mqtt5_columns(conn: sqlite3.Connection) -> None:
+    """Schema 3 -> 4: stored messages, retained messages and held QoS 2 messages gain
+    `properties`, and stored and held messages `expiry_at` (NULL for every existing row:
+    no properties, never expires), each where missing (an unreleased schema 4 file may have
+    only `properties`), in one transaction. Without the CHECKs of a new file's columns, for
+    the reason `_add_released_column` gives: loading validates the values instead. A table
+    not there yet (a new file) is left to `_SCHEMA`."""
+    existing = {
+        str(row[0]) for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+    }
+    missing = [
+        (table, column, kind)
+        for table, columns in _MQTT5_COLUMNS.items()
+        if table in existing
+        for present in [_columns_in(conn, table)]
+        for column, kind in columns
+        if column not in present
+    ]
+    if not missing:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    for table, column, kind in missing:
+        conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+    conn.execute("COMMIT")
+
+
 _NO_MARKS = {"next_seq": 1, "next_message_id": 1, "next_delivery_id": 1}
 _MAXIMA = (
     ("next_seq", "SELECT MAX(seq) FROM journal"),
@@ -948,6 +993,7 @@ class SqliteStore(Store):
                 )
             _rebuild_incoming(conn, self.path)
             _add_released_column(conn)
+            _add_mqtt5_columns(conn)
             conn.executescript(_SCHEMA)
             self._quarantined = conn.execute("SELECT COUNT(*) FROM quarantine").fetchone()[0]
             self._marks = self._read_marks(conn)

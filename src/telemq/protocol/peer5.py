@@ -1,0 +1,320 @@
+"""What an MQTT 5.0 connection adds to the state machine: both sides' limits and aliases.
+
+Theory of operation
+-------------------
+An MQTT 5.0 CONNECT and CONNACK exchange limits: each side says how many unacknowledged
+QoS 1/2 PUBLISHes it takes (Receive Maximum), the largest packet it takes (Maximum Packet
+Size) and how many topic aliases the other may use toward it (Topic Alias Maximum). The
+server also says which features it offers. `ServerLimits5` is the server's half, the same
+for every connection of a broker (built once from its configuration); `Peer5` is the
+client's half and the per-connection state those limits govern:
+
+- inbound topic aliases (alias -> topic name), set and used by the client's PUBLISHes;
+- outbound topic aliases (topic name -> alias), chosen by the server, first come first
+  served up to the client's maximum, never reassigned (no eviction: a topic beyond the
+  maximum goes out with its name);
+- the packet ids of the client's QoS 1/2 PUBLISHes not yet answered (PUBACK, PUBCOMP, or
+  PUBREC with an error), which the server's Receive Maximum bounds [MQTT-3.3.4-7];
+- what a PUBLISH to the client may be: no larger than its Maximum Packet Size.
+
+A `Connection` holds a `Peer5` only at protocol level 5, so 3.1/3.1.1 connections pay
+nothing for any of it. Nothing here reads a clock or does I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .codec import encode, encode_ack
+from .codec5 import DISCONNECT_REASONS, encode_publish5
+from .flows import Flows, Inflight, InflightState
+from .packets import ConnAck, Disconnect, PacketType, ProtocolLevel, Publish, Subscribe
+from .properties import Properties
+from .reasons import ReasonCode
+from .wire import encode_remaining_length
+
+_FINE = ReasonCode.NORMAL_DISCONNECTION
+
+# The largest packet MQTT can frame: 1 byte of header, 4 of remaining length, 268,435,455.
+MAX_MQTT_PACKET = 268_435_460
+NO_EXPIRY = 0xFFFFFFFF  # a Session Expiry Interval that never ends (§3.1.2.11.2)
+MAX_REASON_STRING = 200  # characters of a reason sent in CONNACK or DISCONNECT
+_MQTT_5 = ProtocolLevel.MQTT_5
+
+
+@dataclass(slots=True, frozen=True)
+class ServerLimits5:
+    """The server's side of the MQTT 5.0 limits, advertised in every CONNACK.
+
+    `maximum_packet_size` is also the decoder's limit, at every protocol level. The
+    availability flags say what this server implements and the configuration allows.
+    """
+
+    receive_maximum: int = 1024
+    maximum_qos: int = 2
+    retain_available: bool = True
+    maximum_packet_size: int = 1024 * 1024
+    topic_alias_maximum: int = 64
+    wildcard_subscription_available: bool = True
+    subscription_identifier_available: bool = False
+    shared_subscription_available: bool = False
+    max_session_expiry_interval: int = NO_EXPIRY  # longer requests are shortened to this
+    server_keep_alive: int = 0  # 0: the client's keep-alive; else at most this many seconds
+
+    def connack_properties(self) -> Properties:
+        """The CONNACK properties that state these limits; defaults are left out."""
+        return Properties(
+            receive_maximum=self.receive_maximum if self.receive_maximum < 65535 else None,
+            maximum_qos=self.maximum_qos if self.maximum_qos < 2 else None,
+            retain_available=None if self.retain_available else 0,
+            maximum_packet_size=(
+                self.maximum_packet_size if self.maximum_packet_size < MAX_MQTT_PACKET else None
+            ),
+            topic_alias_maximum=self.topic_alias_maximum or None,
+            wildcard_subscription_available=None if self.wildcard_subscription_available else 0,
+            subscription_identifier_available=(
+                None if self.subscription_identifier_available else 0
+            ),
+            shared_subscription_available=None if self.shared_subscription_available else 0,
+        )
+
+
+@dataclass(slots=True)
+class Peer5:
+    """The client's limits from its CONNECT, and the per-connection state they govern."""
+
+    receive_maximum: int = 65535
+    maximum_packet_size: int = MAX_MQTT_PACKET
+    topic_alias_maximum: int = 0
+    session_expiry_interval: int = 0
+    request_problem_information: bool = True
+    inbound_aliases: dict[int, str] = field(default_factory=dict)
+    outbound_aliases: dict[bytes, int] = field(default_factory=dict)
+    unanswered: set[int] = field(default_factory=set)  # the client's QoS 1/2 packet ids
+
+    @classmethod
+    def from_connect(cls, props: Properties | None) -> Peer5:
+        peer = cls()
+        if props is None:
+            return peer
+        if props.receive_maximum is not None:
+            peer.receive_maximum = props.receive_maximum
+        if props.maximum_packet_size is not None:
+            peer.maximum_packet_size = props.maximum_packet_size
+        if props.topic_alias_maximum is not None:
+            peer.topic_alias_maximum = props.topic_alias_maximum
+        if props.session_expiry_interval is not None:
+            peer.session_expiry_interval = props.session_expiry_interval
+        if props.request_problem_information is not None:
+            peer.request_problem_information = props.request_problem_information == 1
+        return peer
+
+    def check_publish(self, publish: Publish, limits: ServerLimits5) -> tuple[ReasonCode, str]:
+        """A PUBLISH from the client against the server's limits and this connection's
+        state: (0, "") when it is fine, else the reason code and why.
+
+        Its Topic Alias is applied (the mapping set, or the empty topic filled in) and
+        taken off: it is this connection's only. A QoS 1/2 packet id is counted against
+        the Receive Maximum until `answered`.
+        """
+        qos = publish.qos
+        if qos > limits.maximum_qos:
+            return (
+                ReasonCode.QOS_NOT_SUPPORTED,
+                f"QoS {qos} is above the maximum of {limits.maximum_qos}",
+            )
+        if publish.retain and not limits.retain_available:
+            return ReasonCode.RETAIN_NOT_SUPPORTED, "retain is not available"
+        props = publish.properties
+        if props is None:
+            return self._count(publish, limits) if qos else (_FINE, "")
+        alias = props.topic_alias
+        if alias is not None:
+            props.topic_alias = None
+            if alias > limits.topic_alias_maximum:
+                return (
+                    ReasonCode.TOPIC_ALIAS_INVALID,
+                    f"topic alias {alias} is above the maximum of {limits.topic_alias_maximum}",
+                )
+            if publish.topic:
+                self.inbound_aliases[alias] = publish.topic
+            else:
+                topic = self.inbound_aliases.get(alias)
+                if topic is None:
+                    return ReasonCode.PROTOCOL_ERROR, f"topic alias {alias} was never set"
+                publish.topic = topic
+        if qos:
+            code, problem = self._count(publish, limits)
+            if code:
+                return code, problem
+        if props.payload_format_indicator == 1:
+            try:
+                publish.payload.decode("utf-8")
+            except UnicodeDecodeError:
+                return (
+                    ReasonCode.PAYLOAD_FORMAT_INVALID,
+                    "the payload is not UTF-8, as its payload format indicator says",
+                )
+        return _FINE, ""
+
+    def check_request(
+        self, packet: Subscribe | Disconnect, limits: ServerLimits5
+    ) -> tuple[ReasonCode, str]:
+        """The 5.0 rules of a SUBSCRIBE or DISCONNECT that need this connection's state."""
+        props = packet.properties
+        if props is None:
+            return _FINE, ""
+        if isinstance(packet, Subscribe):
+            if props.subscription_identifiers and not limits.subscription_identifier_available:
+                return (
+                    ReasonCode.SUBSCRIPTION_IDENTIFIERS_NOT_SUPPORTED,
+                    "subscription identifiers are not available",
+                )
+        elif props.session_expiry_interval and not self.session_expiry_interval:
+            return (
+                ReasonCode.PROTOCOL_ERROR,
+                "DISCONNECT sets a session expiry interval, but CONNECT's was 0",
+            )
+        return _FINE, ""
+
+    def _count(self, publish: Publish, limits: ServerLimits5) -> tuple[ReasonCode, str]:
+        unanswered = self.unanswered
+        packet_id = publish.packet_id
+        if packet_id not in unanswered:  # else a QoS 2 re-send, counted already
+            if len(unanswered) >= limits.receive_maximum:
+                return (
+                    ReasonCode.RECEIVE_MAXIMUM_EXCEEDED,
+                    f"more than {limits.receive_maximum} QoS 1/2 PUBLISHes unanswered",
+                )
+            unanswered.add(packet_id)
+        return _FINE, ""
+
+    def fits(self, topic: bytes, payload: bytes, qos: int, properties: bytes) -> bool:
+        """True when a PUBLISH fits the client's Maximum Packet Size, with the Topic Alias
+        property it may get (3 bytes, when the client allows aliases)."""
+        props = len(properties) + (3 if self.topic_alias_maximum else 0)
+        body = 2 + len(topic) + (2 if qos else 0) + _varint_size(props) + props + len(payload)
+        return 1 + _varint_size(body) + body <= self.maximum_packet_size
+
+    # -- what the server writes ---------------------------------------------
+
+    def connack(
+        self,
+        limits: ServerLimits5,
+        session_present: bool,
+        keepalive: int,
+        assigned_client_id: str | None,
+        session_expiry_interval: int | None,
+    ) -> bytes:
+        """CONNACK 0: the server's limits, and what it decided for this client."""
+        props = limits.connack_properties()
+        props.assigned_client_identifier = assigned_client_id
+        props.session_expiry_interval = session_expiry_interval
+        if limits.server_keep_alive and keepalive == limits.server_keep_alive:
+            props.server_keep_alive = keepalive
+        return encode(ConnAck(0, session_present, props), _MQTT_5)
+
+    def refusal(self, code: int, reason: str) -> bytes:
+        """A refusing CONNACK, with the reason as Reason String when it fits the client's
+        Maximum Packet Size (the property is optional, the limit is not)."""
+        props = Properties(reason_string=reason[:MAX_REASON_STRING])
+        data = encode(ConnAck(code, False, props), _MQTT_5)
+        if len(data) > self.maximum_packet_size:
+            data = encode(ConnAck(code, False), _MQTT_5)
+        return data
+
+    def disconnect(self, code: int, reason: str) -> bytes:
+        """DISCONNECT from the server, before it closes (0x80 for a code DISCONNECT cannot
+        carry), with the reason as Reason String when it fits."""
+        sent = code if code in DISCONNECT_REASONS else ReasonCode.UNSPECIFIED_ERROR
+        data = encode(Disconnect(sent, Properties(reason_string=reason[:MAX_REASON_STRING])), 5)
+        if len(data) > self.maximum_packet_size:
+            data = encode(Disconnect(sent), _MQTT_5)
+        return data
+
+    def acknowledgement(self, packet_type: PacketType, packet_id: int, reason_code: int) -> bytes:
+        """PUBACK, PUBREC, PUBREL or PUBCOMP with a reason code; the end of the client's
+        exchange (PUBACK, PUBCOMP, an error) frees its place in the Receive Maximum."""
+        if (
+            packet_type is PacketType.PUBACK
+            or packet_type is PacketType.PUBCOMP
+            or reason_code >= 0x80
+        ):
+            self.unanswered.discard(packet_id)
+        if not reason_code:
+            return encode_ack(packet_type, packet_id)
+        first = packet_type << 4 | (0x02 if packet_type is PacketType.PUBREL else 0)
+        return bytes((first, 3, packet_id >> 8, packet_id & 0xFF, reason_code))
+
+    def plan_resend(self, flows: Flows) -> tuple[list[Inflight], list[int], list[object]]:
+        """What a resumed session re-sends, in order: no more unanswered PUBLISHes than the
+        client's Receive Maximum (the packet ids of the others wait for room), and none
+        larger than its Maximum Packet Size (taken out of `flows`; their refs returned)."""
+        resend: list[Inflight] = []
+        waiting: list[int] = []
+        dropped: list[object] = []
+        outbound = flows.outbound
+        for inflight in list(outbound.values()):
+            if inflight.state is InflightState.PUBLISHED:
+                topic, payload = inflight.topic, inflight.payload
+                if not self.fits(topic, payload, inflight.qos, inflight.properties):
+                    del outbound[inflight.packet_id]
+                    dropped.append(inflight.ref)
+                    continue
+                if len(resend) >= self.receive_maximum:
+                    waiting.append(inflight.packet_id)
+                    continue
+            resend.append(inflight)
+        return resend, waiting, dropped
+
+    def encode_publish(self, inflight: Inflight, dup: bool) -> bytes:
+        """A PUBLISH to the client, with a topic alias when it allows them (never on a
+        re-send, which must stand on its own)."""
+        topic = inflight.topic
+        properties = inflight.properties
+        if self.topic_alias_maximum and not dup:
+            known, alias = self.outbound_alias(topic)
+            if alias:
+                properties += alias_property(alias)
+                if known:
+                    topic = b""
+        return encode_publish5(
+            topic,
+            inflight.payload,
+            inflight.qos,
+            inflight.retain,
+            dup,
+            inflight.packet_id,
+            property_block(properties),
+        )
+
+    def outbound_alias(self, topic: bytes) -> tuple[bool, int]:
+        """(known, alias) for a PUBLISH to the client: a known alias replaces the topic name,
+        a new one goes with it; alias 0 when the client's maximum is used up (or zero)."""
+        alias = self.outbound_aliases.get(topic)
+        if alias is not None:
+            return True, alias
+        aliases = self.outbound_aliases
+        if len(aliases) >= self.topic_alias_maximum:
+            return False, 0
+        alias = len(aliases) + 1
+        aliases[topic] = alias
+        return False, alias
+
+
+def _varint_size(value: int) -> int:
+    """Bytes of a Variable Byte Integer (§1.5.5)."""
+    return 1 if value < 128 else 2 if value < 16384 else 3 if value < 2097152 else 4
+
+
+def property_block(content: bytes) -> bytes:
+    """A property block from properties already encoded one after the other."""
+    size = len(content)
+    if size < 128:
+        return bytes((size,)) + content
+    return encode_remaining_length(size) + content
+
+
+def alias_property(alias: int) -> bytes:
+    """A Topic Alias property (identifier 0x23, Two Byte Integer)."""
+    return bytes((0x23, alias >> 8, alias & 0xFF))

@@ -1,0 +1,628 @@
+"""MQTT 5.0 against a running broker: raw sockets for each reason code the broker sends and
+each protocol error it detects, and paho-mqtt (`MQTTv5`) for the features end to end.
+
+The raw tests build packets with telemq's own 5.0 codec (golden-tested on its own in
+tests/protocol/test_codec5.py) and read the broker's answers with it; MQTT.js covers the
+same features from Node in test_40_mqttjs.py.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties as PahoProperties
+
+from telemq.protocol import (
+    ConnAck,
+    Connect,
+    Disconnect,
+    Packet,
+    Properties,
+    PubAck,
+    PubComp,
+    Publish,
+    PubRec,
+    PubRel,
+    SubAck,
+    Subscribe,
+    UnsubAck,
+    Unsubscribe,
+    Will,
+    decode_packet,
+    encode,
+)
+from testsupport.process import users_and_acl
+
+from .helpers import (
+    BrokerProcess,
+    PahoClient,
+    RawClient,
+    fixed,
+    unique,
+    write_config,
+)
+
+BrokerFactory = Callable[..., BrokerProcess]
+PahoFactory = Callable[..., PahoClient]
+V5 = 5
+
+
+# ---------------------------------------------------------------------------------------------
+# Raw MQTT 5.0 over a socket
+
+
+class Raw5:
+    """A raw socket speaking MQTT 5.0 with telemq's codec."""
+
+    def __init__(self, port: int) -> None:
+        self.raw = RawClient(port)
+
+    def send(self, packet: Packet) -> None:
+        self.raw.send(encode(packet, V5))
+
+    def send_bytes(self, data: bytes) -> None:
+        self.raw.send(data)
+
+    def recv(self, timeout: float = 10.0) -> Packet:
+        p = self.raw.recv_packet(timeout)
+        return decode_packet(fixed(p.type << 4 | p.flags, p.body), V5, mqtt5=True)
+
+    def connect(
+        self,
+        client_id: str = "",
+        *,
+        clean: bool = True,
+        properties: Properties | None = None,
+        **fields: object,
+    ) -> ConnAck:
+        self.send(
+            Connect(
+                client_id,
+                protocol_level=V5,
+                clean_session=clean,
+                properties=properties,
+                **fields,  # type: ignore[arg-type]
+            )
+        )
+        ack = self.recv()
+        assert isinstance(ack, ConnAck), ack
+        return ack
+
+    def disconnected(self, timeout: float = 10.0) -> Disconnect:
+        """The DISCONNECT the broker sends, then the close."""
+        packet = self.recv(timeout)
+        assert isinstance(packet, Disconnect), packet
+        assert self.raw.wait_closed(), "the broker did not close after its DISCONNECT"
+        return packet
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+@pytest.fixture
+def raw5() -> object:
+    opened: list[Raw5] = []
+
+    def make(port: int) -> Raw5:
+        client = Raw5(port)
+        opened.append(client)
+        return client
+
+    yield make
+    for client in opened:
+        client.close()
+
+
+Raw5Factory = Callable[[int], Raw5]
+
+
+def reason_string(packet: Disconnect | ConnAck) -> str:
+    assert packet.properties is not None and packet.properties.reason_string is not None
+    return packet.properties.reason_string
+
+
+def test_connack_states_the_default_limits(broker: BrokerProcess, raw5: Raw5Factory) -> None:
+    ack = raw5(broker.port).connect(unique("v5"))
+    assert ack.return_code == 0 and not ack.session_present
+    props = ack.properties
+    assert props is not None
+    assert props.receive_maximum == 1024
+    assert props.topic_alias_maximum == 64
+    assert props.maximum_packet_size == 1024 * 1024
+    assert props.subscription_identifier_available == 0
+    assert props.shared_subscription_available == 0
+    # Defaults that need no property: QoS 2, retain and wildcards available.
+    assert props.maximum_qos is None and props.retain_available is None
+    assert props.wildcard_subscription_available is None
+    assert props.assigned_client_identifier is None
+
+
+def test_an_empty_client_id_is_assigned_one(broker: BrokerProcess, raw5: Raw5Factory) -> None:
+    """5.0 allows an empty client id even without Clean Start: the broker names it."""
+    ack = raw5(broker.port).connect("", clean=False)
+    assert ack.return_code == 0
+    assert ack.properties is not None
+    assigned = ack.properties.assigned_client_identifier
+    assert assigned and assigned.startswith("telemq-")
+
+
+@pytest.fixture
+def limited(broker_factory: BrokerFactory, tmp_path: Path) -> BrokerProcess:
+    """A broker whose [mqtt5] section lowers every limit."""
+    config = write_config(
+        tmp_path / "limited.toml",
+        "[limits]\nmax_packet_size = 2048\nmax_topic_length = 64\n"
+        "[mqtt5]\nreceive_maximum = 2\nmaximum_qos = 1\nretain_available = false\n"
+        "topic_alias_maximum = 3\nwildcard_subscription_available = false\n"
+        "max_session_expiry_interval = 30\nserver_keep_alive = 5\n",
+    )
+    return broker_factory(config=config)
+
+
+def test_connack_states_configured_limits(limited: BrokerProcess, raw5: Raw5Factory) -> None:
+    ack = raw5(limited.port).connect(
+        unique("v5"), keepalive=60, properties=Properties(session_expiry_interval=3600)
+    )
+    props = ack.properties
+    assert props is not None
+    assert props.receive_maximum == 2
+    assert props.maximum_qos == 1
+    assert props.retain_available == 0
+    assert props.maximum_packet_size == 2048
+    assert props.topic_alias_maximum == 3
+    assert props.wildcard_subscription_available == 0
+    assert props.server_keep_alive == 5  # the client asked for 60
+    assert props.session_expiry_interval == 30  # the client asked for 3600
+
+
+@pytest.mark.parametrize(
+    ("publish", "code"),
+    [
+        (Publish("a/b", b"x", qos=2, packet_id=1), 0x9B),  # QoS not supported
+        (Publish("a/b", b"x", retain=True), 0x9A),  # retain not supported
+        (Publish("a/b", b"x", properties=Properties(topic_alias=4)), 0x94),  # above 3
+        (Publish("", b"x", properties=Properties(topic_alias=2)), 0x82),  # alias never set
+        (Publish("t/" + "x" * 70, b"x"), 0x90),  # beyond limits.max_topic_length
+        (Publish("a/b", b"x" * 3000), 0x95),  # beyond limits.max_packet_size
+    ],
+    ids=["qos", "retain", "alias-above-maximum", "alias-unknown", "topic-too-long", "too-large"],
+)
+def test_a_publish_beyond_the_limits_gets_disconnect(
+    limited: BrokerProcess, raw5: Raw5Factory, publish: Publish, code: int
+) -> None:
+    client = raw5(limited.port)
+    client.connect(unique("v5"))
+    client.send(publish)
+    disconnect = client.disconnected()
+    assert disconnect.reason_code == code
+    assert reason_string(disconnect)
+
+
+def test_receive_maximum_exceeded_gets_disconnect_0x93(
+    limited: BrokerProcess, raw5: Raw5Factory
+) -> None:
+    """Two unanswered QoS 1 PUBLISHes are allowed (receive_maximum = 2), and answered ones
+    free their slot; QoS 2 ones wait for their PUBCOMP, so a third before any PUBREL is one
+    too many. (QoS 2 is above this broker's maximum: a second broker with defaults but
+    receive_maximum = 2 is not needed, since QoS 1 shows the slot being freed.)"""
+    client = raw5(limited.port)
+    client.connect(unique("v5"))
+    for packet_id in (1, 2, 3, 4):  # each answered before the next: never more than one
+        client.send(Publish("a/b", b"x", qos=1, packet_id=packet_id))
+        assert client.recv() == PubAck(packet_id)
+    # Three at once: the broker may answer the first before the third arrives, so send
+    # them in one write; the third is over the limit only if neither was answered yet.
+    frames = b"".join(encode(Publish("a/b", b"y", qos=1, packet_id=i), V5) for i in (5, 6, 7))
+    client.send_bytes(frames)
+    seen = []
+    while True:
+        packet = client.recv()
+        seen.append(packet)
+        if isinstance(packet, Disconnect) or len([p for p in seen if isinstance(p, PubAck)]) == 3:
+            break
+    disconnects = [p for p in seen if isinstance(p, Disconnect)]
+    assert disconnects and disconnects[0].reason_code == 0x93, seen
+
+
+def test_qos2_publishes_count_until_pubcomp(broker_factory: BrokerFactory, tmp_path: Path) -> None:
+    config = write_config(tmp_path / "rm.toml", "[mqtt5]\nreceive_maximum = 2\n")
+    broker = broker_factory(config=config)
+    client = Raw5(broker.port)
+    try:
+        client.connect(unique("v5"))
+        for packet_id in (1, 2):
+            client.send(Publish("a/b", b"x", qos=2, packet_id=packet_id))
+            assert client.recv() == PubRec(packet_id)
+        client.send(PubRel(1))
+        assert client.recv() == PubComp(1)
+        client.send(Publish("a/b", b"x", qos=2, packet_id=3))  # slot 1 is free again
+        assert client.recv() == PubRec(3)
+        client.send(Publish("a/b", b"x", qos=2, packet_id=2, dup=True))  # a re-send
+        assert client.recv() == PubRec(2)
+        client.send(Publish("a/b", b"x", qos=2, packet_id=4))  # 2 and 3 unanswered
+        assert client.disconnected().reason_code == 0x93
+    finally:
+        client.close()
+
+
+def test_wildcards_refused_when_not_available(limited: BrokerProcess, raw5: Raw5Factory) -> None:
+    client = raw5(limited.port)
+    client.connect(unique("v5"))
+    client.send(Subscribe(1, [("a/+", 1), ("a/b", 2), ("$share/g/a", 0)]))
+    ack = client.recv()
+    # QoS 2 is granted as 1, this broker's maximum.
+    assert ack == SubAck(1, [0xA2, 0x01, 0x9E])
+
+
+def test_suback_and_unsuback_reason_codes(broker: BrokerProcess, raw5: Raw5Factory) -> None:
+    client = raw5(broker.port)
+    client.connect(unique("v5"))
+    client.send(Subscribe(1, [("a/#", 2), ("a/#/b", 0), ("$share/g/a", 1)]))
+    assert client.recv() == SubAck(1, [0x02, 0x8F, 0x9E])
+    client.send(Unsubscribe(2, ["a/#", "never/subscribed"]))
+    assert client.recv() == UnsubAck(2, [0x00, 0x11])
+
+
+def test_subscription_identifier_is_a_protocol_error_when_unavailable(
+    broker: BrokerProcess, raw5: Raw5Factory
+) -> None:
+    client = raw5(broker.port)
+    client.connect(unique("v5"))
+    client.send(Subscribe(1, [("a/b", 1)], properties=Properties(subscription_identifiers=[7])))
+    assert client.disconnected().reason_code == 0xA1
+
+
+@pytest.mark.parametrize(
+    ("data", "code"),
+    [
+        (b"\x30\x05\x00\x01a\x05\x26", 0x81),  # a property block running past the packet
+        (b"\x10\x00", 0x81),  # a second CONNECT, and a malformed one
+        (b"\xf0\x00", 0x82),  # AUTH without an authentication method
+        (b"\x20\x03\x00\x00\x00", 0x82),  # CONNACK from a client
+    ],
+    ids=["bad-property", "connect-again", "auth", "connack"],
+)
+def test_protocol_errors_get_disconnect_before_the_close(
+    broker: BrokerProcess, raw5: Raw5Factory, data: bytes, code: int
+) -> None:
+    client = raw5(broker.port)
+    client.connect(unique("v5"))
+    client.send_bytes(data)
+    assert client.disconnected().reason_code == code
+
+
+def test_a_second_connect_is_a_protocol_error(broker: BrokerProcess, raw5: Raw5Factory) -> None:
+    client = raw5(broker.port)
+    client.connect(unique("v5"))
+    client.send(Connect(unique("again"), protocol_level=V5))
+    assert client.disconnected().reason_code == 0x82
+
+
+def test_payload_format_invalid(broker: BrokerProcess, raw5: Raw5Factory) -> None:
+    """A payload said to be UTF-8 that is not: PUBACK 0x99 and the connection stays; at QoS
+    0 there is no acknowledgement to say it in, so DISCONNECT 0x99."""
+    client = raw5(broker.port)
+    client.connect(unique("v5"))
+    utf8 = Properties(payload_format_indicator=1)
+    client.send(Publish("a/b", b"\xff\xfe", qos=1, packet_id=1, properties=utf8))
+    assert client.recv() == PubAck(1, 0x99)
+    client.send(Publish("a/b", "é".encode(), qos=1, packet_id=2, properties=utf8))
+    assert client.recv() == PubAck(2)
+    client.send(Publish("a/b", b"\xc3", properties=utf8))
+    assert client.disconnected().reason_code == 0x99
+
+
+def test_takeover_is_disconnect_0x8e(broker: BrokerProcess, raw5: Raw5Factory) -> None:
+    client_id = unique("v5")
+    first = raw5(broker.port)
+    first.connect(client_id)
+    raw5(broker.port).connect(client_id)
+    assert first.disconnected().reason_code == 0x8E
+
+
+def test_keep_alive_timeout_is_disconnect_0x8d(limited: BrokerProcess, raw5: Raw5Factory) -> None:
+    """The server keep-alive (5 s here) replaces the client's 0: 7.5 s of silence ends it."""
+    client = raw5(limited.port)
+    ack = client.connect(unique("v5"), keepalive=0)
+    assert ack.properties is not None and ack.properties.server_keep_alive == 5
+    started = time.monotonic()
+    assert client.disconnected(timeout=15).reason_code == 0x8D
+    assert time.monotonic() - started >= 5
+
+
+def test_unknown_authentication_method_is_connack_0x8c(
+    broker: BrokerProcess, raw5: Raw5Factory
+) -> None:
+    client = raw5(broker.port)
+    ack = client.connect(unique("v5"), properties=Properties(authentication_method="GS2-KRB5"))
+    assert ack.return_code == 0x8C
+    assert "GS2-KRB5" in reason_string(ack)
+    assert client.raw.wait_closed()
+
+
+@pytest.fixture
+def secured(broker_factory: BrokerFactory, tmp_path: Path) -> BrokerProcess:
+    text = users_and_acl(
+        {"alice": "wonderland"},
+        [("alice", "publish", "open/#", True), ("alice", "subscribe", "open/#", True)],
+    )
+    return broker_factory(config=write_config(tmp_path / "secured.toml", text))
+
+
+def test_bad_password_and_denials_carry_reason_codes(
+    secured: BrokerProcess, raw5: Raw5Factory
+) -> None:
+    refused = raw5(secured.port)
+    ack = refused.connect(unique("v5"), username="alice", password=b"nope")
+    assert ack.return_code == 0x86  # bad user name or password
+    anonymous = raw5(secured.port)
+    assert anonymous.connect(unique("v5")).return_code == 0x87  # not authorized
+    client = raw5(secured.port)
+    assert client.connect(unique("v5"), username="alice", password=b"wonderland").return_code == 0
+    client.send(Publish("closed/x", b"x", qos=1, packet_id=1))
+    assert client.recv() == PubAck(1, 0x87)
+    client.send(Publish("closed/x", b"x", qos=2, packet_id=2))
+    assert client.recv() == PubRec(2, 0x87)
+    client.send(Subscribe(3, [("closed/#", 1), ("open/#", 1)]))
+    assert client.recv() == SubAck(3, [0x87, 0x01])
+
+
+def test_the_will_is_kept_by_disconnect_0x04(broker: BrokerProcess, raw5: Raw5Factory) -> None:
+    topic = unique("will")
+    watcher = raw5(broker.port)
+    watcher.connect(unique("w"))
+    watcher.send(Subscribe(1, [(topic, 0)]))
+    assert watcher.recv() == SubAck(1, [0])
+    leaving = raw5(broker.port)
+    leaving.connect(unique("v5"), will=Will(topic, b"gone"))
+    leaving.send(Disconnect(0x04))
+    will = watcher.recv()
+    assert isinstance(will, Publish) and will.payload == b"gone"
+    # And reason 0 drops it.
+    quiet = raw5(broker.port)
+    quiet.connect(unique("v5"), will=Will(topic, b"never"))
+    quiet.send(Disconnect())
+    assert watcher.raw.try_recv_packet(0.5) is None
+
+
+def test_disconnect_may_not_set_an_expiry_the_connect_did_not(
+    broker: BrokerProcess, raw5: Raw5Factory
+) -> None:
+    client = raw5(broker.port)
+    client.connect(unique("v5"))
+    client.send(Disconnect(properties=Properties(session_expiry_interval=60)))
+    assert client.disconnected().reason_code == 0x82
+
+
+def test_disabled_mqtt5_answers_connack_1(broker_factory: BrokerFactory, tmp_path: Path) -> None:
+    config = write_config(tmp_path / "off.toml", "[mqtt5]\nenabled = false\n")
+    broker = broker_factory(config=config)
+    client = Raw5(broker.port)
+    try:
+        client.send(Connect(unique("v5"), protocol_level=V5))
+        p = client.raw.recv_packet()
+        assert (p.type, p.body) == (2, b"\x00\x01")  # the 3.1.1 CONNACK 1
+        assert client.raw.wait_closed()
+    finally:
+        client.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# paho-mqtt, MQTTv5
+
+
+def publish_properties(**values: object) -> PahoProperties:
+    props = PahoProperties(PacketTypes.PUBLISH)
+    for name, value in values.items():
+        setattr(props, name, value)
+    return props
+
+
+def connect_properties(**values: object) -> PahoProperties:
+    props = PahoProperties(PacketTypes.CONNECT)
+    for name, value in values.items():
+        setattr(props, name, value)
+    return props
+
+
+def test_paho_properties_pass_through_at_every_qos(
+    broker: BrokerProcess, paho_client: PahoFactory
+) -> None:
+    topic = unique("props")
+    sub = paho_client(broker.port, version=V5)
+    sub.subscribe(topic, qos=2)
+    pub = paho_client(broker.port, version=V5)
+    sent = publish_properties(
+        UserProperty=[("k", "1"), ("k", "2"), ("other", "x")],
+        ResponseTopic="reply/here",
+        CorrelationData=b"\x00\x01\xff",
+        ContentType="application/json",
+        PayloadFormatIndicator=1,
+        MessageExpiryInterval=120,
+    )
+    for qos in (0, 1, 2):
+        pub.publish(topic, f'{{"qos": {qos}}}', qos=qos, properties=sent)
+    received = sub.wait_messages(3, topic=topic)
+    assert [m.payload for m in received] == [b'{"qos": 0}', b'{"qos": 1}', b'{"qos": 2}']
+    for message in received:
+        props = message.properties
+        assert props.UserProperty == [("k", "1"), ("k", "2"), ("other", "x")]
+        assert props.ResponseTopic == "reply/here"
+        assert props.CorrelationData == b"\x00\x01\xff"
+        assert props.ContentType == "application/json"
+        assert props.PayloadFormatIndicator == 1
+        assert 118 <= props.MessageExpiryInterval <= 120
+
+
+def test_paho_between_protocol_levels(broker: BrokerProcess, paho_client: PahoFactory) -> None:
+    """A 3.1.1 publisher reaches a 5.0 subscriber and the other way round; a 3.1.1
+    subscriber gets the payload without the 5.0 properties."""
+    topic = unique("levels")
+    sub5 = paho_client(broker.port, version=V5)
+    sub5.subscribe(topic, qos=1)
+    sub4 = paho_client(broker.port)
+    sub4.subscribe(topic, qos=1)
+    paho_client(broker.port).publish(topic, b"from 3.1.1", qos=1)
+    paho_client(broker.port, version=V5).publish(
+        topic, b"from 5.0", qos=1, properties=publish_properties(UserProperty=[("a", "b")])
+    )
+    for client in (sub4, sub5):
+        messages = client.wait_messages(2, topic=topic)
+        assert sorted(m.payload for m in messages) == [b"from 3.1.1", b"from 5.0"]
+    five = next(m for m in sub5.received(topic) if m.payload == b"from 5.0")
+    assert five.properties.UserProperty == [("a", "b")]
+
+
+def test_paho_topic_aliases_to_the_client(broker: BrokerProcess, paho_client: PahoFactory) -> None:
+    """A subscriber allowing two aliases gets every message on the right topic, whether the
+    broker sent the topic name, an alias, or (for the third topic) the name again. (paho
+    hands an aliased message over with an empty topic: the test resolves the aliases.)"""
+    base = unique("alias")
+    sub = paho_client(broker.port, version=V5, properties=connect_properties(TopicAliasMaximum=2))
+    sub.subscribe(f"{base}/#", qos=1)
+    pub = paho_client(broker.port, version=V5)
+    expected = []
+    for round_ in range(3):
+        for name in ("a", "b", "c"):
+            pub.publish(f"{base}/{name}", f"{name}{round_}", qos=1)
+            expected.append((f"{base}/{name}", f"{name}{round_}".encode()))
+    aliases: dict[int, str] = {}
+    resolved = []
+    for message in sub.wait_messages(9):
+        alias = getattr(message.properties, "TopicAlias", None)
+        topic = message.topic
+        if alias is not None and topic:
+            aliases[alias] = topic
+        elif alias is not None:
+            topic = aliases[alias]
+        resolved.append((topic, message.payload, alias, message.topic == ""))
+    assert [(topic, payload) for topic, payload, _, _ in resolved] == expected
+    # a and b got aliases 1 and 2, named once then used alone; c never had one.
+    assert [(alias, empty) for _, _, alias, empty in resolved] == [
+        (1, False),
+        (2, False),
+        (None, False),
+        *[(1, True), (2, True), (None, False)] * 2,
+    ]
+
+
+def leave_a_session(
+    paho_factory: PahoFactory, port: int, client_id: str, expiry: int, topic: str
+) -> None:
+    """A v5 session with a QoS 1 subscription to `topic`, lasting `expiry` s once left."""
+    client = paho_factory(
+        port, client_id, version=V5, properties=connect_properties(SessionExpiryInterval=expiry)
+    )
+    client.connect()
+    client.subscribe(topic, qos=1)
+    client.disconnect()
+
+
+def test_paho_session_expiry_keeps_and_ends_sessions(
+    broker: BrokerProcess, paho_factory: PahoFactory, paho_client: PahoFactory
+) -> None:
+    topic = unique("expiry")
+    kept_id, short_id = unique("kept"), unique("short")
+    for client_id, expiry in ((kept_id, 600), (short_id, 1)):
+        leave_a_session(paho_factory, broker.port, client_id, expiry, topic)
+    paho_client(broker.port, version=V5).publish(topic, b"while away", qos=1)
+    time.sleep(3.0)  # the short session expires (housekeeping runs every second)
+    kept = paho_factory(broker.port, kept_id, version=V5, clean=False)
+    assert kept.connect() is True
+    assert [m.payload for m in kept.wait_messages(1, topic=topic)] == [b"while away"]
+    short = paho_factory(broker.port, short_id, version=V5, clean=False)
+    assert short.connect() is False
+
+
+def test_paho_message_expiry_drops_queued_messages(
+    broker: BrokerProcess, paho_factory: PahoFactory, paho_client: PahoFactory
+) -> None:
+    topic = unique("msgexp")
+    client_id = unique("away")
+    away = paho_factory(
+        broker.port, client_id, version=V5, properties=connect_properties(SessionExpiryInterval=60)
+    )
+    away.connect()
+    away.subscribe(topic, qos=1)
+    away.disconnect()
+    pub = paho_client(broker.port, version=V5)
+    pub.publish(topic, b"short", qos=1, properties=publish_properties(MessageExpiryInterval=1))
+    pub.publish(topic, b"long", qos=1, properties=publish_properties(MessageExpiryInterval=100))
+    time.sleep(2.2)
+    back = paho_factory(broker.port, client_id, version=V5, clean=False)
+    assert back.connect() is True
+    [message] = back.wait_messages(1, topic=topic)
+    assert message.payload == b"long"
+    assert 95 <= message.properties.MessageExpiryInterval <= 98
+    time.sleep(0.5)
+    assert [m.payload for m in back.received(topic)] == [b"long"]
+
+
+def test_paho_maximum_packet_size_drops_large_messages(
+    broker: BrokerProcess, paho_client: PahoFactory
+) -> None:
+    topic = unique("size")
+    small = paho_client(
+        broker.port, version=V5, properties=connect_properties(MaximumPacketSize=100)
+    )
+    small.subscribe(topic, qos=1)
+    pub = paho_client(broker.port, version=V5)
+    pub.publish(topic, b"x" * 200, qos=1)
+    pub.publish(topic, b"x" * 200, qos=0)
+    pub.publish(topic, b"fits", qos=1)
+    assert [m.payload for m in small.wait_messages(1, topic=topic)] == [b"fits"]
+
+
+def test_paho_retained_message_keeps_its_properties_across_a_restart(
+    broker_factory: BrokerFactory, paho_client: PahoFactory
+) -> None:
+    broker = broker_factory()
+    topic = unique("retained")
+    paho_client(broker.port, version=V5).publish(
+        topic,
+        b"kept",
+        qos=1,
+        retain=True,
+        properties=publish_properties(ContentType="text/plain", UserProperty=[("u", "v")]),
+    )
+    broker.kill()
+    broker.start()
+    sub = paho_client(broker.port, version=V5)
+    sub.subscribe(topic, qos=1)
+    [message] = sub.wait_messages(1, topic=topic)
+    assert message.payload == b"kept" and message.retain
+    assert message.properties.ContentType == "text/plain"
+    assert message.properties.UserProperty == [("u", "v")]
+
+
+def test_paho_session_and_properties_survive_sigkill(
+    broker_factory: BrokerFactory, paho_factory: PahoFactory, paho_client: PahoFactory
+) -> None:
+    """A v5 persistent session (expiry 600 s) keeps its queue and the messages their
+    properties across SIGKILL; a session of 2 s is gone after a restart that took longer."""
+    broker = broker_factory()
+    topic = unique("crash5")
+    kept_id, short_id = unique("kept"), unique("short")
+    for client_id, expiry in ((kept_id, 600), (short_id, 2)):
+        leave_a_session(paho_factory, broker.port, client_id, expiry, topic)
+    pub = paho_client(broker.port, version=V5)
+    for i in range(20):
+        pub.publish(
+            topic, f"m{i}", qos=1, properties=publish_properties(UserProperty=[("i", str(i))])
+        )
+    pub.close()
+    broker.kill()
+    time.sleep(2.5)
+    broker.start()
+    kept = paho_factory(broker.port, kept_id, version=V5, clean=False)
+    assert kept.connect() is True
+    messages = kept.wait_messages(20, topic=topic)
+    assert [m.payload for m in messages] == [f"m{i}".encode() for i in range(20)]
+    assert [m.properties.UserProperty for m in messages] == [[("i", str(i))] for i in range(20)]
+    time.sleep(1.5)  # housekeeping's first pass
+    short = paho_factory(broker.port, short_id, version=V5, clean=False)
+    assert short.connect() is False
