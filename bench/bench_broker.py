@@ -1,9 +1,10 @@
 """End-to-end broker benchmark (not a test): a telemq broker as a subprocess, driven over
 loopback by telemq's own MQTT codec, every message checked.
 
-``python bench/bench_broker.py [--seconds 3] [--qos 0,1,2] [--journal on,off] [--persistent]``
+``python bench/bench_broker.py [--seconds 3] [--qos 0,1,2] [--journal on,off] [--persistent]
+[--protocol 4,5]``
 
-For each (QoS, journal) pair a fresh broker is started with the default store (SQLite,
+For each (QoS, journal, protocol) a fresh broker is started with the default store (SQLite,
 ``sync = "full"``) in a temporary directory. P publishers send 32-byte sequenced messages to
 ``bench/<run>/p<i>`` (clean sessions, or persistent ones with ``--persistent``: then a QoS 2
 release also keeps its packet id, docs/reliability.md); one subscriber on ``bench/<run>/+``
@@ -12,6 +13,11 @@ publisher may have at most `--window` messages that are not yet both acknowledge
 received by the subscriber, so the broker's queues stay bounded and the rate is sustainable.
 At the end the subscriber's sequence numbers are checked: QoS 1/2 must lose nothing and
 QoS 2 must not duplicate; the run fails (exit 1) otherwise.
+
+``--protocol`` picks the clients' MQTT version: 4 (3.1.1, the default) and/or 5 (5.0: level-5
+CONNECT, PUBLISHes with an empty property block, a persistent session with a Session Expiry
+Interval of 0xFFFFFFFF). The checks are the same; when both are run, a ratio line per
+(QoS, journal) gives the 5.0 rate over the 3.1.1 rate.
 
 The client is Python too, so on a small machine it shares the CPU with the broker; the
 yardstick for comparisons with other brokers is the C load generator described in
@@ -35,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from telemq.protocol.codec import Decoder, encode, encode_publish
+from telemq.protocol.codec5 import encode_publish5
 from telemq.protocol.packets import (
     ConnAck,
     Connect,
@@ -46,8 +53,11 @@ from telemq.protocol.packets import (
     SubAck,
     Subscribe,
 )
+from telemq.protocol.properties import Properties
 
 HOST = "127.0.0.1"
+NO_PROPERTIES = b"\x00"  # an empty 5.0 property block
+PROTOCOL_NAMES = {4: "3.1.1", 5: "5.0"}
 
 
 def free_port() -> int:
@@ -67,10 +77,11 @@ class Tally:
 
 
 class MqttPeer(asyncio.Protocol):
-    """A minimal MQTT 3.1.1 client over telemq's codec: just what the benchmark needs."""
+    """A minimal MQTT 3.1.1 or 5.0 client over telemq's codec: just what the benchmark
+    needs. Acknowledgements with reason 0 are the same bytes at both levels."""
 
-    def __init__(self) -> None:
-        self.decoder = Decoder()
+    def __init__(self, protocol: int = 4) -> None:
+        self.decoder = Decoder(protocol_level=protocol, mqtt5=protocol == 5)
         self.transport: asyncio.Transport | None = None
         self.packets: asyncio.Queue[object] = asyncio.Queue()
         self.on_packet = self.packets.put_nowait
@@ -88,22 +99,41 @@ class MqttPeer(asyncio.Protocol):
         self.transport.write(data)
 
 
-async def connect(port: int, client_id: str, clean: bool = True) -> MqttPeer:
+async def connect(port: int, client_id: str, clean: bool = True, protocol: int = 4) -> MqttPeer:
     loop = asyncio.get_running_loop()
-    _, peer = await loop.create_connection(MqttPeer, HOST, port)
-    peer.send(encode(Connect(client_id, clean_session=clean, keepalive=60)))
+    _, peer = await loop.create_connection(lambda: MqttPeer(protocol), HOST, port)
+    # 5.0: a session outlives its connection only with a Session Expiry Interval.
+    expiry = Properties(session_expiry_interval=0xFFFFFFFF) if protocol == 5 and not clean else None
+    peer.send(
+        encode(
+            Connect(
+                client_id,
+                protocol_level=protocol,
+                clean_session=clean,
+                keepalive=60,
+                properties=expiry,
+            )
+        )
+    )
     answer = await asyncio.wait_for(peer.packets.get(), 10)
     assert isinstance(answer, ConnAck) and answer.return_code == 0, answer
     return peer
 
 
 async def run_load(
-    port: int, qos: int, publishers: int, window: int, seconds: float, persistent: bool = False
+    port: int,
+    qos: int,
+    publishers: int,
+    window: int,
+    seconds: float,
+    persistent: bool = False,
+    protocol: int = 4,
 ) -> tuple[int, float, Tally]:
     run = uuid.uuid4().hex[:8]
+    v5 = protocol == 5
     tally = Tally([set() for _ in range(publishers)])
-    subscriber = await connect(port, f"sub-{run}")
-    subscriber.send(encode(Subscribe(1, [(f"bench/{run}/+", qos)])))
+    subscriber = await connect(port, f"sub-{run}", protocol=protocol)
+    subscriber.send(encode(Subscribe(1, [(f"bench/{run}/+", qos)]), protocol))
     suback = await asyncio.wait_for(subscriber.packets.get(), 10)
     assert isinstance(suback, SubAck) and suback.return_codes == [qos], suback
     in_flight = [0] * publishers  # sent, not yet (acknowledged and received)
@@ -141,7 +171,7 @@ async def run_load(
     sent = [0] * publishers
 
     async def publish(index: int) -> None:
-        peer = await connect(port, f"pub-{run}-{index}", clean=not persistent)
+        peer = await connect(port, f"pub-{run}-{index}", clean=not persistent, protocol=protocol)
         topic = f"bench/{run}/p{index}".encode()
         seq_of: dict[int, int] = {}
 
@@ -165,7 +195,11 @@ async def run_load(
                 if qos:
                     seq_of[packet_id] = seq
                 payload = struct.pack(">II", index, seq) + padding
-                peer.send(encode_publish(topic, payload, qos, False, False, packet_id))
+                peer.send(
+                    encode_publish5(topic, payload, qos, False, False, packet_id, NO_PROPERTIES)
+                    if v5
+                    else encode_publish(topic, payload, qos, False, False, packet_id)
+                )
                 in_flight[index] += 1
                 seq += 1
             wakeups[index].clear()
@@ -235,7 +269,13 @@ def main() -> int:
     parser.add_argument(
         "--persistent", action="store_true", help="publishers with persistent sessions"
     )
+    parser.add_argument(
+        "--protocol", default="4", help="MQTT levels of the clients: 4 (3.1.1) and/or 5 (5.0)"
+    )
     args = parser.parse_args()
+    protocols = [int(p) for p in args.protocol.split(",")]
+    if any(p not in PROTOCOL_NAMES for p in protocols):
+        parser.error("--protocol takes 4 and/or 5")
     failed = False
     print(
         f"{args.publishers} {'persistent ' if args.persistent else ''}publishers -> 1 subscriber,"
@@ -243,32 +283,47 @@ def main() -> int:
         f"{args.seconds:g} s per run, sync = full"
     )
     print(
-        f"{'qos':>3} {'journal':>7} {'msgs/s':>10} {'broker cpu':>10} {'msgs/cpu-s':>11}"
-        f" {'lost':>6} {'dup':>5}"
+        f"{'qos':>3} {'journal':>7} {'mqtt':>5} {'msgs/s':>10} {'broker cpu':>10}"
+        f" {'msgs/cpu-s':>11} {'lost':>6} {'dup':>5}"
     )
     for journal in [j.strip() == "on" for j in args.journal.split(",")]:
         for qos in [int(q) for q in args.qos.split(",")]:
-            with tempfile.TemporaryDirectory(prefix="telemq-bench-") as tmp:
-                process, port = start_broker(Path(tmp), journal)
-                try:
-                    cpu_before = broker_cpu_seconds(process.pid)
-                    sent, elapsed, tally = asyncio.run(
-                        run_load(
-                            port, qos, args.publishers, args.window, args.seconds, args.persistent
+            rates: dict[int, float] = {}
+            for protocol in protocols:
+                with tempfile.TemporaryDirectory(prefix="telemq-bench-") as tmp:
+                    process, port = start_broker(Path(tmp), journal)
+                    try:
+                        cpu_before = broker_cpu_seconds(process.pid)
+                        sent, elapsed, tally = asyncio.run(
+                            run_load(
+                                port,
+                                qos,
+                                args.publishers,
+                                args.window,
+                                args.seconds,
+                                args.persistent,
+                                protocol,
+                            )
                         )
-                    )
-                    cpu = broker_cpu_seconds(process.pid) - cpu_before
-                finally:
-                    process.terminate()
-                    process.wait(10)
-            lost = sent - tally.received
-            bad = (qos > 0 and lost > 0) or (qos == 2 and tally.duplicates > 0)
-            failed |= bad
-            print(
-                f"{qos:>3} {'on' if journal else 'off':>7} {tally.received / elapsed:>10,.0f}"
-                f" {cpu / elapsed:>10.2f} {tally.received / max(cpu, 1e-9):>11,.0f}"
-                f" {lost:>6} {tally.duplicates:>5}{'  FAIL' if bad else ''}"
-            )
+                        cpu = broker_cpu_seconds(process.pid) - cpu_before
+                    finally:
+                        process.terminate()
+                        process.wait(10)
+                lost = sent - tally.received
+                bad = (qos > 0 and lost > 0) or (qos == 2 and tally.duplicates > 0)
+                failed |= bad
+                rates[protocol] = tally.received / elapsed
+                print(
+                    f"{qos:>3} {'on' if journal else 'off':>7} {PROTOCOL_NAMES[protocol]:>5}"
+                    f" {rates[protocol]:>10,.0f} {cpu / elapsed:>10.2f}"
+                    f" {tally.received / max(cpu, 1e-9):>11,.0f}"
+                    f" {lost:>6} {tally.duplicates:>5}{'  FAIL' if bad else ''}"
+                )
+            if 4 in rates and 5 in rates:
+                print(
+                    f"{qos:>3} {'on' if journal else 'off':>7} 5.0/3.1.1 rate"
+                    f" {rates[5] / max(rates[4], 1e-9):.3f}"
+                )
     return 1 if failed else 0
 
 

@@ -211,8 +211,6 @@ def test_a_v5_connect_gets_connack_0_with_the_server_limits(
         "receiveMaximum": 1024,
         "topicAliasMaximum": 64,
         "maximumPacketSize": 1048576,
-        "subscriptionIdentifiersAvailable": False,
-        "sharedSubscriptionAvailable": False,
     }
     client.end()
     assert client.wait_for("close")
@@ -376,24 +374,27 @@ def test_topic_aliases_toward_a_subscriber_that_allows_them(
     subscriber.expect_none("error", "disconnect", within=0.2)
 
 
-def test_a_shared_subscription_is_refused_with_0x9e(
+def test_a_shared_subscription_gives_each_message_to_one_member(
     broker: BrokerProcess, mqttjs: MqttJsMaker
 ) -> None:
-    """Shared subscriptions are not offered (CONNACK says so): SUBACK says 0x9E for that
-    filter, grants the others, and the connection goes on."""
-    client = connected5(mqttjs, broker.port, "share")
-    plain = f"mqttjs5/{unique('plain')}"
-    result = client.request(
-        "subscribe",
-        check=False,
-        topic={f"$share/g/{plain}": {"qos": 1}, plain: {"qos": 1}},
-        options={},
+    """Two members of `$share/g/...` share the messages: each arrives once, at one of them,
+    taking turns; a plain subscriber to the same topic still gets them all."""
+    topic = f"mqttjs5/{unique('shared')}"
+    members = [connected5(mqttjs, broker.port, f"member{i}") for i in range(2)]
+    for member in members:
+        member.subscribe({f"$share/g/{topic}": {"qos": 1}})
+    plain = connected5(mqttjs, broker.port, "plain")
+    plain.subscribe({topic: {"qos": 1}})
+    publisher = connected5(mqttjs, broker.port, "pub")
+    for index in range(10):
+        publisher.publish(topic, f"m{index}".encode(), qos=1)
+    assert sorted(payload(m) for m in plain.messages(10)) == sorted(
+        f"m{index}".encode() for index in range(10)
     )
-    assert result["packet"]["cmd"] == "suback"
-    assert result["packet"]["granted"] == [0x9E, 1]
-    client.publish(plain, b"still here", qos=1)
-    [message] = client.messages(1)
-    assert payload(message) == b"still here"
+    got = [[payload(m) for m in member.messages(5)] for member in members]
+    assert sorted(got[0] + got[1]) == sorted(f"m{index}".encode() for index in range(10))
+    for member in members:
+        member.expect_none("message", within=0.3)
 
 
 def test_unsubscribing_a_filter_never_subscribed_gets_0x11(

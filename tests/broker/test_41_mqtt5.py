@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties as PahoProperties
+from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from telemq.protocol import (
     ConnAck,
@@ -41,6 +42,7 @@ from .helpers import (
     BrokerProcess,
     PahoClient,
     RawClient,
+    Received,
     fixed,
     unique,
     write_config,
@@ -133,9 +135,10 @@ def test_connack_states_the_default_limits(broker: BrokerProcess, raw5: Raw5Fact
     assert props.receive_maximum == 1024
     assert props.topic_alias_maximum == 64
     assert props.maximum_packet_size == 1024 * 1024
-    assert props.subscription_identifier_available == 0
-    assert props.shared_subscription_available == 0
-    # Defaults that need no property: QoS 2, retain and wildcards available.
+    # Defaults that need no property: QoS 2, retain, wildcards, subscription identifiers
+    # and shared subscriptions available.
+    assert props.subscription_identifier_available is None
+    assert props.shared_subscription_available is None
     assert props.maximum_qos is None and props.retain_available is None
     assert props.wildcard_subscription_available is None
     assert props.assigned_client_identifier is None
@@ -158,6 +161,7 @@ def limited(broker_factory: BrokerFactory, tmp_path: Path) -> BrokerProcess:
         "[limits]\nmax_packet_size = 2048\nmax_topic_length = 64\n"
         "[mqtt5]\nreceive_maximum = 2\nmaximum_qos = 1\nretain_available = false\n"
         "topic_alias_maximum = 3\nwildcard_subscription_available = false\n"
+        "subscription_identifier_available = false\nshared_subscription_available = false\n"
         "max_session_expiry_interval = 30\nserver_keep_alive = 5\n",
     )
     return broker_factory(config=config)
@@ -175,6 +179,8 @@ def test_connack_states_configured_limits(limited: BrokerProcess, raw5: Raw5Fact
     assert props.maximum_packet_size == 2048
     assert props.topic_alias_maximum == 3
     assert props.wildcard_subscription_available == 0
+    assert props.subscription_identifier_available == 0
+    assert props.shared_subscription_available == 0
     assert props.server_keep_alive == 5  # the client asked for 60
     assert props.session_expiry_interval == 30  # the client asked for 3600
 
@@ -261,16 +267,16 @@ def test_wildcards_refused_when_not_available(limited: BrokerProcess, raw5: Raw5
 def test_suback_and_unsuback_reason_codes(broker: BrokerProcess, raw5: Raw5Factory) -> None:
     client = raw5(broker.port)
     client.connect(unique("v5"))
-    client.send(Subscribe(1, [("a/#", 2), ("a/#/b", 0), ("$share/g/a", 1)]))
-    assert client.recv() == SubAck(1, [0x02, 0x8F, 0x9E])
+    client.send(Subscribe(1, [("a/#", 2), ("a/#/b", 0), ("$share/g/a", 1), ("$share/g+/a", 0)]))
+    assert client.recv() == SubAck(1, [0x02, 0x8F, 0x01, 0x8F])
     client.send(Unsubscribe(2, ["a/#", "never/subscribed"]))
     assert client.recv() == UnsubAck(2, [0x00, 0x11])
 
 
 def test_subscription_identifier_is_a_protocol_error_when_unavailable(
-    broker: BrokerProcess, raw5: Raw5Factory
+    limited: BrokerProcess, raw5: Raw5Factory
 ) -> None:
-    client = raw5(broker.port)
+    client = raw5(limited.port)
     client.connect(unique("v5"))
     client.send(Subscribe(1, [("a/b", 1)], properties=Properties(subscription_identifiers=[7])))
     assert client.disconnected().reason_code == 0xA1
@@ -626,3 +632,189 @@ def test_paho_session_and_properties_survive_sigkill(
     time.sleep(1.5)  # housekeeping's first pass
     short = paho_factory(broker.port, short_id, version=V5, clean=False)
     assert short.connect() is False
+
+
+# ---------------------------------------------------------------------------------------------
+# Subscription options and identifiers
+
+
+def subscribe_properties(identifier: int) -> PahoProperties:
+    props = PahoProperties(PacketTypes.SUBSCRIBE)
+    props.SubscriptionIdentifier = identifier
+    return props
+
+
+def identifiers(message: Received) -> list[int]:
+    value = getattr(message.properties, "SubscriptionIdentifier", [])
+    return list(value) if isinstance(value, list) else [value]
+
+
+def test_no_local(broker: BrokerProcess, paho_client: PahoFactory) -> None:
+    """No Local: a client is not sent what it publishes itself, unless another of its
+    subscriptions matching the topic lacks the option."""
+    base = unique("nolocal")
+    me = paho_client(broker.port, version=V5)
+    me.subscribe(f"{base}/+", options=SubscribeOptions(qos=1, noLocal=True))
+    other = paho_client(broker.port, version=V5)
+    me.publish(f"{base}/a", b"mine", qos=1)
+    other.publish(f"{base}/a", b"theirs", qos=1)
+    assert [m.payload for m in me.wait_messages(1)] == [b"theirs"]
+    me.subscribe(f"{base}/#", qos=1)  # overlapping, without No Local
+    me.publish(f"{base}/b", b"mine again", qos=1)
+    assert [m.payload for m in me.wait_messages(2)] == [b"theirs", b"mine again"]
+
+
+def test_retain_as_published(broker: BrokerProcess, paho_client: PahoFactory) -> None:
+    topic = unique("rap")
+    kept = paho_client(broker.port, version=V5)
+    kept.subscribe(topic, options=SubscribeOptions(qos=1, retainAsPublished=True))
+    cleared = paho_client(broker.port, version=V5)
+    cleared.subscribe(topic, qos=1)
+    paho_client(broker.port, version=V5).publish(topic, b"live", qos=1, retain=True)
+    assert [m.retain for m in kept.wait_messages(1)] == [True]
+    assert [m.retain for m in cleared.wait_messages(1)] == [False]
+
+
+def test_retain_handling(broker: BrokerProcess, paho_client: PahoFactory) -> None:
+    """0: the retained message on every SUBSCRIBE; 1: only for a new subscription; 2: never."""
+    topic = unique("handling")
+    paho_client(broker.port, version=V5).publish(topic, b"retained", qos=1, retain=True)
+    for handling, expected in ((0, 2), (1, 1), (2, 0)):
+        client = paho_client(broker.port, version=V5)
+        for _ in range(2):
+            client.subscribe(topic, options=SubscribeOptions(qos=1, retainHandling=handling))
+        time.sleep(0.3)
+        assert len(client.received(topic)) == expected, handling
+
+
+def test_subscription_identifiers_on_deliveries(
+    broker: BrokerProcess, paho_client: PahoFactory
+) -> None:
+    """Each delivery carries the identifiers of the client's subscriptions that match it
+    (one copy with all of them); the retained copy on subscribing carries its own."""
+    base = unique("subid")
+    publisher = paho_client(broker.port, version=V5)
+    publisher.publish(f"{base}/r", b"retained", qos=1, retain=True)
+    client = paho_client(broker.port, version=V5)
+    client.subscribe(f"{base}/#", qos=1, properties=subscribe_properties(7))
+    [retained] = client.wait_messages(1)
+    assert identifiers(retained) == [7]
+    client.subscribe(f"{base}/a", qos=1, properties=subscribe_properties(300))
+    # No identifier, and not the retained message again.
+    client.subscribe(f"{base}/+", options=SubscribeOptions(qos=0, retainHandling=2))
+    publisher.publish(f"{base}/a", b"both", qos=1)
+    publisher.publish(f"{base}/b", b"one", qos=0)
+    received = client.wait_messages(3)
+    assert [(m.payload, sorted(identifiers(m))) for m in received[1:]] == [
+        (b"both", [7, 300]),
+        (b"one", [7]),
+    ]
+
+
+def test_subscription_identifiers_survive_a_restart(
+    broker_factory: BrokerFactory, paho_factory: PahoFactory, paho_client: PahoFactory
+) -> None:
+    broker = broker_factory()
+    topic = unique("subid-crash")
+    client_id = unique("away")
+    away = paho_factory(
+        broker.port, client_id, version=V5, properties=connect_properties(SessionExpiryInterval=600)
+    )
+    away.connect()
+    away.subscribe(topic, qos=1, properties=subscribe_properties(42))
+    away.disconnect()
+    paho_client(broker.port, version=V5).publish(topic, b"queued", qos=1)
+    broker.kill()
+    broker.start()
+    back = paho_factory(broker.port, client_id, version=V5, clean=False)
+    assert back.connect() is True
+    [message] = back.wait_messages(1, topic=topic)
+    assert identifiers(message) == [42]
+    paho_client(broker.port, version=V5).publish(topic, b"after", qos=1)
+    assert [identifiers(m) for m in back.wait_messages(2, topic=topic)] == [[42], [42]]
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared subscriptions
+
+
+def test_shared_subscription_takes_turns_and_keeps_no_retained(
+    broker: BrokerProcess, paho_client: PahoFactory
+) -> None:
+    """Members of `$share/g/...` (5.0 and 3.1.1 alike) each get every other message; a
+    retained message is not sent to a shared subscription (MQTT 5.0 §4.8.2)."""
+    topic = unique("shared")
+    publisher = paho_client(broker.port, version=V5)
+    publisher.publish(topic, b"retained", qos=1, retain=True)
+    members = [paho_client(broker.port, version=V5), paho_client(broker.port)]
+    for member in members:
+        assert member.subscribe(f"$share/g/{topic}", qos=1) == [1]
+    for index in range(6):
+        publisher.publish(topic, f"m{index}", qos=1)
+    got = [[m.payload for m in member.wait_messages(3)] for member in members]
+    assert sorted(got[0] + got[1]) == [f"m{index}".encode() for index in range(6)]
+    time.sleep(0.3)
+    assert [len(member.received()) for member in members] == [3, 3]
+
+
+def test_no_local_on_a_shared_subscription_is_a_protocol_error(
+    broker: BrokerProcess, raw5: Raw5Factory
+) -> None:
+    client = raw5(broker.port)
+    client.connect(unique("v5"))
+    client.send(Subscribe(1, [(f"$share/g/{unique('t')}", 0x05)]))  # QoS 1, No Local
+    assert client.disconnected().reason_code == 0x82
+
+
+def test_a_leaving_member_hands_its_unacknowledged_messages_on(
+    broker: BrokerProcess, raw5: Raw5Factory, paho_client: PahoFactory
+) -> None:
+    """A member that leaves without acknowledging its QoS 1 messages: they go to the
+    member that stays, which ends up with every message."""
+    topic = unique("handover")
+    leaving = raw5(broker.port)
+    leaving.connect(unique("leaving"))
+    leaving.send(Subscribe(1, [(f"$share/g/{topic}", 1)]))
+    assert leaving.recv() == SubAck(1, [1])
+    staying = paho_client(broker.port, version=V5)
+    staying.subscribe(f"$share/g/{topic}", qos=1)
+    publisher = paho_client(broker.port, version=V5)
+    for index in range(4):
+        publisher.publish(topic, f"m{index}", qos=1)
+    unanswered = [leaving.recv() for _ in range(2)]  # never acknowledged
+    assert all(isinstance(p, Publish) for p in unanswered)
+    leaving.close()
+    got = [m.payload for m in staying.wait_messages(4)]
+    assert sorted(got) == [f"m{index}".encode() for index in range(4)]
+
+
+def test_shared_subscriptions_of_persistent_sessions_survive_a_restart(
+    broker_factory: BrokerFactory, paho_factory: PahoFactory, paho_client: PahoFactory
+) -> None:
+    """Members with persistent sessions: after SIGKILL the group is still there, and the
+    messages published while both were away are shared between them when they return."""
+    broker = broker_factory()
+    topic = unique("shared-crash")
+    ids = [unique("member") for _ in range(2)]
+    for client_id in ids:
+        client = paho_factory(
+            broker.port,
+            client_id,
+            version=V5,
+            properties=connect_properties(SessionExpiryInterval=600),
+        )
+        client.connect()
+        client.subscribe(f"$share/g/{topic}", qos=1)
+        client.disconnect()
+    publisher = paho_client(broker.port, version=V5)
+    for index in range(6):
+        publisher.publish(topic, f"m{index}", qos=1)
+    broker.kill()
+    broker.start()
+    members = [paho_factory(broker.port, client_id, version=V5, clean=False) for client_id in ids]
+    for member in members:
+        assert member.connect() is True
+    time.sleep(1.0)
+    got = sorted(m.payload for member in members for m in member.received(topic))
+    assert got == [f"m{index}".encode() for index in range(6)]
+    assert all(member.received(topic) for member in members)  # both had some

@@ -13,6 +13,7 @@ identifiers, and SUBACK/UNSUBACK at level 5.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import pytest
@@ -60,7 +61,13 @@ MQTT_5 = 5
 
 # The server's limits for most tests: each differs from the MQTT 5.0 default, so each is
 # stated in CONNACK.
-LIMITS = ServerLimits5(receive_maximum=10, maximum_packet_size=4096, topic_alias_maximum=4)
+LIMITS = ServerLimits5(
+    receive_maximum=10,
+    maximum_packet_size=4096,
+    topic_alias_maximum=4,
+    subscription_identifier_available=False,
+    shared_subscription_available=False,
+)
 # What CONNACK says for LIMITS, in identifier order: Receive Maximum 10, Topic Alias
 # Maximum 4, Maximum Packet Size 4096, Subscription Identifier Available 0, Shared
 # Subscription Available 0 (maximum QoS 2, retain and wildcards available: left out).
@@ -237,6 +244,8 @@ def test_connack_states_every_limit_below_the_default() -> None:
         maximum_packet_size=1000,
         topic_alias_maximum=0,
         wildcard_subscription_available=False,
+        subscription_identifier_available=False,
+        shared_subscription_available=False,
     )
     connection = open5(limits)
     connection.accept(False, Flows(), 0.0)
@@ -285,9 +294,7 @@ def test_connack_carries_the_assigned_client_id_and_session_expiry() -> None:
 def test_server_keep_alive_lowers_the_keepalive_and_is_stated(client_keepalive: int) -> None:
     """A keep-alive above the server's (or 0, none) becomes the server's, sent back as
     Server Keep Alive; the timer runs on it: 1.5 x 30 s."""
-    limits = ServerLimits5(
-        receive_maximum=10, maximum_packet_size=4096, topic_alias_maximum=4, server_keep_alive=30
-    )
+    limits = dataclasses.replace(LIMITS, server_keep_alive=30)
     connection = open5(limits, keepalive=client_keepalive)
     assert connection.keepalive == 30
     connection.accept(False, Flows(), 0.0)
@@ -301,9 +308,7 @@ def test_server_keep_alive_lowers_the_keepalive_and_is_stated(client_keepalive: 
 
 
 def test_a_keepalive_below_the_servers_is_kept_and_not_restated() -> None:
-    limits = ServerLimits5(
-        receive_maximum=10, maximum_packet_size=4096, topic_alias_maximum=4, server_keep_alive=30
-    )
+    limits = dataclasses.replace(LIMITS, server_keep_alive=30)
     connection = open5(limits, keepalive=10)
     assert connection.keepalive == 10
     connection.accept(False, Flows(), 0.0)

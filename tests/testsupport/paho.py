@@ -15,6 +15,7 @@ from typing import Any
 
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from .process import HOST, unique
 
@@ -160,13 +161,25 @@ class PahoClient:
         assert rc == 0, f"{self.client_id}: CONNECT refused with return code {rc}"
         return session_present
 
-    def subscribe(self, topic: str | list[tuple[str, int]], qos: int = 0) -> list[int]:
-        """Subscribe and wait for the SUBACK; returns the granted QoS / failure codes."""
-        rc, mid = (
-            self.client.subscribe(topic)
-            if isinstance(topic, list)
-            else self.client.subscribe(topic, qos)
-        )
+    def subscribe(
+        self,
+        topic: str | list[tuple[str, int]],
+        qos: int = 0,
+        options: Any = None,
+        properties: Any = None,
+    ) -> list[int]:
+        """Subscribe and wait for the SUBACK; returns the granted QoS / failure codes.
+        MQTT 5.0: `options` (paho's `SubscribeOptions`, instead of `qos`) and `properties`
+        (a Subscription Identifier)."""
+        if options is not None or properties is not None:
+            assert isinstance(topic, str)
+            if options is None:
+                options = SubscribeOptions(qos=qos)
+            rc, mid = self.client.subscribe(topic, options=options, properties=properties)
+        elif isinstance(topic, list):
+            rc, mid = self.client.subscribe(topic)
+        else:
+            rc, mid = self.client.subscribe(topic, qos)
         assert rc == paho.MQTT_ERR_SUCCESS and mid is not None, f"subscribe failed: {rc}"
         self._wait(lambda: mid in self._subacks, WAIT, f"SUBACK {mid}")
         return self._subacks[mid]

@@ -114,6 +114,8 @@ class Mqtt5Config:
     retain_available: bool = True
     topic_alias_maximum: int = 64  # aliases a client may use; 0: none
     wildcard_subscription_available: bool = True
+    subscription_identifier_available: bool = True
+    shared_subscription_available: bool = True  # false: $share/... is an ordinary filter
     max_session_expiry_interval: int = 0xFFFFFFFF  # seconds; longer requests are shortened
     server_keep_alive: int = 0  # seconds; 0: the client's keep-alive holds
 
@@ -128,6 +130,8 @@ class Mqtt5Config:
             maximum_packet_size=max_packet_size,
             topic_alias_maximum=self.topic_alias_maximum,
             wildcard_subscription_available=self.wildcard_subscription_available,
+            subscription_identifier_available=self.subscription_identifier_available,
+            shared_subscription_available=self.shared_subscription_available,
             max_session_expiry_interval=self.max_session_expiry_interval,
             server_keep_alive=self.server_keep_alive,
         )

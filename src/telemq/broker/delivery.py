@@ -23,6 +23,7 @@ belongs to the session it is given.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -80,9 +81,10 @@ class Deliveries:
         """Deliveries a session's queue holds beyond its in-flight window (0: no limit)."""
         return self._max_queued
 
-    def send_qos0(self, client: Client, message: Message, retain: bool) -> bool:
+    def send_qos0(self, client: Client, message: Message, retain: bool, extra: bytes = b"") -> bool:
         """Send a QoS 0 copy; False when it is dropped (the client is not reading, or, at
-        MQTT 5.0, the message has expired or is too large for the client)."""
+        MQTT 5.0, the message has expired or is too large for the client). `extra`: the
+        copy's own 5.0 properties (`Delivery.properties`)."""
         if not client.writable:
             self._stats.messages_dropped += 1
             return False
@@ -97,7 +99,10 @@ class Deliveries:
                 self._count_dropped(expired=True)
                 return False
             if not connection.send_publish(
-                message.topic_bytes, message.payload, retain, properties or message.properties
+                message.topic_bytes,
+                message.payload,
+                retain,
+                extra + (properties or message.properties),
             ):
                 self._count_dropped(expired=False)
                 return False
@@ -121,6 +126,8 @@ class Deliveries:
         retain: bool,
         durable: bool,
         live: bool = True,
+        extra: bytes = b"",
+        share: str = "",
     ) -> Delivery | None:
         """Queue a QoS 1/2 delivery (in the store when durable); the caller pumps. A live
         one waits behind retained messages being sent to the session (`Session.held`).
@@ -134,7 +141,8 @@ class Deliveries:
             session.dropped += 1
             self._stats.messages_dropped += 1
             return None
-        delivery = Delivery(message, qos, retain)
+        delivery = Delivery(message, qos, retain, 0, extra)
+        delivery.share = share
         if durable:
             pending = self._committer.pending
             if message.store_id == 0:
@@ -153,6 +161,7 @@ class Deliveries:
                     DeliveryState.QUEUED,
                     0,
                     retain,
+                    _record_data(extra, share),
                 )
             )
         if live and session.holding:
@@ -162,12 +171,14 @@ class Deliveries:
         session.queued_bytes += size
         return delivery
 
-    def hold_qos0(self, session: Session, message: Message, retain: bool) -> bool:
+    def hold_qos0(
+        self, session: Session, message: Message, retain: bool, extra: bytes = b""
+    ) -> bool:
         """A live QoS 0 copy for a session being sent retained messages: held behind them
         (True); False when the session is not holding."""
         if not session.holding:
             return False
-        session.held.append(Delivery(message, 0, retain))
+        session.held.append(Delivery(message, 0, retain, 0, extra))
         return True
 
     def release_held(self, session: Session) -> None:
@@ -178,7 +189,7 @@ class Deliveries:
         session.held = []
         for delivery in held:
             if delivery.qos == 0:
-                self.send_qos0_to(session, delivery.message, delivery.retain)
+                self.send_qos0_to(session, delivery.message, delivery.retain, delivery.properties)
             else:
                 session.queue.append(delivery)
         self.pump(session)
@@ -190,18 +201,21 @@ class Deliveries:
     def hand_off(self, session: Session, delivery: Delivery) -> None:
         """A delivery held back until a commit (a QoS 2 release) goes out now."""
         if delivery.qos == 0:
-            if not self.hold_qos0(session, delivery.message, delivery.retain):
-                self.send_qos0_to(session, delivery.message, delivery.retain)
+            message, retain, extra = delivery.message, delivery.retain, delivery.properties
+            if not self.hold_qos0(session, message, retain, extra):
+                self.send_qos0_to(session, message, retain, extra)
             return
         self.pump(session)
 
-    def send_qos0_to(self, session: Session, message: Message, retain: bool) -> None:
+    def send_qos0_to(
+        self, session: Session, message: Message, retain: bool, extra: bytes = b""
+    ) -> None:
         """A QoS 0 copy to whatever takes the session's deliveries now (its client or its
         target); nothing when neither is there, as QoS 0 is never queued."""
         if session.client is not None:
-            self.send_qos0(session.client, message, retain)
+            self.send_qos0(session.client, message, retain, extra)
         elif session.target is not None:
-            self.to_target(session, Delivery(message, 0, retain))
+            self.to_target(session, Delivery(message, 0, retain, 0, extra))
 
     def to_target(self, session: Session, delivery: Delivery) -> bool:
         """Offer one delivery to the session's `DeliveryTarget`; True when it took it. A
@@ -282,7 +296,7 @@ class Deliveries:
                     delivery,
                     now,
                     send=not deferred,
-                    properties=properties,
+                    properties=delivery.properties + properties,
                 )
             except PacketIdsExhausted:
                 queue.appendleft(delivery)
@@ -304,6 +318,7 @@ class Deliveries:
                         DeliveryState.INFLIGHT,
                         packet_id,
                         delivery.retain,
+                        _record_data(delivery.properties, delivery.share),
                     )
                 )
             if deferred:
@@ -344,6 +359,7 @@ class Deliveries:
                 DeliveryState.RELEASED,
                 packet_id,
                 ref.retain,
+                _record_data(ref.properties, ref.share),
             )
         )
         self._committer.after(lambda: client.acknowledge(PacketType.PUBREL, packet_id))
@@ -358,6 +374,11 @@ class Deliveries:
             self._committer.pending.delete_message(message.store_id)
             message.store_id = 0
             message.refs = 0
+
+    def forget(self, delivery: Delivery) -> None:
+        """A delivery taken out of its session (moved elsewhere, shares.py): out of the
+        store, with its message's reference."""
+        self._forget([delivery])
 
     def drop_too_large(self, refs: list[object]) -> None:
         """In-flight deliveries an MQTT 5.0 client no longer takes (`Connection.accept`)."""
@@ -395,6 +416,33 @@ class Deliveries:
             ref = inflight.ref
             if isinstance(ref, Delivery):
                 self.release_message(ref)
+
+
+_NO_DATA: dict[str, object] = {}  # shared by every record without data: never changed
+
+
+def _record_data(extra: bytes, share: str) -> dict[str, object]:
+    """A delivery record's data: its own 5.0 properties (subscription identifiers) and its
+    shared subscription group, if any."""
+    if not extra and not share:
+        return _NO_DATA
+    data: dict[str, object] = {}
+    if extra:
+        data["properties"] = extra.hex()
+    if share:
+        data["share"] = share
+    return data
+
+
+def restore_delivery(delivery: Delivery, data: dict[str, object]) -> None:
+    """What `_record_data` kept, back on a restored delivery (unreadable parts ignored)."""
+    value = data.get("properties")
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            delivery.properties = bytes.fromhex(value)
+    share = data.get("share")
+    if isinstance(share, str):
+        delivery.share = share
 
 
 def _send_publish_later(

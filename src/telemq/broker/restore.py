@@ -32,7 +32,7 @@ from ..store import DeliveryState, IncomingRecord, StoreState
 from ..subscriptions import Registry, Subscription
 from .committer import Committer
 from .config import LimitsConfig
-from .delivery import Deliveries
+from .delivery import Deliveries, restore_delivery
 from .retained import RetainedMessages
 from .router import Router
 from .session import Delivery, Message, Session
@@ -182,6 +182,8 @@ def _restore_deliveries(state: StoreState, now: float, by_id: dict[str, Session]
             continue
         message.refs += 1
         delivery = Delivery(message, record.qos, record.retain, record.delivery_id)
+        if record.data:
+            restore_delivery(delivery, record.data)
         if record.state == DeliveryState.QUEUED or record.packet_id == 0:
             target.queue.append(delivery)
             target.queued_bytes += message.size
@@ -200,7 +202,8 @@ def _restore_deliveries(state: StoreState, now: float, by_id: dict[str, Session]
                     else InflightState.PUBLISHED
                 ),
                 # What an MQTT 5.0 client is re-sent (in flight: sent even if expired since).
-                properties=message.properties5(wall_now) or message.properties,
+                properties=delivery.properties
+                + (message.properties5(wall_now) or message.properties),
             )
 
 

@@ -44,13 +44,20 @@ from ..protocol import (
 )
 from ..protocol.flows import release_digest
 from ..store import IncomingRecord
-from ..subscriptions import Registry
+from ..subscriptions import (
+    PERSISTENCE_RANK,
+    DeliveryOptions,
+    Registry,
+    Subscription,
+    delivery_options,
+)
 from .auth import Action
 from .committer import Committer
 from .delivery import Deliveries
 from .hooks import Hooks
 from .retained import RetainedMessages
 from .session import Delivery, Message, Session
+from .shares import Shares
 
 if TYPE_CHECKING:
     from .client import Client
@@ -94,6 +101,7 @@ class Router:
         "cache_bytes",
         "commands",
         "next_seq",
+        "shares",
     )
 
     def __init__(
@@ -129,6 +137,7 @@ class Router:
         self.cache_bytes = 0  # characters of the topic names in the journal cache
         self._received_us = 0  # UTC microseconds of the read being handled
         self.next_seq = 1  # the journal's next sequence number
+        self.shares = Shares(registry, sessions, deliveries)  # shared subscriptions' members
 
     def start_read(self) -> None:
         """One clock reading per read: the packets of one read arrived together."""
@@ -392,8 +401,20 @@ class Router:
             message.client_id,
             message.user_id,
         )
+        registry = self._registry
+        shares: dict[str, str] | None = None  # queue -> the shared group it was picked for
+        options5: dict[str, DeliveryOptions] | None = None
+        if registry.has_shared:
+            groups = registry.shared(message.sub_point, message.topic)
+            if groups:
+                if registry.has_options5:
+                    options5 = registry.options5(message.sub_point, message.topic)
+                targets, options5, shares = self._pick_shared(groups, targets or {}, options5)
         if not targets:
             return []
+        if shares is None and registry.has_options5:
+            # MQTT 5.0 subscription options, looked up only when some subscription has them.
+            options5 = registry.options5(message.sub_point, message.topic)
         sessions = self._sessions
         deliveries = self._deliveries
         later: list[tuple[Session, Delivery]] = []
@@ -404,6 +425,15 @@ class Router:
             session = sessions.get(queue)
             if session is None:
                 continue
+            retain = False  # a live copy: RETAIN is for retained messages [MQTT-3.3.1-9]
+            extra = b""  # MQTT 5.0: the Subscription Identifiers
+            if options5 is not None:
+                options = options5.get(queue)
+                if options is not None:
+                    if options.no_local and queue == message.client_id:
+                        continue
+                    retain = message.retain and options.retain_as_published
+                    extra = options.properties
             durable = session.persistent and durable_rank(rank, qos)
             if durable and qos == 0:
                 qos = 1  # Pers / PersAsQueue: kept until acknowledged
@@ -412,15 +442,18 @@ class Router:
                 if client is None and session.target is None:
                     continue  # QoS 0 is not queued for offline sessions (as Mosquitto)
                 if session.holding and hand_off_now:
-                    deliveries.hold_qos0(session, message, False)
+                    deliveries.hold_qos0(session, message, retain, extra)
                 elif not hand_off_now:
-                    later.append((session, Delivery(message, 0, False)))
+                    later.append((session, Delivery(message, 0, retain, 0, extra)))
                 elif client is not None:
-                    deliveries.send_qos0(client, message, False)
+                    deliveries.send_qos0(client, message, retain, extra)
                 else:
-                    deliveries.to_target(session, Delivery(message, 0, False))
+                    deliveries.to_target(session, Delivery(message, 0, retain, 0, extra))
                 continue
-            delivery = deliveries.enqueue(session, message, qos, False, durable)
+            share = shares.get(queue, "") if shares is not None else ""
+            delivery = deliveries.enqueue(
+                session, message, qos, retain, durable, True, extra, share
+            )
             if delivery is None:
                 continue
             if hand_off_now:
@@ -428,6 +461,31 @@ class Router:
             else:
                 later.append((session, delivery))
         return later
+
+    def _pick_shared(
+        self,
+        groups: dict[str, list[Subscription]],
+        targets: dict[str, tuple[int, int]],
+        options5: dict[str, DeliveryOptions] | None,
+    ) -> tuple[dict[str, tuple[int, int]], dict[str, DeliveryOptions] | None, dict[str, str]]:
+        """One member per shared group (shares.py), added to the targets: copies of the
+        cached ones, with the member's options. A member that also has its own matching
+        subscription gets one copy (the highest QoS), as for two overlapping ones."""
+        targets = dict(targets)
+        options5 = dict(options5) if options5 is not None else {}
+        picked: dict[str, str] = {}
+        for group, members in groups.items():
+            member = self.shares.pick(group, members)
+            if member is None:
+                continue
+            queue = member.queue
+            entry = (member.qos, PERSISTENCE_RANK[member.persistence])
+            current = targets.get(queue)
+            targets[queue] = entry if current is None else max(current, entry)
+            if queue not in options5 and member.has_options5:
+                options5[queue] = delivery_options([member])
+            picked[queue] = group
+        return targets, options5 or None, picked
 
 
 def message_of(requester: Requester, topic: str, body: bytes, qos: int, retain: bool) -> Message:

@@ -264,6 +264,7 @@ class Broker:
             self.stats,
             config.limits.max_subscriptions_per_client,
             self.limits5,
+            config.mqtt5.shared_subscription_available,
         )
         self.wills = Wills(self.loop, self.hooks, self.stats, self.router, committer)
         sessions.attach(self.router, self.subscriptions, self.wills)

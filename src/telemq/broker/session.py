@@ -140,15 +140,27 @@ class Message:
 
 
 class Delivery:
-    """One copy of a message owed to a session; `delivery_id` 0 = memory only."""
+    """One copy of a message owed to a session; `delivery_id` 0 = memory only.
+    `properties`: what this copy adds to the message's MQTT 5.0 properties (the matching
+    subscriptions' identifiers), encoded; b"" for none. `share`: the shared subscription
+    group it came through ("" for none)."""
 
-    __slots__ = ("delivery_id", "message", "qos", "retain")
+    __slots__ = ("delivery_id", "message", "properties", "qos", "retain", "share")
 
-    def __init__(self, message: Message, qos: int, retain: bool, delivery_id: int = 0) -> None:
+    def __init__(
+        self,
+        message: Message,
+        qos: int,
+        retain: bool,
+        delivery_id: int = 0,
+        properties: bytes = b"",
+    ) -> None:
         self.message = message
         self.qos = qos
         self.retain = retain
         self.delivery_id = delivery_id
+        self.properties = properties
+        self.share = ""  # the shared subscription group it was given through (shares.py)
 
 
 class DeliveryTarget(Protocol):

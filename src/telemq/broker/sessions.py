@@ -485,6 +485,8 @@ class Sessions:
                 hooks.notify(hooks.session_down, client.client_id, event.graceful, event.reason)
             if session.client is client:
                 session.client = None
+                if self._registry.has_shared:  # its group messages, to other members
+                    self.router.shares.reshare(session)
                 if not session.persistent or not session.expiry_interval:
                     self.discard(session)
                 elif session.expiry_interval != NO_EXPIRY:

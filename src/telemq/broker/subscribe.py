@@ -29,6 +29,10 @@ import time
 from typing import TYPE_CHECKING
 
 from ..protocol import (
+    NO_LOCAL,
+    RETAIN_AS_PUBLISHED,
+    RETAIN_HANDLING,
+    RETAIN_HANDLING_SHIFT,
     SUBACK_FAILURE,
     SUBSCRIPTION_QOS,
     Connection,
@@ -40,8 +44,10 @@ from ..protocol import (
     UnsubAck,
     UnsubscribeRequested,
     is_wildcard_filter,
+    shared_subscription,
 )
 from ..protocol.peer5 import ServerLimits5
+from ..protocol.properties import subscription_identifier_property
 from ..store import SubscriptionRecord
 from ..subscriptions import PERSISTENCE_RANK, Identity, Registry, Subscription
 from .auth import Action
@@ -77,9 +83,13 @@ class SubscriptionManager:
         stats: BrokerStats,
         max_subscriptions: int,
         limits5: ServerLimits5 | None = None,
+        shared_available: bool = True,
     ) -> None:
         self._qmgr_name = qmgr_name
         self._limits5 = limits5
+        # `$share/...` filters are shared subscriptions (at every protocol level, as in
+        # Mosquitto and EMQX) unless the configuration says they are not available.
+        self._shared_available = shared_available
         self._topic_limits = topic_limits
         self._stats = stats
         self._max_subscriptions = max_subscriptions  # per session; 0 = unlimited
@@ -114,12 +124,16 @@ class SubscriptionManager:
             return
         packet = event.packet
         codes: list[int] = []
-        accepted: list[Subscription] = []
         registry = self._registry
         hooks = self._hooks
         identity = Identity(self._qmgr_name, session.client_id, "")
         limits = self._topic_limits
         limits5 = self._limits5 if connection.peer5 is not None else None
+        props = packet.properties  # 5.0: at most one Subscription Identifier, for all filters
+        subscription_id = 0
+        if props is not None and props.subscription_identifiers:
+            subscription_id = props.subscription_identifiers[0]
+        retained_for: list[Subscription] = []  # those that get the retained messages
         for topic_filter, options in packet.topics:
             # 5.0: subscription options, whose bits 0-1 are the QoS; 3.1/3.1.1: the QoS.
             qos = options & SUBSCRIPTION_QOS
@@ -128,8 +142,23 @@ class SubscriptionManager:
             if problem is None and limits5 is not None:
                 qos = min(qos, limits5.maximum_qos)
                 code5, problem = _unavailable(topic_filter, limits5)
+            share_name, matched = "", topic_filter  # what the ACL and the trie see
+            if problem is None and self._shared_available:
+                try:
+                    shared = shared_subscription(topic_filter)
+                except ValueError as error:
+                    problem = str(error)
+                else:
+                    if shared is not None:
+                        share_name, matched = shared
+                        if options & NO_LOCAL:  # [MQTT-3.8.3-4]
+                            client.close(
+                                f"No Local on shared subscription {topic_filter!r}",
+                                ReasonCode.PROTOCOL_ERROR,
+                            )
+                            return
             if problem is None and not hooks.may(
-                Action.SUBSCRIBE, topic_filter, client.user_id, client.client_id
+                Action.SUBSCRIBE, matched, client.user_id, client.client_id
             ):
                 code5, problem = ReasonCode.NOT_AUTHORIZED, "not authorized"
             if problem:
@@ -147,6 +176,13 @@ class SubscriptionManager:
                 )
                 codes.append(_refusal(connection, qos, ReasonCode.QUOTA_EXCEEDED))
                 continue
+            # 5.0: Retain Handling 0 sends the retained messages, 1 only to a new
+            # subscription, 2 never; at 3.1/3.1.1 the bits are 0.
+            handling = (options & RETAIN_HANDLING) >> RETAIN_HANDLING_SHIFT
+            # Never for a shared subscription (MQTT 5.0 §4.8.2).
+            wants_retained = not share_name and (
+                handling == 0 or (handling == 1 and subscription is None)
+            )
             if subscription is None:
                 subscription = Subscription(
                     id=registry.new_id(),
@@ -157,14 +193,18 @@ class SubscriptionManager:
                     qos=qos,
                     created_at=time.time(),
                     mqtt=True,
+                    share_name=share_name,
                 )
+                _set_options5(subscription, options, subscription_id)
                 registry.add(subscription)
             else:
                 subscription.qos = qos  # an identical filter replaces [MQTT-3.8.4-3]
+                _set_options5(subscription, options, subscription_id)
                 registry.changed(subscription)
+            if wants_retained:
+                retained_for.append(subscription)
             self.saved(subscription)
             codes.append(qos)
-            accepted.append(subscription)
         packet_id = packet.packet_id
 
         def acknowledge() -> None:
@@ -175,12 +215,12 @@ class SubscriptionManager:
 
         # See the module docstring for the order of SUBACK and retained messages.
         if session.persistent:
-            for subscription in accepted:
+            for subscription in retained_for:
                 self.send_retained(subscription)
             self._committer.after(acknowledge)
         else:
             acknowledge()
-            for subscription in accepted:
+            for subscription in retained_for:
                 self.send_retained(subscription)
 
     def on_unsubscribe(self, client: Client, event: UnsubscribeRequested) -> None:
@@ -300,6 +340,11 @@ class SubscriptionManager:
         mark = subscription.mqtt or "InformIfRet" in subscription.options
         rank = PERSISTENCE_RANK[subscription.persistence]
         limit = deliveries.max_queued
+        extra = (  # MQTT 5.0: the subscription's identifier goes with each copy
+            subscription_identifier_property(subscription.subscription_id)
+            if subscription.subscription_id
+            else b""
+        )
         end = job.position + RETAINED_SLICE
         for message in job.messages[job.position : end]:
             if subscription.compiled is not None and not subscription.admits(
@@ -320,11 +365,11 @@ class SubscriptionManager:
                 qos = 1
             job.sent += 1
             if qos == 0:
-                deliveries.send_qos0_to(session, message, mark)
+                deliveries.send_qos0_to(session, message, mark, extra)
                 continue
             if limit and len(session.queue) >= limit:
                 deliveries.pump(session)  # into the in-flight window first, if there is room
-            if deliveries.enqueue(session, message, qos, mark, durable, live=False) is None:
+            if deliveries.enqueue(session, message, qos, mark, durable, False, extra) is None:
                 job.dropped += 1
         job.position = min(end, len(job.messages))
         if session.queue:
@@ -379,3 +424,10 @@ def _unavailable(topic_filter: str, limits: ServerLimits5) -> tuple[ReasonCode, 
             "wildcard subscriptions are not available",
         )
     return ReasonCode.NORMAL_DISCONNECTION, None
+
+
+def _set_options5(subscription: Subscription, options: int, subscription_id: int) -> None:
+    """The MQTT 5.0 options of a SUBSCRIBE's filter (all 0 at 3.1/3.1.1)."""
+    subscription.no_local = bool(options & NO_LOCAL)
+    subscription.retain_as_published = bool(options & RETAIN_AS_PUBLISHED)
+    subscription.subscription_id = subscription_id

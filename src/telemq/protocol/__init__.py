@@ -83,6 +83,7 @@ from .reasons import ReasonCode
 from .topics import (
     TopicLimits,
     is_wildcard_filter,
+    shared_subscription,
     topic_filter_error,
     topic_matches,
     topic_name_error,
@@ -153,6 +154,7 @@ __all__ = [
     "encode_remaining_length",
     "is_wildcard_filter",
     "release_digest",
+    "shared_subscription",
     "topic_filter_error",
     "topic_matches",
     "topic_name_error",

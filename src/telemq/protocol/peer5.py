@@ -56,8 +56,8 @@ class ServerLimits5:
     maximum_packet_size: int = 1024 * 1024
     topic_alias_maximum: int = 64
     wildcard_subscription_available: bool = True
-    subscription_identifier_available: bool = False
-    shared_subscription_available: bool = False
+    subscription_identifier_available: bool = True
+    shared_subscription_available: bool = True
     max_session_expiry_interval: int = NO_EXPIRY  # longer requests are shortened to this
     server_keep_alive: int = 0  # 0: the client's keep-alive; else at most this many seconds
 

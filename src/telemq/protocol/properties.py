@@ -478,6 +478,14 @@ def message_properties(props: Properties) -> bytes:
     return bytes(out)
 
 
+MAX_SUBSCRIPTION_ID: Final = 268_435_455  # a Variable Byte Integer's largest value
+
+
+def subscription_identifier_property(identifier: int) -> bytes:
+    """A Subscription Identifier property (identifier 0x0B, Variable Byte Integer)."""
+    return b"\x0b" + _varint(identifier)
+
+
 def message_expiry_property(seconds: int) -> bytes:
     """A Message Expiry Interval property (identifier 0x02, Four Byte Integer)."""
     return b"\x02" + seconds.to_bytes(4, "big")

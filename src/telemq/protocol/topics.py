@@ -105,6 +105,23 @@ class TopicLimits:
         return topic_filter_error(topic_filter) or self.size_error(topic_filter)
 
 
+SHARE_PREFIX = "$share/"
+
+
+def shared_subscription(topic_filter: str) -> tuple[str, str] | None:
+    """(share name, topic filter) of a shared subscription's `$share/{name}/{filter}`
+    (MQTT 5.0 §4.8.2), or None for any other filter. `ValueError` when it starts like one
+    but is not: an empty name, a name with a wildcard, no filter."""
+    if not topic_filter.startswith(SHARE_PREFIX):
+        return None
+    name, slash, rest = topic_filter[len(SHARE_PREFIX) :].partition("/")
+    if not name or "+" in name or "#" in name:
+        raise ValueError(f"invalid share name {name!r} in {topic_filter!r}")
+    if not slash or not rest:
+        raise ValueError(f"no topic filter after the share name in {topic_filter!r}")
+    return name, rest
+
+
 def is_wildcard_filter(topic_filter: str) -> bool:
     return "+" in topic_filter or "#" in topic_filter
 

@@ -6,18 +6,21 @@ Pure data and policy, no I/O. See `registry` for the theory of operation.
 from .registry import (
     PERSISTENCE_RANK,
     STORED_OPTIONS,
+    DeliveryOptions,
     Identity,
     Persistence,
     Registry,
     Route,
     Subscription,
     SubscriptionKey,
+    delivery_options,
 )
 from .topic_tree import SubscriptionTree
 
 __all__ = [
     "PERSISTENCE_RANK",
     "STORED_OPTIONS",
+    "DeliveryOptions",
     "Identity",
     "Persistence",
     "Registry",
@@ -25,4 +28,5 @@ __all__ = [
     "Subscription",
     "SubscriptionKey",
     "SubscriptionTree",
+    "delivery_options",
 ]

@@ -34,6 +34,8 @@ from typing import Any, cast
 
 from ..filters import Filter, FilterError, FilterSet, compile_filter
 from ..filters import Message as FilterMessage
+from ..protocol.properties import MAX_SUBSCRIPTION_ID, subscription_identifier_property
+from ..protocol.topics import SHARE_PREFIX, shared_subscription
 from .topic_tree import DEFAULT_CACHE_BYTES, SubscriptionTree
 
 FILTER_SET_MIN = 4  # filtered subscriptions on one topic from which a FilterSet pays off
@@ -103,6 +105,24 @@ class Subscription:
     created_at: float = 0.0
     mqtt: bool = False  # created by an MQTT SUBSCRIBE
     compiled: Filter | None = None
+    # MQTT 5.0 subscription options (§3.8.3.1) and Subscription Identifier (0: none).
+    no_local: bool = False
+    retain_as_published: bool = False
+    subscription_id: int = 0
+    # A shared subscription (`$share/{share_name}/{filter}`, MQTT 5.0 §4.8.2): `topic` is
+    # the whole `$share/...` string, `match_topic` the filter it matches with.
+    share_name: str = ""
+
+    @property
+    def match_topic(self) -> str:
+        if not self.share_name:
+            return self.topic
+        return self.topic[len(SHARE_PREFIX) + len(self.share_name) + 1 :]
+
+    @property
+    def has_options5(self) -> bool:
+        """Does delivering to it need more than the QoS (`DeliveryOptions`)?"""
+        return self.no_local or self.retain_as_published or self.subscription_id != 0
 
     @property
     def key(self) -> SubscriptionKey:
@@ -147,7 +167,21 @@ class Subscription:
             "expiry_at": self.expiry_at,
             "created_at": self.created_at,
             "mqtt": self.mqtt,
+            **self._options5_data(),
         }
+
+    def _options5_data(self) -> dict[str, Any]:
+        """The 5.0 options, when set (records of other subscriptions stay as they were)."""
+        data: dict[str, Any] = {}
+        if self.no_local:
+            data["no_local"] = True
+        if self.retain_as_published:
+            data["retain_as_published"] = True
+        if self.subscription_id:
+            data["subscription_id"] = self.subscription_id
+        if self.share_name:
+            data["shared"] = True
+        return data
 
     @classmethod
     def from_data(cls, data: dict[str, Any]) -> Subscription:
@@ -172,15 +206,42 @@ class Subscription:
             expiry_at=None if data.get("expiry_at") is None else float(data["expiry_at"]),
             created_at=float(data.get("created_at", 0.0)),
             mqtt=bool(data.get("mqtt", False)),
+            no_local=bool(data.get("no_local", False)),
+            retain_as_published=bool(data.get("retain_as_published", False)),
+            subscription_id=int(data.get("subscription_id", 0)),
         )
         if subscription.qos not in (0, 1, 2):
             raise ValueError(f"qos {subscription.qos} out of range")
+        if not 0 <= subscription.subscription_id <= MAX_SUBSCRIPTION_ID:
+            raise ValueError(f"subscription id {subscription.subscription_id} out of range")
+        if data.get("shared"):
+            shared = shared_subscription(subscription.topic)
+            if shared is None:
+                raise ValueError(f"shared subscription {subscription.topic!r} without $share/")
+            subscription.share_name = shared[0]
         if filter_text:
             try:
                 subscription.compiled = compile_filter(filter_text)
             except FilterError as error:
                 raise ValueError(f"filter {filter_text!r}: {error}") from None
         return subscription
+
+
+@dataclass(slots=True)
+class DeliveryOptions:
+    """What MQTT 5.0 subscriptions of one queue add to a delivery of one topic, merged over
+    the queue's subscriptions that match it (one copy per queue, as for the QoS):
+
+    - `no_local`: every matching subscription has No Local: the queue's own publications
+      are not delivered to it;
+    - `retain_as_published`: one has Retain As Published: RETAIN is kept as published;
+    - `properties`: the Subscription Identifier properties of those that have one, encoded
+      for the PUBLISH.
+    """
+
+    no_local: bool
+    retain_as_published: bool
+    properties: bytes
 
 
 @dataclass(slots=True)
@@ -199,6 +260,11 @@ class Route:
     plain: dict[str, tuple[int, int]]
     filtered: list[Subscription]
     filter_set: FilterSet[int] | None = None
+    # MQTT 5.0: queue -> its options, for the queues with a subscription that has some.
+    options5: dict[str, DeliveryOptions] | None = None
+    # Shared subscriptions: `$share/{name}/{filter}` -> its members' subscriptions, one of
+    # which gets each publication (the router picks it).
+    shared: dict[str, list[Subscription]] | None = None
 
 
 class Registry:
@@ -219,6 +285,8 @@ class Registry:
         self._trees: dict[str, SubscriptionTree] = {}
         self._routes: dict[tuple[str, str], Route] = {}
         self._next_id = 1
+        self._with_options5: set[int] = set()  # ids of subscriptions with 5.0 options
+        self._shared_count = 0  # shared subscriptions
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -274,14 +342,54 @@ class Registry:
         tree = self._trees.get(subscription.sub_point)
         if tree is None:
             tree = self._trees[subscription.sub_point] = SubscriptionTree(self._cache_limit)
-        tree.add(subscription.topic, subscription.id, subscription.qos)
+        tree.add(subscription.match_topic, subscription.id, subscription.qos)
+        if subscription.has_options5:
+            self._with_options5.add(subscription.id)
+        if subscription.share_name:
+            self._shared_count += 1
         self._drop_routes()
+
+    @property
+    def has_shared(self) -> bool:
+        """Is there a shared subscription (`shared` worth asking)?"""
+        return self._shared_count > 0
+
+    def shared(self, sub_point: str, topic: str) -> dict[str, list[Subscription]] | None:
+        """The shared subscriptions a publication matches, by group (after `targets`)."""
+        route = self._routes.get((sub_point, topic))
+        if route is None:
+            route = self.route(sub_point, topic)
+        return route.shared if route is not None else None
+
+    def members(self, sub_point: str, group: str) -> list[Subscription]:
+        """The subscriptions of one shared subscription group (`$share/{name}/{filter}`)."""
+        return [
+            s
+            for s in self._by_id.values()
+            if s.share_name and s.topic == group and s.sub_point == sub_point
+        ]
+
+    @property
+    def has_options5(self) -> bool:
+        """Is there a subscription with MQTT 5.0 options (`options5` worth asking)?"""
+        return bool(self._with_options5)
+
+    def options5(self, sub_point: str, topic: str) -> dict[str, DeliveryOptions] | None:
+        """The 5.0 options of the queues a publication goes to (after `targets`, whose
+        route this reads from the cache)."""
+        route = self._routes.get((sub_point, topic))
+        if route is None:
+            route = self.route(sub_point, topic)
+        return route.options5 if route is not None else None
 
     def remove(self, subscription: Subscription) -> bool:
         if self._by_id.pop(subscription.id, None) is None:
             return False
         self._by_key.pop(subscription.key, None)
         self._filtered.pop(subscription.id, None)
+        self._with_options5.discard(subscription.id)
+        if subscription.share_name:
+            self._shared_count -= 1
         if (
             subscription.name
             and self._by_name.get((subscription.sub_point, subscription.name)) is subscription
@@ -294,7 +402,7 @@ class Registry:
                 del self._by_queue[subscription.queue]
         tree = self._trees.get(subscription.sub_point)
         if tree is not None:
-            tree.remove(subscription.topic, subscription.id)
+            tree.remove(subscription.match_topic, subscription.id)
         self._drop_routes()
         return True
 
@@ -306,7 +414,11 @@ class Registry:
             self._by_name[(subscription.sub_point, subscription.name)] = subscription
         tree = self._trees.get(subscription.sub_point)
         if tree is not None:
-            tree.add(subscription.topic, subscription.id, subscription.qos)
+            tree.add(subscription.match_topic, subscription.id, subscription.qos)
+        if subscription.has_options5:
+            self._with_options5.add(subscription.id)
+        else:
+            self._with_options5.discard(subscription.id)
         self._drop_routes()
 
     def _drop_routes(self) -> None:
@@ -325,13 +437,21 @@ class Registry:
         plain: dict[str, tuple[int, int]] = {}
         filtered: list[Subscription] = []
         by_id = self._by_id
+        with_options5: list[Subscription] = []
+        shared: dict[str, list[Subscription]] | None = None
         for subscription_id in tree.match(topic):
             subscription = by_id.get(cast(int, subscription_id))
             if subscription is None or "PubOnReqOnly" in subscription.options:
                 continue
-            if subscription.compiled is not None:
+            if subscription.share_name:
+                if shared is None:
+                    shared = {}
+                shared.setdefault(subscription.topic, []).append(subscription)
+            elif subscription.compiled is not None:
                 filtered.append(subscription)
             else:
+                if self._with_options5:
+                    with_options5.append(subscription)
                 rank = PERSISTENCE_RANK[subscription.persistence]
                 current = plain.get(subscription.queue)
                 if current is None:
@@ -347,7 +467,7 @@ class Registry:
             for position, subscription in enumerate(filtered):
                 assert subscription.compiled is not None
                 filter_set.add(position, subscription.compiled)
-        route = Route(plain, filtered, filter_set)
+        route = Route(plain, filtered, filter_set, _options5(with_options5), shared)
         size = self._routes_bytes + len(topic)
         limit = self._cache_limit
         if len(self._routes) > 16384 or (limit and size > limit):
@@ -454,3 +574,22 @@ def _merge_target(
         targets[queue] = (qos, rank)
     else:
         targets[queue] = (max(current[0], qos), max(current[1], rank))
+
+
+def _options5(matching: list[Subscription]) -> dict[str, DeliveryOptions] | None:
+    """The `DeliveryOptions` of the queues among `matching` (the filter-free subscriptions
+    matching one topic) that have a subscription with 5.0 options; None when none has."""
+    queues = {s.queue for s in matching if s.has_options5}
+    if not queues:
+        return None
+    return {queue: delivery_options([s for s in matching if s.queue == queue]) for queue in queues}
+
+
+def delivery_options(mine: list[Subscription]) -> DeliveryOptions:
+    """The options of a delivery made for `mine`, subscriptions of one queue."""
+    ids = sorted({s.subscription_id for s in mine if s.subscription_id})
+    return DeliveryOptions(
+        all(s.no_local for s in mine),
+        any(s.retain_as_published for s in mine),
+        b"".join(subscription_identifier_property(i) for i in ids),
+    )
