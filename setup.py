@@ -42,6 +42,7 @@ COMPILED = [
     "src/telemq/broker/server.py",
     "src/telemq/broker/session.py",
     "src/telemq/broker/sessions.py",
+    "src/telemq/broker/shares.py",
     "src/telemq/broker/stats.py",
     "src/telemq/broker/subscribe.py",
 ]

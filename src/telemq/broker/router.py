@@ -404,17 +404,12 @@ class Router:
         registry = self._registry
         shares: dict[str, str] | None = None  # queue -> the shared group it was picked for
         options5: dict[str, DeliveryOptions] | None = None
-        if registry.has_shared:
-            groups = registry.shared(message.sub_point, message.topic)
+        if registry.has_extras:  # MQTT 5.0 options or shared groups: only then looked up
+            options5, groups = registry.extras(message.sub_point, message.topic)
             if groups:
-                if registry.has_options5:
-                    options5 = registry.options5(message.sub_point, message.topic)
                 targets, options5, shares = self._pick_shared(groups, targets or {}, options5)
         if not targets:
             return []
-        if shares is None and registry.has_options5:
-            # MQTT 5.0 subscription options, looked up only when some subscription has them.
-            options5 = registry.options5(message.sub_point, message.topic)
         sessions = self._sessions
         deliveries = self._deliveries
         later: list[tuple[Session, Delivery]] = []

@@ -287,6 +287,8 @@ class Registry:
         self._next_id = 1
         self._with_options5: set[int] = set()  # ids of subscriptions with 5.0 options
         self._shared_count = 0  # shared subscriptions
+        # Either of those exists (`extras` worth asking): a plain attribute, read per message.
+        self.has_extras = False
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -351,15 +353,21 @@ class Registry:
 
     @property
     def has_shared(self) -> bool:
-        """Is there a shared subscription (`shared` worth asking)?"""
+        """Is there a shared subscription?"""
         return self._shared_count > 0
 
-    def shared(self, sub_point: str, topic: str) -> dict[str, list[Subscription]] | None:
-        """The shared subscriptions a publication matches, by group (after `targets`)."""
+    def extras(
+        self, sub_point: str, topic: str
+    ) -> tuple[dict[str, DeliveryOptions] | None, dict[str, list[Subscription]] | None]:
+        """What a publication's route holds besides its targets (after `targets`, whose
+        route this reads from the cache): the 5.0 options of its queues, and the shared
+        groups it matches (`Route.options5`, `Route.shared`)."""
         route = self._routes.get((sub_point, topic))
         if route is None:
             route = self.route(sub_point, topic)
-        return route.shared if route is not None else None
+        if route is None:
+            return None, None
+        return route.options5, route.shared
 
     def members(self, sub_point: str, group: str) -> list[Subscription]:
         """The subscriptions of one shared subscription group (`$share/{name}/{filter}`)."""
@@ -368,19 +376,6 @@ class Registry:
             for s in self._by_id.values()
             if s.share_name and s.topic == group and s.sub_point == sub_point
         ]
-
-    @property
-    def has_options5(self) -> bool:
-        """Is there a subscription with MQTT 5.0 options (`options5` worth asking)?"""
-        return bool(self._with_options5)
-
-    def options5(self, sub_point: str, topic: str) -> dict[str, DeliveryOptions] | None:
-        """The 5.0 options of the queues a publication goes to (after `targets`, whose
-        route this reads from the cache)."""
-        route = self._routes.get((sub_point, topic))
-        if route is None:
-            route = self.route(sub_point, topic)
-        return route.options5 if route is not None else None
 
     def remove(self, subscription: Subscription) -> bool:
         if self._by_id.pop(subscription.id, None) is None:
@@ -424,6 +419,7 @@ class Registry:
     def _drop_routes(self) -> None:
         self._routes.clear()
         self._routes_bytes = 0
+        self.has_extras = bool(self._with_options5) or self._shared_count > 0
 
     def route(self, sub_point: str, topic: str) -> Route | None:
         """Subscriptions matching `topic` at `sub_point` (cached; see `Route`)."""
