@@ -1,10 +1,15 @@
-"""A small blocking MQTT 3.1.1 client on a plain socket, built on `telemq.protocol`'s codec.
+"""A small blocking MQTT 3.1.1 / 5.0 client on a plain socket, built on `telemq.protocol`.
 
 What the tools around the broker need and nothing more: the `telemq subs` commands, the
 pipeline's sink and jobs, and the demo. Connect (clean or persistent session, user name and
 password), publish at QoS 0/1/2 with a window of messages in flight, subscribe, receive
 (QoS 0/1/2, acknowledged), disconnect. One thread, no reconnection. It keeps the Spark
 extra free of a third-party MQTT library; the pipeline imports it, never the broker.
+
+`protocol_level=5` speaks MQTT 5.0: a persistent session asks for a Session Expiry Interval
+(for ever unless given), a publication may carry properties, and a refusal by the broker (a
+PUBACK or PUBREC reason code of 0x80 or more, a DISCONNECT) raises `MqttError` naming the
+reason code; at 3.1.1 the broker cannot say either.
 
 `completed` counts the publications, in the order they were given, that are done with: QoS 0
 once written to the socket, QoS 1 on PUBACK, QoS 2 on PUBCOMP. The sink records it as its
@@ -32,8 +37,15 @@ from .commands import (
     reply_correl_id,
 )
 from .commands.codec import MAX_COMMAND_BYTES
-from .protocol import ConnectReturnCode, MalformedPacket, Publish
-from .protocol.client import ClientConnection, ConnectAnswered, SubscribeAnswered, publish_error
+from .protocol import ConnectReturnCode, MalformedPacket, Properties, Publish
+from .protocol import ReasonCode as MqttReason
+from .protocol.client import (
+    ClientConnection,
+    ConnectAnswered,
+    Disconnected,
+    SubscribeAnswered,
+    publish_error,
+)
 
 __all__ = ["MqttClient", "MqttError", "PutRefusal", "QueuePutter"]
 
@@ -45,7 +57,7 @@ class MqttError(Exception):
 
 
 class MqttClient:
-    """One MQTT 3.1.1 connection (see the module docstring). Not thread-safe.
+    """One MQTT 3.1.1 or 5.0 connection (see the module docstring). Not thread-safe.
 
     The socket edge of `protocol.ClientConnection`, which keeps the packet ids, the window
     in flight and `completed`; this class only reads, writes, waits and keeps alive.
@@ -63,6 +75,8 @@ class MqttClient:
         keepalive: int = 60,
         timeout: float = 30.0,
         window: int = 64,
+        protocol_level: int = 4,
+        session_expiry_interval: int | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -73,7 +87,8 @@ class MqttClient:
         self.keepalive = keepalive
         self.timeout = timeout
         self.session_present = False
-        self._core = ClientConnection(window)
+        self.session_expiry_interval = session_expiry_interval  # 5.0 only
+        self._core = ClientConnection(window, protocol_level)
         self._sock: socket.socket | None = None
         self._connack: ConnectAnswered | None = None
         self._subacks: dict[int, SubscribeAnswered] = {}
@@ -104,13 +119,17 @@ class MqttClient:
             keepalive=self.keepalive,
             username=self.username,
             password=None if self.password is None else self.password.encode("utf-8"),
+            session_expiry_interval=self.session_expiry_interval,
         )
         self._send()
         self._wait(lambda: self._connack is not None, "CONNACK")
         answer = self._connack
         assert answer is not None
         if answer.return_code != ConnectReturnCode.ACCEPTED:
-            reason = ConnectReturnCode(answer.return_code).name.lower().replace("_", " ")
+            if self._core.protocol_level == 5:
+                reason = _reason_label(answer.return_code)
+            else:
+                reason = ConnectReturnCode(answer.return_code).name.lower().replace("_", " ")
             self.close()
             raise MqttError(f"{self.host}:{self.port} refused the connection: {reason}")
         self.session_present = answer.session_present
@@ -147,15 +166,23 @@ class MqttClient:
 
     # -- publishing ------------------------------------------------------------------------
 
-    def publish(self, topic: str, payload: bytes, qos: int = 0, retain: bool = False) -> None:
-        """Send one PUBLISH, waiting first while `window` messages are in flight."""
+    def publish(
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int = 0,
+        retain: bool = False,
+        properties: Properties | None = None,
+    ) -> None:
+        """Send one PUBLISH, waiting first while `window` messages are in flight.
+        `properties`: MQTT 5.0 only (ValueError at 3.1.1)."""
         problem = publish_error(topic, qos)
         if problem is not None:
             raise ValueError(problem)
         if qos and self._core.window_full:
             while self._core.window_full:
                 self._read(self.timeout, "acknowledgements")
-        self._core.publish(topic, payload, qos, retain)
+        self._core.publish(topic, payload, qos, retain, properties)
         self._send()
         self._poll(0.0)
 
@@ -163,6 +190,18 @@ class MqttClient:
         """Wait until every publication is acknowledged."""
         while self._core.in_flight:
             self._read(self.timeout, "acknowledgements")
+        self._check_refusals()
+
+    def _check_refusals(self) -> None:
+        refusals = self._core.refusals
+        if refusals:
+            packet_id, code = refusals[0]
+            count = len(refusals)
+            refusals.clear()
+            raise MqttError(
+                f"{self.host}:{self.port} refused {count} publication(s), the first "
+                f"(packet id {packet_id}) with {_reason_label(code)}"
+            )
 
     # -- subscribing and receiving ---------------------------------------------------------
 
@@ -240,10 +279,26 @@ class MqttClient:
                 self._connack = event
             elif isinstance(event, SubscribeAnswered):
                 self._subacks[event.packet_id] = event
+            elif isinstance(event, Disconnected):
+                detail = f": {event.reason}" if event.reason else ""
+                raise MqttError(
+                    f"{self.host}:{self.port} closed the connection with "
+                    f"{_reason_label(event.reason_code)}{detail}"
+                )
             else:
                 self._received.append(event.publish)
         self._send()  # the acknowledgements the core queued
+        if self._core.refusals:
+            self._check_refusals()
         return True
+
+
+def _reason_label(code: int) -> str:
+    """`0x87 not authorized`, for an MQTT 5.0 reason code."""
+    try:
+        return MqttReason(code).label
+    except ValueError:
+        return f"reason code 0x{code:02X}"
 
 
 @dataclass(frozen=True, slots=True)

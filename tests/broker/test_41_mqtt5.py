@@ -17,6 +17,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties as PahoProperties
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
+from telemq.client import MqttClient, MqttError
 from telemq.protocol import (
     ConnAck,
     Connect,
@@ -818,3 +819,49 @@ def test_shared_subscriptions_of_persistent_sessions_survive_a_restart(
     got = sorted(m.payload for member in members for m in member.received(topic))
     assert got == [f"m{index}".encode() for index in range(6)]
     assert all(member.received(topic) for member in members)  # both had some
+
+
+# ---------------------------------------------------------------------------------------------
+# telemq's own client at 5.0
+
+
+def test_telemq_client_speaks_5_0(broker: BrokerProcess, paho_client: PahoFactory) -> None:
+    """`telemq.client.MqttClient(protocol_level=5)`: a persistent session comes back, a
+    publication's properties reach a paho subscriber, and the client receives 5.0 PUBLISHes."""
+    topic = unique("tclient")
+    watcher = paho_client(broker.port, version=V5)
+    watcher.subscribe(topic, qos=1)
+    client_id = unique("tclient")
+    with MqttClient("127.0.0.1", broker.port, client_id, protocol_level=5, clean_session=False):
+        pass
+    with MqttClient(
+        "127.0.0.1", broker.port, client_id, protocol_level=5, clean_session=False
+    ) as client:
+        assert client.session_present
+        assert client.subscribe([(topic, 1)]) == [1]
+        client.publish(topic, b"hello", 1, properties=Properties(user_properties=[("k", "v")]))
+        client.flush()
+        [message] = watcher.wait_messages(1, topic=topic)
+        assert message.properties.UserProperty == [("k", "v")]
+        received = client.receive(10)
+        assert received is not None and received.payload == b"hello"
+        assert received.properties is not None
+        assert received.properties.user_properties == [("k", "v")]
+
+
+def test_telemq_client_reports_refusals_at_5_0(secured: BrokerProcess) -> None:
+    """At 5.0 the broker says no to a denied PUBLISH (PUBACK 0x87) and the client raises
+    naming the reason; at 3.1.1 it could not know."""
+    with (
+        MqttClient(
+            "127.0.0.1",
+            secured.port,
+            unique("tc"),
+            username="alice",
+            password="wonderland",
+            protocol_level=5,
+        ) as client,
+        pytest.raises(MqttError, match="0x87 not authorized"),
+    ):
+        client.publish("closed/x", b"x", 1)  # the PUBACK may be read here already
+        client.flush()

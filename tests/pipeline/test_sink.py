@@ -176,3 +176,21 @@ def test_batch_write_to_a_queue_fails_on_refusals_and_reports(
     totals = json.loads(report.read_text())
     assert (totals["published"], totals["delivered"], totals["refused"]) == (2, 0, 2)
     assert "reason 3076" in totals["refusal"]
+
+
+def test_the_sink_speaks_mqtt_5(spark: Any, broker: Any) -> None:
+    """`protocol=5`: the rows arrive as from a 3.1.1 sink; a bad value names the option."""
+    _, port, data = broker
+    register(spark)
+    rows = [(f"out5/{i % 2}", f"{i}".encode()) for i in range(20)]
+    with MqttClient("127.0.0.1", port, "sink5-watcher", protocol_level=5) as watcher:
+        watcher.subscribe([("out5/#", 1)])
+        frame = spark.createDataFrame(rows, "topic string, payload binary")
+        frame.repartition(2).write.format("telemq").options(
+            host="127.0.0.1", port=str(port), protocol="5", qos="2"
+        ).mode("append").save()
+        got = collect(watcher, 20)
+    assert sorted((m.topic, m.payload) for m in got) == sorted(rows)
+    assert sorted((t, p) for t, p, _, _ in broker_journal(data, "out5/")) == sorted(rows)
+    with pytest.raises(ValueError, match="option protocol"):
+        SinkOptions.parse({"protocol": "4.0"})

@@ -9,8 +9,10 @@ import pytest
 from telemq.protocol import (
     ConnAck,
     Decoder,
+    Disconnect,
     LocalProtocolError,
     MalformedPacket,
+    Properties,
     PubAck,
     PubComp,
     Publish,
@@ -22,6 +24,7 @@ from telemq.protocol import (
 from telemq.protocol.client import (
     ClientConnection,
     ConnectAnswered,
+    Disconnected,
     MessageArrived,
     SubscribeAnswered,
 )
@@ -94,3 +97,69 @@ def test_bad_input_is_refused_with_a_reason() -> None:
         core.publish("a", b"", 3)
     with pytest.raises(MalformedPacket):
         core.receive_data(b"\x00\x00")  # packet type 0 is reserved
+
+
+# ---------------------------------------------------------------------------------------------
+# MQTT 5.0
+
+
+def sent5(core: ClientConnection) -> list[Packet]:
+    """What a 5.0 core queued, decoded as the broker reads it."""
+    return list(Decoder(mqtt5=True).feed(core.data_to_send()))
+
+
+def test_a_5_0_connect_asks_for_a_session_expiry() -> None:
+    core = ClientConnection(protocol_level=5)
+    core.connect("c5", clean_session=False)
+    (connect,) = sent5(core)
+    assert isinstance(connect, Connect) and connect.protocol_level == 5
+    assert connect.properties is not None
+    assert connect.properties.session_expiry_interval == 0xFFFFFFFF  # persistent: for ever
+    core.connect("c5", clean_session=False, session_expiry_interval=60)
+    (connect,) = sent5(core)
+    assert isinstance(connect, Connect) and connect.properties is not None
+    assert connect.properties.session_expiry_interval == 60
+    core.connect("c5")  # clean: no expiry, so no property
+    (connect,) = sent5(core)
+    assert isinstance(connect, Connect) and connect.properties is None
+
+
+def test_a_5_0_publish_carries_its_properties() -> None:
+    core = ClientConnection(protocol_level=5)
+    core.connect("c5")
+    core.data_to_send()
+    props = Properties(user_properties=[("k", "v")], content_type="text/plain")
+    core.publish("a/b", b"x", 1, properties=props)
+    decoder = Decoder(protocol_level=5, mqtt5=True)
+    (publish,) = decoder.feed(core.data_to_send())
+    assert isinstance(publish, Publish) and publish.properties is not None
+    assert publish.properties.user_properties == [("k", "v")]
+    assert publish.properties.content_type == "text/plain"
+
+
+def test_properties_need_5_0() -> None:
+    core = ClientConnection()
+    with pytest.raises(ValueError, match=r"need MQTT 5\.0"):
+        core.publish("a/b", b"x", 1, properties=Properties(content_type="x"))
+    with pytest.raises(ValueError, match="protocol level"):
+        ClientConnection(protocol_level=3)
+
+
+def test_refusals_end_the_exchange_and_are_kept() -> None:
+    """PUBACK 0x87, or PUBREC 0x87 (no PUBREL follows): the publication is done with, and
+    the refusal kept for the caller to report."""
+    core = ClientConnection(protocol_level=5)
+    core.publish("a", b"1", 1)
+    core.publish("a", b"2", 2)
+    core.data_to_send()
+    core.receive_data(encode(PubAck(1, 0x87), 5))
+    core.receive_data(encode(PubRec(2, 0x87), 5))
+    assert core.data_to_send() == b""  # no PUBREL
+    assert core.completed == 2 and core.in_flight == 0
+    assert core.refusals == [(1, 0x87), (2, 0x87)]
+
+
+def test_a_disconnect_from_the_broker_is_reported() -> None:
+    core = ClientConnection(protocol_level=5)
+    data = encode(Disconnect(0x8E, Properties(reason_string="taken over")), 5)
+    assert core.receive_data(data) == [Disconnected(0x8E, "taken over")]

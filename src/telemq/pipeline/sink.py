@@ -18,7 +18,9 @@ Options: ``host`` (default 127.0.0.1), ``port`` (1883), ``username``, ``password
 ``qos`` (when there is no qos column; default 1), ``retain`` (default false), ``window``
 (publications in flight per task, default 64), ``ledger`` (streaming: directory of the
 publish ledger), ``timeout`` (seconds), ``queue`` (put on this queue), ``report`` (a JSON
-file the commit writes the totals to).
+file the commit writes the totals to), ``protocol`` (``3.1.1``, the default, or ``5``: at
+MQTT 5.0 a publication the broker refuses, such as one its ACL denies, fails the task with
+the reason code instead of being dropped unseen).
 
 Streaming batches are published once. Spark replays a micro-batch whose commit it did not
 record (a crash, a kill) with the same batch id, and the telemq source gives the same rows in
@@ -74,6 +76,9 @@ log = logging.getLogger("telemq.pipeline")
 DEFAULT_LEDGER = os.path.join(tempfile.gettempdir(), "telemq-sink-ledger")
 
 
+PROTOCOLS = {"3.1.1": 4, "5": 5, "5.0": 5}  # the `protocol` option -> MQTT protocol level
+
+
 @dataclass(frozen=True, slots=True)
 class SinkOptions:
     """The sink's options and the input columns it found (errors name the option)."""
@@ -91,6 +96,7 @@ class SinkOptions:
     timeout: float = 30.0
     queue: str | None = None
     report: str | None = None
+    protocol_level: int = 4
     columns: tuple[str, ...] = ()
 
     @classmethod
@@ -110,6 +116,9 @@ class SinkOptions:
                 raise ValueError(f"telemq sink: option {name}: {value} not in {low}..{high}")
             return value
 
+        protocol = opts.get("protocol", "3.1.1").strip()
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"telemq sink: option protocol: expected 3.1.1 or 5, got {protocol!r}")
         retain = opts.get("retain", "false").strip().lower()
         if retain not in ("true", "false"):
             raise ValueError(f"telemq sink: option retain: expected true or false, got {retain!r}")
@@ -127,6 +136,7 @@ class SinkOptions:
             timeout=float(opts.get("timeout", "30")),
             queue=opts.get("queue") or None,
             report=opts.get("report") or None,
+            protocol_level=PROTOCOLS[protocol],
             columns=columns,
         )
         if columns:
@@ -274,6 +284,7 @@ def publish_rows(
         password=options.password,
         timeout=options.timeout,
         window=options.window,
+        protocol_level=options.protocol_level,
     )
     putter = QueuePutter(client, options.queue, window=options.window) if options.queue else None
     progress: MqttClient | QueuePutter = putter if putter is not None else client

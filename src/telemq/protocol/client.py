@@ -1,4 +1,4 @@
-"""The client side of one MQTT 3.1.1 connection, sans-IO: bytes in, events out.
+"""The client side of one MQTT 3.1.1 or 5.0 connection, sans-IO: bytes in, events out.
 
 Theory of operation
 -------------------
@@ -16,6 +16,11 @@ once queued, QoS 1 on PUBACK, QoS 2 on PUBCOMP. A producer that records it as it
 
 A QoS 2 message the broker sends again under an id whose PUBREL has not come yet is
 acknowledged and not reported twice: exactly once on the receiving side too.
+
+At MQTT 5.0 (`protocol_level=5`) a persistent session is asked for with a Session Expiry
+Interval, publications may carry properties, a PUBACK or PUBREC with an error reason code
+ends its exchange and is kept in `refusals`, and a DISCONNECT from the broker is reported
+(`Disconnected`).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .codec import Decoder, encode, encode_publish
+from .codec5 import encode_publish5
 from .errors import LocalProtocolError
 from .packets import (
     ConnAck,
@@ -39,7 +45,10 @@ from .packets import (
     SubAck,
     Subscribe,
 )
+from .properties import EMPTY_PROPERTIES_BYTES, Properties, PropertyContext, encode_properties
 from .topics import topic_name_error
+
+NO_EXPIRY = 0xFFFFFFFF  # the Session Expiry Interval of a session that never ends
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +70,15 @@ class MessageArrived:
     publish: Publish
 
 
-ClientEvent = ConnectAnswered | SubscribeAnswered | MessageArrived
+@dataclass(frozen=True, slots=True)
+class Disconnected:
+    """MQTT 5.0: the broker sent DISCONNECT (it closes the connection next)."""
+
+    reason_code: int
+    reason: str
+
+
+ClientEvent = ConnectAnswered | SubscribeAnswered | MessageArrived | Disconnected
 
 
 def publish_error(topic: str, qos: int) -> str | None:
@@ -77,10 +94,15 @@ def publish_error(topic: str, qos: int) -> str | None:
 class ClientConnection:
     """The client side of one connection (see module docstring)."""
 
-    def __init__(self, window: int = 64) -> None:
+    def __init__(self, window: int = 64, protocol_level: int = 4) -> None:
+        if protocol_level not in (4, 5):
+            raise ValueError(f"protocol level must be 4 (MQTT 3.1.1) or 5, got {protocol_level}")
         self.window = max(1, window)  # publications in flight at most
+        self.protocol_level = protocol_level
         self.completed = 0
-        self._decoder = Decoder()
+        # MQTT 5.0: (packet id, reason code) of publications the broker refused.
+        self.refusals: list[tuple[int, int]] = []
+        self._decoder = Decoder(protocol_level=protocol_level)
         self._out: list[bytes] = []
         self._next_id = 1
         self._inflight: dict[int, int] = {}  # packet id -> position in the publish order
@@ -100,15 +122,26 @@ class ClientConnection:
         keepalive: int = 60,
         username: str | None = None,
         password: bytes | None = None,
+        session_expiry_interval: int | None = None,
     ) -> None:
+        """Queue CONNECT. At MQTT 5.0 `clean_session` is Clean Start, and a session that is
+        not clean lasts `session_expiry_interval` seconds (by default: for ever)."""
+        props = None
+        if self.protocol_level == 5:
+            expiry = session_expiry_interval
+            if expiry is None:
+                expiry = 0 if clean_session else NO_EXPIRY
+            props = Properties(session_expiry_interval=expiry or None)
         self._out.append(
             encode(
                 Connect(
                     client_id=client_id,
+                    protocol_level=self.protocol_level,
                     clean_session=clean_session,
                     keepalive=keepalive,
                     username=username,
                     password=password,
+                    properties=props,
                 )
             )
         )
@@ -121,12 +154,22 @@ class ClientConnection:
     def window_full(self) -> bool:
         return len(self._inflight) >= self.window
 
-    def publish(self, topic: str, payload: bytes, qos: int = 0, retain: bool = False) -> None:
-        """Queue one PUBLISH. ValueError for a bad topic or QoS; LocalProtocolError when the
-        window is full (wait for acknowledgements first: `window_full`)."""
+    def publish(
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int = 0,
+        retain: bool = False,
+        properties: Properties | None = None,
+    ) -> None:
+        """Queue one PUBLISH. ValueError for a bad topic or QoS, or properties at 3.1.1;
+        LocalProtocolError when the window is full (wait for acknowledgements first:
+        `window_full`)."""
         problem = publish_error(topic, qos)
         if problem is not None:
             raise ValueError(problem)
+        if properties is not None and self.protocol_level != 5:
+            raise ValueError("PUBLISH properties need MQTT 5.0 (protocol level 5)")
         if qos and self.window_full:
             raise LocalProtocolError(f"{self.window} publications are already in flight")
         position = self._published
@@ -135,9 +178,18 @@ class ClientConnection:
         packet_id = self._allocate() if qos else 0
         if qos:
             self._inflight[packet_id] = position
-        self._out.append(
-            encode_publish(topic.encode("utf-8"), payload, qos, retain, False, packet_id)
-        )
+        if self.protocol_level == 5:
+            block = (
+                EMPTY_PROPERTIES_BYTES
+                if properties is None
+                else encode_properties(properties, PropertyContext.PUBLISH)
+            )
+            frame = encode_publish5(
+                topic.encode("utf-8"), payload, qos, retain, False, packet_id, block
+            )
+        else:
+            frame = encode_publish(topic.encode("utf-8"), payload, qos, retain, False, packet_id)
+        self._out.append(frame)
         if not qos:
             self._finish(position)
 
@@ -145,14 +197,14 @@ class ClientConnection:
         """Queue a SUBSCRIBE; returns its packet id (see `SubscribeAnswered`)."""
         packet_id = self._allocate()
         self._subscribing.add(packet_id)
-        self._out.append(encode(Subscribe(packet_id, list(filters))))
+        self._out.append(encode(Subscribe(packet_id, list(filters)), self.protocol_level))
         return packet_id
 
     def ping(self) -> None:
-        self._out.append(encode(PingReq()))
+        self._out.append(encode(PingReq(), self.protocol_level))
 
     def disconnect(self) -> None:
-        self._out.append(encode(Disconnect()))
+        self._out.append(encode(Disconnect(), self.protocol_level))
 
     def data_to_send(self) -> bytes:
         data = b"".join(self._out)
@@ -168,11 +220,12 @@ class ClientConnection:
             if isinstance(packet, ConnAck):
                 events.append(ConnectAnswered(packet.return_code, packet.session_present))
             elif isinstance(packet, PubAck | PubComp):
-                position = self._inflight.pop(packet.packet_id, None)
-                if position is not None:
-                    self._finish(position)
+                self._complete(packet.packet_id, packet.reason_code)
             elif isinstance(packet, PubRec):
-                self._out.append(encode(PubRel(packet.packet_id)))
+                if packet.reason_code >= 0x80:  # 5.0: refused, and no PUBREL follows
+                    self._complete(packet.packet_id, packet.reason_code)
+                else:
+                    self._out.append(encode(PubRel(packet.packet_id)))
             elif isinstance(packet, SubAck):
                 self._subscribing.discard(packet.packet_id)
                 events.append(SubscribeAnswered(packet.packet_id, list(packet.return_codes)))
@@ -182,7 +235,18 @@ class ClientConnection:
             elif isinstance(packet, PubRel):
                 self._held_qos2.discard(packet.packet_id)
                 self._out.append(encode(PubComp(packet.packet_id)))
+            elif isinstance(packet, Disconnect):
+                props = packet.properties
+                reason = props.reason_string if props is not None else None
+                events.append(Disconnected(packet.reason_code, reason or ""))
         return events
+
+    def _complete(self, packet_id: int, reason_code: int) -> None:
+        position = self._inflight.pop(packet_id, None)
+        if position is not None:
+            if reason_code >= 0x80:
+                self.refusals.append((packet_id, reason_code))
+            self._finish(position)
 
     def _arrived(self, packet: Publish) -> bool:
         if packet.qos == 1:
