@@ -9,6 +9,8 @@ what it owns:
 
 - `Sessions` (sessions.py): sessions and connections: CONNECT, takeover, session expiry;
 - `Wills` (wills.py): wills, published at once or after their delay;
+- `Shares` (shares.py, made by the router): which member of a shared subscription group
+  gets a message, and the hand-over of a leaving member's messages;
 - `Router` (router.py): publications in: retained, journaled, routed; QoS 2 releases;
 - `Deliveries` (delivery.py): queues, the in-flight window and subscribers' acks;
 - `SubscriptionManager` (subscribe.py): SUBSCRIBE/UNSUBSCRIBE and every subscription change;
@@ -22,8 +24,8 @@ protocol core's events to the room that handles each. Its public methods are the
 that the MQ command host and embedding programs use; hooks (hooks.py) decide authentication
 and authorization and hear what happens.
 
-The arrows inside `broker/` point one way: server -> sessions -> router -> delivery ->
-session; a client connection (client.py) only calls the broker's methods.
+The arrows inside `broker/` point one way: server -> sessions -> wills -> router -> shares
+-> delivery -> session; a client connection (client.py) only calls the broker's methods.
 """
 
 from __future__ import annotations
