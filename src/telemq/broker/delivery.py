@@ -94,15 +94,14 @@ class Deliveries:
         if connection.peer5 is None:
             connection.send_bytes(message.frame_qos0(retain))  # a no-op once closed
         else:
-            properties = message.properties5(time.time()) if message.expiry_at else None
-            if properties is None and message.expiry_at:
+            properties = (
+                message.properties5(time.time()) if message.expiry_at else message.properties
+            )
+            if properties is None:  # its Message Expiry Interval has passed
                 self._count_dropped(expired=True)
                 return False
             if not connection.send_publish(
-                message.topic_bytes,
-                message.payload,
-                retain,
-                extra + (properties or message.properties),
+                message.topic_bytes, message.payload, retain, extra + properties
             ):
                 self._count_dropped(expired=False)
                 return False
