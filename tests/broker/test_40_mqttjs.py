@@ -15,7 +15,8 @@ client id; message properties through the broker at each QoS, and 3.1.1 and 5.0 
 mixed; topic aliases from a publisher and toward a subscriber; reason codes in SUBACK,
 UNSUBACK and PUBACK, and the server's DISCONNECT (invalid payload format, session taken
 over); the Session Expiry Interval; delayed wills and DISCONNECT 0x04; the client's Maximum
-Packet Size and Receive Maximum.
+Packet Size and Receive Maximum; enhanced authentication with SCRAM-SHA-256 (the client
+checks the server's signature; a wrong password gets 0x86).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from testsupport.node import (
     payload,
     require_mqttjs,
 )
-from testsupport.process import BrokerProcess, free_port, unique
+from testsupport.process import BrokerProcess, free_port, unique, users_and_acl
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(120)]
 
@@ -629,3 +630,54 @@ def test_a_receive_maximum_of_1_still_delivers_everything_in_order(
     assert [payload(m) for m in received] == [b"%d" % n for n in range(20)]
     assert all(m["qos"] == 1 for m in received)
     subscriber.expect_none("message", "error", "disconnect", within=0.3)
+
+
+@pytest.fixture(scope="module")
+def broker_with_users(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A broker whose [[users]] can log in with SCRAM-SHA-256."""
+    workdir = tmp_path_factory.mktemp("users")
+    config = workdir / "users.toml"
+    config.write_text(users_and_acl({"alice": "wonderland"}, [("alice", "all", "alice/#", True)]))
+    process = BrokerProcess(workdir / "broker", config=config)
+    process.start()
+    yield process
+    process.finalize()
+
+
+def test_mqttjs_logs_in_with_scram_sha_256_and_verifies_the_server(
+    broker_with_users: BrokerProcess, mqttjs: MqttJsMaker
+) -> None:
+    """Enhanced authentication: MQTT.js sends client-first in CONNECT, answers the broker's
+    AUTH 0x18 through `handleAuth`, and checks the server's signature in CONNACK; the
+    connection is then Alice's, with her ACL."""
+    client = mqttjs("scram")
+    login = {"user": "alice", "password": "wonderland"}
+    connack = client.connect(
+        broker_with_users.port, protocolVersion=MQTT5, clientId=unique("scram"), scram=login
+    )["packet"]
+    assert connack["reasonCode"] == 0
+    assert connack["properties"]["authenticationMethod"] == "SCRAM-SHA-256"
+    assert client.wait_for("scram")["verified"] is True
+    topic = f"alice/{unique('t')}"
+    assert client.subscribe(topic, qos=1)["packet"]["granted"] == [1]
+    client.send("subscribe", topic="bob/x", options={"qos": 1})
+    refused = client.wait_for("result")
+    assert refused["ok"] is False and refused["packet"]["granted"] == [0x87]
+    client.publish(topic, b"hi", qos=1)
+    [message] = client.messages(1)
+    assert payload(message) == b"hi"
+
+
+def test_mqttjs_with_a_wrong_scram_password_is_refused_with_0x86(
+    broker_with_users: BrokerProcess, mqttjs: MqttJsMaker
+) -> None:
+    client = mqttjs("scram-bad")
+    login = {"user": "alice", "password": "looking-glass"}
+    client.send(
+        "connect",
+        url=f"mqtt://127.0.0.1:{broker_with_users.port}",
+        options={"protocolVersion": MQTT5, "clientId": unique("scram"), "scram": login},
+    )
+    error = client.wait_for("error")["error"]
+    assert error["code"] == 0x86
+    client.expect_none("connect", within=0.3)

@@ -3,7 +3,7 @@ each protocol error it detects, and paho-mqtt (`MQTTv5`) for the features end to
 
 The raw tests build packets with telemq's own 5.0 codec (golden-tested on its own in
 tests/protocol/test_codec5.py) and read the broker's answers with it; MQTT.js covers the
-same features from Node in test_40_mqttjs.py.
+same features from Node in test_40_mqttjs.py; test_42_enhanced_auth.py covers AUTH.
 """
 
 from __future__ import annotations

@@ -39,6 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from ..protocol import scram
 from ..protocol.topics import topic_filter_error, topic_matches, topic_name_error
 
 __all__ = [
@@ -458,6 +459,11 @@ class Authorizer:
             key=lambda item: item[0],
             default=(1, b"\x00" * SALT_BYTES, b"\x00" * 32),
         )
+        # Keys the SCRAM salts made up for unknown names: stable while the users are, and
+        # unknown to whoever has not read their hashes (scram.py).
+        self._scram_secret: Final = hashlib.sha256(
+            b"".join(salt + key for _, salt, key in sorted(hashes.values()))
+        ).digest()
         self.warnings: Final[tuple[str, ...]] = tuple(warnings)
 
     @staticmethod
@@ -550,6 +556,17 @@ class Authorizer:
         secret = _secret_bytes(password)
         derived = hashlib.pbkdf2_hmac("sha256", secret, salt, iterations, dklen=len(expected))
         return hmac.compare_digest(derived, expected) and not _ambiguous(secret)
+
+    def scram_server(self) -> scram.ScramServer:
+        """The server's side of one SCRAM-SHA-256 exchange against these users."""
+        return scram.ScramServer(self._scram_credentials, self._scram_secret, self._decoy[0])
+
+    def _scram_credentials(self, username: str) -> scram.Credentials | None:
+        """A user's stored hash as SCRAM's SaltedPassword: only SHA-256's 32 bytes serve."""
+        stored = self._hashes.get(username)
+        if stored is None or len(stored[2]) != scram.KEY_BYTES:
+            return None
+        return stored
 
     def _spend(self, password: bytes | None) -> None:
         """Do the work of a real verification and throw it away."""

@@ -14,16 +14,27 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, cast
 
-from ..protocol import Connection, ConnectionClosed, ConnectionState, PacketType, ReasonCode
+from ..protocol import (
+    Connection,
+    ConnectionClosed,
+    ConnectionState,
+    ConnectRequested,
+    PacketType,
+    ReasonCode,
+)
 from ..protocol.packets import Will
 from .tls import certificate_identity
 
 if TYPE_CHECKING:
     from .config import ListenerConfig
+    from .hooks import AuthExchange
     from .server import Broker
     from .session import Session
 
 log = logging.getLogger("telemq.broker")
+
+# States in which the connection decodes what it has buffered.
+_READING = (ConnectionState.CONNECTED, ConnectionState.AUTHENTICATING)
 
 
 class Client(asyncio.Protocol):
@@ -31,6 +42,8 @@ class Client(asyncio.Protocol):
         "_dirty",
         "_timer",
         "_timer_at",
+        "auth_connect",
+        "auth_exchange",
         "backlog",
         "broker",
         "certificate_user",
@@ -56,6 +69,10 @@ class Client(asyncio.Protocol):
         self.will: Will | None = None
         self.peer = "?"
         self.certificate_user: str | None = None  # CN of a verified client certificate
+        # Enhanced authentication in progress (authentication.py): the exchange, and the
+        # CONNECT it answers (None for a re-authentication).
+        self.auth_exchange: AuthExchange | None = None
+        self.auth_connect: ConnectRequested | None = None
         self.writable = True
         self._dirty = False
         self._timer: asyncio.TimerHandle | None = None
@@ -90,11 +107,8 @@ class Client(asyncio.Protocol):
         events = connection.receive_data(data, now)
         if events:
             broker.handle_events(self, events)
-            if connection.has_buffered_input and connection.state is ConnectionState.CONNECTED:
-                # What followed CONNECT in the same read, now that CONNECT is answered.
-                events = connection.receive_data(b"", now)
-                if events:
-                    broker.handle_events(self, events)
+            if connection.has_buffered_input:
+                self._read_buffered(connection, now)
             if broker.committer.backlogged and connection.state is ConnectionState.CONNECTED:
                 broker.pause_for_store(self)
             if broker.dirty_clients:
@@ -102,6 +116,15 @@ class Client(asyncio.Protocol):
                 # latency does not include a write to the publisher.
                 broker.flush_dirty()
         self.flush()
+
+    def _read_buffered(self, connection: Connection, now: float) -> None:
+        """What followed CONNECT (or an AUTH of enhanced authentication) in the same read,
+        now that the server has answered it."""
+        while connection.has_buffered_input and connection.state in _READING:
+            events = connection.receive_data(b"", now)
+            if not events:
+                return
+            self.broker.handle_events(self, events)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._timer is not None:

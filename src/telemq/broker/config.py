@@ -118,6 +118,8 @@ class Mqtt5Config:
     shared_subscription_available: bool = True  # false: $share/... is an ordinary filter
     max_session_expiry_interval: int = 0xFFFFFFFF  # seconds; longer requests are shortened
     server_keep_alive: int = 0  # seconds; 0: the client's keep-alive holds
+    # Enhanced authentication with SCRAM-SHA-256 against [[users]] (when there are any).
+    scram_sha_256: bool = True
 
     def server_limits(self, max_packet_size: int) -> ServerLimits5 | None:
         """The limits every 5.0 connection states in CONNACK; None when 5.0 is off."""

@@ -17,6 +17,13 @@ Decisions:
   no False and at least one True, so a broker without hooks never grants it.
 - `is_admin`: a user any hook calls an administrator sees every user's subscriptions and
   may register for any queue (sessions stay their owners': see sessions.py).
+- `authentication_exchange` (MQTT 5.0 enhanced authentication): for a CONNECT with an
+  Authentication Method, the first hook that returns an `AuthExchange` runs the exchange;
+  each of the client's messages goes to its `step`, which says continue (with the data for
+  AUTH 0x18), succeed (as which user) or fail. No hook for the method: CONNACK 0x8C. The
+  same happens for a re-authentication (AUTH 0x19), which may not change the user. The
+  configuration's users offer SCRAM-SHA-256 this way (`AclHook`). Steps run on the event
+  loop and must not block.
 
 Notifications (`on_message_accepted`, `on_session_up`, `on_session_down`, `on_subscribed`,
 `on_unsubscribed`) run on the event loop right after the broker's own state changed. They
@@ -30,10 +37,13 @@ hook may reorder them. The users and ACL rules of the configuration are the firs
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..protocol import scram
 from .auth import Action, Authorizer
 
 if TYPE_CHECKING:
@@ -41,6 +51,35 @@ if TYPE_CHECKING:
     from .session import Message
 
 log = logging.getLogger("telemq.broker")
+
+
+class AuthOutcome(enum.Enum):
+    CONTINUE = "continue"  # send the data in AUTH 0x18 and wait for the client's next
+    SUCCESS = "success"  # accept: CONNACK 0 (or AUTH 0x00 after a re-authentication)
+    FAILURE = "failure"  # refuse: CONNACK 0x86 (or DISCONNECT 0x87 after a re-authentication)
+
+
+@dataclass(frozen=True, slots=True)
+class AuthStep:
+    """What an `AuthExchange` decided about one message of the client.
+
+    `data`: the server's Authentication Data to send; `user`: on success, the user the
+    client proved to be (None: the CONNECT's user name); `reason`: on failure, why, for the
+    log and the client's Reason String.
+    """
+
+    outcome: AuthOutcome
+    data: bytes | None = None
+    user: str | None = None
+    reason: str = ""
+
+
+class AuthExchange:
+    """One enhanced authentication in progress: the client's Authentication Data of CONNECT
+    (or of AUTH 0x19), then of each AUTH 0x18, goes to `step` in turn."""
+
+    def step(self, data: bytes | None) -> AuthStep:
+        raise NotImplementedError
 
 
 class Hook:
@@ -63,6 +102,13 @@ class Hook:
 
     def is_admin(self, user_id: str) -> bool | None:
         """Is this user an administrator of the broker's subscriptions? None: no opinion."""
+        return None
+
+    def authentication_exchange(
+        self, method: str, client_id: str, username: str | None
+    ) -> AuthExchange | None:
+        """A new exchange for MQTT 5.0 Authentication Method `method`; None: not this hook's
+        method. `username` is the CONNECT's (or the connected user's, to re-authenticate)."""
         return None
 
     def on_message_accepted(self, message: Message) -> None:
@@ -100,6 +146,7 @@ class Hooks:
         "authenticate_off_loop",
         "authenticators",
         "authorizers",
+        "exchanges",
         "session_down",
         "session_up",
         "subscribed",
@@ -112,6 +159,7 @@ class Hooks:
         self.authenticate_off_loop = any(h.authenticate_off_loop for h in authenticating)
         self.authorizers = _overridden(hooks, "authorize")
         self.admins = _overridden(hooks, "is_admin")
+        self.exchanges = _overridden(hooks, "authentication_exchange")
         self.accepted = _overridden(hooks, "on_message_accepted")
         self.session_up = _overridden(hooks, "on_session_up")
         self.session_down = _overridden(hooks, "on_session_down")
@@ -139,6 +187,17 @@ class Hooks:
     def is_admin(self, user_id: str) -> bool:
         return any(is_admin(user_id) for is_admin in self.admins)
 
+    def authentication_exchange(
+        self, method: str, client_id: str, username: str | None
+    ) -> AuthExchange | None:
+        """The exchange of the first hook that handles `method`; None when none does."""
+        for start in self.exchanges:
+            exchange = start(method, client_id, username)
+            if exchange is not None:
+                assert isinstance(exchange, AuthExchange)
+                return exchange
+        return None
+
     def notify(self, listeners: tuple[Callable[..., Any], ...], *args: Any) -> None:
         """Call each listener of a notification; a failing hook is logged, never raised."""
         for listener in listeners:
@@ -151,10 +210,11 @@ class Hooks:
 class AclHook(Hook):
     """The configuration's users, anonymous access and ACL rules (`auth.Authorizer`)."""
 
-    def __init__(self, authorizer: Authorizer) -> None:
+    def __init__(self, authorizer: Authorizer, scram_enabled: bool = True) -> None:
         self.authorizer = authorizer
         # Password checks derive a key (about 10 ms each): never on the event loop.
         self.authenticate_off_loop = authorizer.has_users
+        self.scram_enabled = scram_enabled and authorizer.has_users
 
     def authenticate(
         self, client_id: str, username: str | None, password: bytes | None
@@ -167,10 +227,45 @@ class AclHook(Hook):
     def is_admin(self, user_id: str) -> bool | None:
         return self.authorizer.is_admin(user_id or None)
 
+    def authentication_exchange(
+        self, method: str, client_id: str, username: str | None
+    ) -> AuthExchange | None:
+        """SCRAM-SHA-256 against the configured users' hashes, when there are users."""
+        if method != scram.METHOD or not self.scram_enabled:
+            return None
+        return ScramExchange(self.authorizer.scram_server(), username)
 
-def acl_hook(authorizer: Authorizer) -> AclHook | None:
+
+class ScramExchange(AuthExchange):
+    """SCRAM-SHA-256 (protocol/scram.py) as an exchange: client-first in CONNECT, then
+    client-final in AUTH; the SCRAM user must be the CONNECT's user name when it has one."""
+
+    def __init__(self, server: scram.ScramServer, username: str | None) -> None:
+        self._server = server
+        self._username = username
+        self._first = True
+
+    def step(self, data: bytes | None) -> AuthStep:
+        server = self._server
+        try:
+            if self._first:
+                self._first = False
+                reply = server.first(data)
+                if self._username is not None and server.user != self._username:
+                    return AuthStep(
+                        AuthOutcome.FAILURE,
+                        reason=f"SCRAM user {server.user!r} is not the user name "
+                        f"{self._username!r}",
+                    )
+                return AuthStep(AuthOutcome.CONTINUE, reply)
+            return AuthStep(AuthOutcome.SUCCESS, server.final(data), user=server.user)
+        except scram.ScramError as error:
+            return AuthStep(AuthOutcome.FAILURE, reason=f"{scram.METHOD}: {error}")
+
+
+def acl_hook(authorizer: Authorizer, scram_enabled: bool = True) -> AclHook | None:
     """The default hook, or None when it has nothing to check (no users, no rules, anonymous
     access allowed): an open broker keeps authorization off its per-message path."""
     if authorizer.open and not authorizer.has_users and authorizer.allow_anonymous:
         return None
-    return AclHook(authorizer)
+    return AclHook(authorizer, scram_enabled)

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..commands import PutResult, Requester
 from ..protocol import (
+    AuthRequested,
     ConnectionClosed,
     ConnectRequested,
     DeliveryAcknowledged,
@@ -100,7 +101,7 @@ class Broker:
         authorizer = build_authorizer(config)
         for warning in authorizer.warnings:
             log.warning("configuration: %s", warning)
-        default = acl_hook(authorizer)
+        default = acl_hook(authorizer, config.mqtt5.scram_sha_256)
         self.hooks = Hooks(([default] if default is not None else []) + list(hooks))
         self.registry = Registry(config.limits.max_topic_cache_bytes, config.limits.max_filter_time)
         self.sub_points = {"", *config.sub_points}
@@ -392,6 +393,7 @@ class Broker:
             UnsubscribeRequested: self.subscriptions.on_unsubscribe,
             ConnectRequested: sessions.on_connect_requested,
             DisconnectRequested: sessions.on_disconnect,
+            AuthRequested: sessions.on_auth,
             ConnectionClosed: sessions.on_closed,
         }
 

@@ -32,6 +32,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from ..protocol import (
+    AuthRequested,
     ConnectionClosed,
     ConnectRequested,
     ConnectReturnCode,
@@ -44,6 +45,7 @@ from ..protocol.peer5 import NO_EXPIRY
 from ..store import SessionRecord
 from ..subscriptions import Registry
 from .auth import Action
+from .authentication import Authentications
 from .committer import Committer
 from .delivery import Deliveries
 from .hooks import Hooks
@@ -91,6 +93,14 @@ class Sessions:
         self.connected = 0  # clients past CONNECT
         self._local_count = 0  # in-process sessions opened (their client ids)
         self.deliveries = deliveries
+        self.authentications = Authentications(
+            hooks,
+            loop,
+            lambda client, event, user, data: self._connect(client, event, True, user, data),
+            lambda client, reason, code: self._refuse(
+                client, ConnectReturnCode.NOT_AUTHORIZED, reason, code
+            ),
+        )
         self.router: Router  # see attach
         self.subscriptions: SubscriptionManager
         self.wills: Wills
@@ -115,6 +125,9 @@ class Sessions:
         if not self._authenticate_later(client, event):
             self._connect(client, event)
 
+    def on_auth(self, client: Client, event: AuthRequested) -> None:
+        self.authentications.on_auth(client, event)
+
     def on_disconnect(self, client: Client, event: DisconnectRequested) -> None:
         if not event.keeps_will:
             client.will = None
@@ -136,6 +149,7 @@ class Sessions:
             not hooks.authenticate_off_loop
             or packet.username is None
             or client.listener.use_identity_as_username
+            or (packet.properties is not None and packet.properties.authentication_method)
         ):
             return False
         if client.transport is not None:
@@ -177,8 +191,16 @@ class Sessions:
         self.on_closed(client, closed)
 
     def _connect(
-        self, client: Client, event: ConnectRequested, authenticated: bool = False
+        self,
+        client: Client,
+        event: ConnectRequested,
+        authenticated: bool = False,
+        proven: str | None = None,
+        auth_data: bytes | None = None,
     ) -> None:
+        """Accept or refuse a CONNECT. `authenticated`: its password verified already;
+        `proven`: the user an enhanced authentication proved, whose last data is
+        `auth_data` (authentication.py)."""
         packet = event.packet
         connection = client.connection
         assert connection is not None
@@ -191,16 +213,12 @@ class Sessions:
             )
             return
         props = packet.properties
-        if props is not None and props.authentication_method is not None:
-            self._refuse(
-                client,
-                ConnectReturnCode.NOT_AUTHORIZED,
-                f"authentication method {props.authentication_method!r} is not configured",
-                ReasonCode.BAD_AUTHENTICATION_METHOD,
-            )
+        if props is not None and props.authentication_method is not None and proven is None:
+            self.authentications.begin(client, event)
             return
         hooks = self._hooks
-        user_id = packet.username or ""
+        user_id = (packet.username or "") if proven is None else proven
+        authenticated = authenticated or proven is not None
         if client.listener.use_identity_as_username:
             # The certificate vouches for the user; the password is not asked for.
             if client.certificate_user is None:
@@ -293,6 +311,7 @@ class Sessions:
             session_expiry_interval=(
                 expiry if peer5 is not None and expiry != peer5.session_expiry_interval else None
             ),
+            authentication_data=auth_data,
         )
         log.debug(
             "client %r connected from %s (level %d, clean %s, keepalive %d)",

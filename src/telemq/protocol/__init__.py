@@ -32,6 +32,7 @@ from .errors import (
     RemoteProtocolError,
 )
 from .events import (
+    AuthRequested,
     ConnectionClosed,
     ConnectRequested,
     DeliveryAcknowledged,
@@ -100,6 +101,7 @@ __all__ = [
     "SUBSCRIPTION_QOS",
     "VALID_REASON_CODES",
     "Auth",
+    "AuthRequested",
     "ConnAck",
     "Connect",
     "ConnectRequested",

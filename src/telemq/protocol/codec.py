@@ -494,12 +494,12 @@ class Decoder:
         self._buffer += data
 
     def feed_partial(
-        self, data: bytes, stop_after_connect: bool = False
+        self, data: bytes, stop_at_handshake: bool = False
     ) -> tuple[list[Packet], MalformedPacket | None]:
         """Like `feed`, but returns the packets decoded before a malformed one with the error.
 
-        With `stop_after_connect`, decoding stops after a CONNECT and the rest stays
-        buffered: what follows CONNECT is only read once the CONNECT is answered.
+        With `stop_at_handshake`, decoding stops after a CONNECT or an AUTH and the rest
+        stays buffered: what follows is only read once the server has answered it.
         """
         buffer = self._buffer
         if buffer:
@@ -574,8 +574,10 @@ class Decoder:
                         else:
                             decoders = self._decoders
                             plain = 0x30
-                    if stop_after_connect:
+                    if stop_at_handshake:
                         break
+                elif stop_at_handshake and type(packet) is Auth:
+                    break
         except MalformedPacket as problem:
             error = problem
         finally:

@@ -11,8 +11,11 @@ asks `next_timer()` when it wants to be called back and then calls
 States: AWAIT_CONNECT -> CONNECTING -> CONNECTED -> CLOSED. Bytes that arrive
 after CONNECT are buffered, not decoded, until the owner answers it with
 `accept` or `refuse`, so nothing is answered before the CONNACK; after
-`accept` the owner calls `receive_data(b"", now)` to process them. Rules
-enforced here:
+`accept` the owner calls `receive_data(b"", now)` to process them. Enhanced
+authentication (5.0) loops CONNECTING -> AUTHENTICATING -> CONNECTING: the
+owner answers with `continue_authentication` (AUTH 0x18 to the client), the
+connection reads the client's AUTH alone and reports it (`AuthRequested`).
+Rules enforced here:
 
 * the first packet must be CONNECT, and only one CONNECT is allowed;
 * CONNECT validation that needs no broker state: unsupported protocol level
@@ -43,9 +46,10 @@ from __future__ import annotations
 
 import enum
 
-from .codec import PINGRESP_BYTES, Decoder, encode, encode_ack, encode_publish
+from .codec import PINGRESP_BYTES, Decoder, encode, encode_ack
 from .errors import LocalProtocolError
 from .events import (
+    AuthRequested,
     ConnectionClosed,
     ConnectRequested,
     DeliveryAcknowledged,
@@ -58,7 +62,9 @@ from .events import (
     UnsubscribeRequested,
 )
 from .flows import Flows, Inflight, InflightState
+from .output import ConnectionOutput
 from .packets import (
+    Auth,
     ConnAck,
     Connect,
     ConnectReturnCode,
@@ -86,29 +92,25 @@ _PUBREC = PacketType.PUBREC
 class ConnectionState(enum.Enum):
     AWAIT_CONNECT = "await-connect"
     CONNECTING = "connecting"  # CONNECT received; waiting for accept() or refuse()
+    AUTHENTICATING = "authenticating"  # the server sent AUTH 0x18; waiting for the client's
     CONNECTED = "connected"
     CLOSED = "closed"
 
 
-class Connection:
-    """Server-side MQTT 3.1/3.1.1/5.0 connection state machine (see module docstring)."""
+class Connection(ConnectionOutput):
+    """Server-side MQTT 3.1/3.1.1/5.0 connection state machine (see module docstring); what
+    it writes, and the outbound flows, are `ConnectionOutput`'s (output.py)."""
 
     __slots__ = (
         "_closed_reason",
         "_connect_deadline",
+        "_connect_timeout",
         "_decoder",
         "_keepalive_window",
         "_limits5",
-        "_out",
-        "_waiting",
         "bytes_received",
-        "bytes_sent",
-        "closed",
-        "flows",
         "keepalive",
         "last_received",
-        "peer5",
-        "protocol_level",
         "retry_interval",
         "state",
     )
@@ -126,17 +128,15 @@ class Connection:
         # `state is CLOSED`, kept as a plain attribute: read several times per packet.
         self.closed = False
         self._limits5 = mqtt5
-        # The client's side at level 5; None at 3.1/3.1.1 (or before CONNECT).
-        self.peer5: Peer5 | None = None
+        self.peer5 = None  # until a level-5 CONNECT
         self._decoder = Decoder(max_packet_size=max_packet_size, mqtt5=mqtt5 is not None)
-        self._out: list[bytes] = []
-        # MQTT 5.0: packet ids in flight not re-sent yet on this connection: beyond the
-        # client's Receive Maximum when it resumed its session (`resend_inflight`).
-        self._waiting: list[int] = []
+        self._out = []
+        self._waiting = []
         self._connect_deadline: float | None = now + connect_timeout
+        self._connect_timeout = connect_timeout
         self._closed_reason = ""
         self._keepalive_window = 0.0
-        self.flows: Flows | None = None
+        self.flows = None
         self.keepalive = 0
         self.last_received = now
         self.protocol_level = int(ProtocolLevel.MQTT_3_1_1)
@@ -156,7 +156,7 @@ class Connection:
             self._decoder.append(data)
             return []
         packets, error = self._decoder.feed_partial(
-            data, stop_after_connect=state is ConnectionState.AWAIT_CONNECT
+            data, stop_at_handshake=state is not ConnectionState.CONNECTED
         )
         if packets:
             # Keep-alive counts control packets [MQTT-3.1.2-24], not bytes: a client that
@@ -182,9 +182,7 @@ class Connection:
         if kind is Publish:
             assert isinstance(packet, Publish)
             if self.state is not ConnectionState.CONNECTED:
-                events.append(
-                    self._fail("the first packet is not CONNECT", ReasonCode.PROTOCOL_ERROR)
-                )
+                events.append(self._fail(self._out_of_turn(), ReasonCode.PROTOCOL_ERROR))
                 return
             if self.peer5 is not None and not self._check_publish5(packet, events):
                 return
@@ -207,6 +205,13 @@ class Connection:
                 events.append(
                     self._fail("the first packet is not CONNECT", ReasonCode.PROTOCOL_ERROR)
                 )
+            return
+        if self.state is ConnectionState.AUTHENTICATING and kind is not Disconnect:
+            if kind is Auth:
+                assert isinstance(packet, Auth)
+                self._auth_received(packet, events)
+            else:
+                events.append(self._fail(self._out_of_turn(), ReasonCode.PROTOCOL_ERROR))
             return
         flows = self.flows
         peer = self.peer5
@@ -263,6 +268,9 @@ class Connection:
             events.append(DisconnectRequested(code, expiry))
             self._close("client sent DISCONNECT" + (f" (reason 0x{code:02X})" if code else ""))
             events.append(ConnectionClosed(self._closed_reason, True, _reason(code)))
+        elif kind is Auth and peer is not None:
+            assert isinstance(packet, Auth)
+            self._auth_received(packet, events)
         elif kind is Connect:
             events.append(
                 self._fail("a second CONNECT on the same connection", ReasonCode.PROTOCOL_ERROR)
@@ -273,6 +281,31 @@ class Connection:
                     f"a client may not send {packet.packet_type.name}", ReasonCode.PROTOCOL_ERROR
                 )
             )
+
+    def _out_of_turn(self) -> str:
+        if self.state is ConnectionState.AUTHENTICATING:
+            # [MQTT-3.1.2-30]
+            return "a packet other than AUTH or DISCONNECT during authentication"
+        return "the first packet is not CONNECT"
+
+    def _auth_received(self, packet: Auth, events: list[Event]) -> None:
+        """A step of enhanced authentication from the client, checked (`Peer5.check_auth`)
+        and reported; before CONNACK, what follows it waits for the owner's answer."""
+        peer = self.peer5
+        assert peer is not None
+        connected = self.state is ConnectionState.CONNECTED
+        problem = peer.check_auth(packet, connected)
+        if problem:
+            events.append(self._fail(problem, ReasonCode.PROTOCOL_ERROR))
+            return
+        starts = connected and not peer.reauthenticating
+        if connected:
+            peer.reauthenticating = True
+        else:
+            self.state = ConnectionState.CONNECTING
+            self._connect_deadline = None
+        props = packet.properties
+        events.append(AuthRequested(props.authentication_data if props else None, starts))
 
     def _check_publish5(self, packet: Publish, events: list[Event]) -> bool:
         """An MQTT 5.0 PUBLISH against this connection's limits (`Peer5.check_publish`);
@@ -373,11 +406,13 @@ class Connection:
         *,
         assigned_client_id: str | None = None,
         session_expiry_interval: int | None = None,
+        authentication_data: bytes | None = None,
     ) -> list[object]:
         """Send CONNACK 0 and attach the session's flows; re-sends what is in flight.
 
-        MQTT 5.0: `assigned_client_id` when the server chose the client id, and
-        `session_expiry_interval` when the server's differs from the client's request.
+        MQTT 5.0: `assigned_client_id` when the server chose the client id,
+        `session_expiry_interval` when the server's differs from the client's request, and
+        the server's last `authentication_data` after enhanced authentication.
         Returns the refs of in-flight messages dropped because they are larger than the
         client's Maximum Packet Size (see `resend_inflight`).
         """
@@ -395,6 +430,7 @@ class Connection:
                     self.keepalive,
                     assigned_client_id,
                     session_expiry_interval,
+                    authentication_data,
                 )
             )
         else:
@@ -421,137 +457,24 @@ class Connection:
             self._out.append(encode(ConnAck(return_code, False)))
         return self._fail(reason, code)
 
-    def resend_inflight(self, now: float) -> list[object]:
-        """Re-send every unfinished outbound flow in order: PUBLISH with DUP=1, or PUBREL.
-
-        MQTT 5.0: no more than the client's Receive Maximum (the rest go out as
-        acknowledgements free room), and nothing larger than its Maximum Packet Size: such
-        a message is dropped; the refs of those are returned.
-        """
-        flows = self.flows
-        if flows is None:
-            return []
-        out = self._out
+    def continue_authentication(self, data: bytes | None, now: float) -> None:
+        """MQTT 5.0 enhanced authentication: AUTH 0x18 with the server's `data`; the
+        client's answer comes as `AuthRequested`. Before CONNACK, the client has the
+        connect timeout to give it (the owner then calls `receive_data(b"", now)` for
+        what may wait in the buffer)."""
         peer = self.peer5
-        if peer is None:
-            for inflight in flows.outbound.values():
-                self._resend(inflight, now, out)
-            return []
-        resend, self._waiting, dropped = peer.plan_resend(flows)
-        for inflight in resend:
-            self._resend(inflight, now, out)
-        return dropped
+        if self.closed or peer is None or peer.auth_method is None:
+            raise LocalProtocolError("continue_authentication() without a method in CONNECT")
+        self._out.append(peer.auth(ReasonCode.CONTINUE_AUTHENTICATION, data))
+        if self.state is ConnectionState.CONNECTING:
+            self.state = ConnectionState.AUTHENTICATING
+            self._connect_deadline = now + self._connect_timeout
 
-    def _send_waiting(self, now: float) -> None:
-        """An acknowledgement freed room: the next in-flight PUBLISH not re-sent yet."""
-        flows = self.flows
-        assert flows is not None
-        while self._waiting:
-            inflight = flows.outbound.get(self._waiting.pop(0))
-            if inflight is not None:
-                self._resend(inflight, now, self._out)
-                return
-
-    def _resend(self, inflight: Inflight, now: float, out: list[bytes]) -> None:
-        inflight.sent_at = now
-        if inflight.state is InflightState.RELEASED:
-            out.append(encode_ack(PacketType.PUBREL, inflight.packet_id))
-        elif self.peer5 is not None:
-            out.append(self.peer5.encode_publish(inflight, True))
-        else:
-            out.append(
-                encode_publish(
-                    inflight.topic,
-                    inflight.payload,
-                    inflight.qos,
-                    inflight.retain,
-                    True,
-                    inflight.packet_id,
-                )
-            )
-
-    def send(self, packet: Packet) -> None:
-        if not self.closed:
-            self._out.append(encode(packet, self.protocol_level))
-
-    def acknowledge(self, packet_type: PacketType, packet_id: int, reason_code: int = 0) -> None:
-        """Queue PUBACK, PUBREC, PUBREL or PUBCOMP (`encode_ack`: no packet object), with
-        an MQTT 5.0 reason code (ignored at 3.1/3.1.1, which have none)."""
-        if self.closed:
-            return
+    def reauthenticated(self, data: bytes | None) -> None:
+        """A re-authentication succeeded: AUTH 0x00 with the server's last `data`."""
         peer = self.peer5
-        if peer is None:
-            self._out.append(encode_ack(packet_type, packet_id))
-            return
-        self._out.append(peer.acknowledgement(packet_type, packet_id, reason_code))
-
-    def send_bytes(self, data: bytes) -> None:
-        """Queue already encoded bytes (e.g. a QoS 0 PUBLISH shared by many subscribers)."""
-        if not self.closed:
-            self._out.append(data)
-
-    def deliver(
-        self,
-        topic: bytes,
-        payload: bytes,
-        qos: int,
-        retain: bool,
-        ref: object,
-        now: float,
-        send: bool = True,
-        properties: bytes = b"",
-    ) -> int:
-        """Track a QoS 1/2 PUBLISH until acknowledged and send it; returns its packet id.
-
-        With `send=False` the message is only tracked: the owner writes the bytes
-        (`publish_bytes`) once its packet id is durable, so that after a crash the
-        message is re-sent with the same id and DUP=1, never as a new message.
-
-        MQTT 5.0: `properties` are the PUBLISH's properties, encoded without their length.
-        0 when the PUBLISH would exceed the client's Maximum Packet Size: nothing is
-        tracked, and the owner drops the message for this client [MQTT-3.1.2-25].
-        """
-        flows = self.flows
-        if flows is None:
-            raise LocalProtocolError("deliver() before accept()")
-        if self.peer5 is None:
-            inflight = flows.track(qos, topic, payload, retain, ref, now)
-            if send and not self.closed:
-                self._out.append(
-                    encode_publish(topic, payload, qos, retain, False, inflight.packet_id)
-                )
-            return inflight.packet_id
-        peer = self.peer5
-        if not peer.fits(topic, payload, qos, properties):
-            return 0
-        inflight = flows.track(qos, topic, payload, retain, ref, now, properties=properties)
-        if send and not self.closed:
-            self._out.append(peer.encode_publish(inflight, False))
-        return inflight.packet_id
-
-    def send_publish(self, topic: bytes, payload: bytes, retain: bool, properties: bytes) -> bool:
-        """MQTT 5.0: send a QoS 0 PUBLISH; False when it exceeds the client's Maximum Packet
-        Size (dropped). 3.1/3.1.1 QoS 0 PUBLISHes are shared frames (`send_bytes`)."""
-        peer = self.peer5
-        assert peer is not None
-        if not peer.fits(topic, payload, 0, properties):
-            return False
-        if not self.closed:
-            inflight = Inflight(0, 0, topic, payload, retain, None, properties=properties)
-            self._out.append(peer.encode_publish(inflight, False))
-        return True
-
-    def publish_bytes(self, packet_id: int) -> bytes | None:
-        """The first PUBLISH of a tracked message, or None if it is no longer in flight."""
-        flows = self.flows
-        inflight = flows.outbound.get(packet_id) if flows is not None else None
-        if inflight is None or inflight.state is not InflightState.PUBLISHED:
-            return None
-        if self.peer5 is not None:
-            return self.peer5.encode_publish(inflight, False)
-        return encode_publish(
-            inflight.topic, inflight.payload, inflight.qos, inflight.retain, False, packet_id
-        )
+        if not self.closed and peer is not None and peer.reauthenticating:
+            self._out.append(peer.auth(ReasonCode.NORMAL_DISCONNECTION, data))
 
     def close(
         self, reason: str, code: ReasonCode = ReasonCode.ADMINISTRATIVE_ACTION
@@ -569,9 +492,14 @@ class Connection:
     def _fail(
         self, reason: str, code: ReasonCode = ReasonCode.UNSPECIFIED_ERROR
     ) -> ConnectionClosed:
-        """End the connection for `reason`; an MQTT 5.0 client past CONNACK is told why."""
-        if self.peer5 is not None and self.state is ConnectionState.CONNECTED:
-            self._out.append(self.peer5.disconnect(code, reason))
+        """End the connection for `reason`; an MQTT 5.0 client is told why, in DISCONNECT
+        past CONNACK, in CONNACK during enhanced authentication."""
+        peer = self.peer5
+        if peer is not None:
+            if self.state is ConnectionState.CONNECTED:
+                self._out.append(peer.disconnect(code, reason))
+            elif self.state is ConnectionState.AUTHENTICATING:
+                self._out.append(peer.refusal(code, reason))
         self._close(reason)
         return ConnectionClosed(reason, False, code)
 
@@ -580,16 +508,7 @@ class Connection:
         self.closed = True
         self._closed_reason = reason
 
-    # -- output and time -----------------------------------------------
-
-    def data_to_send(self) -> bytes:
-        out = self._out
-        if not out:
-            return b""
-        data = out[0] if len(out) == 1 else b"".join(out)
-        out.clear()
-        self.bytes_sent += len(data)
-        return data
+    # -- time -----------------------------------------------------------
 
     @property
     def closed_reason(self) -> str:
@@ -597,9 +516,10 @@ class Connection:
 
     def next_timer(self) -> float | None:
         """When `handle_timer` should next be called, or None."""
-        if self.state is ConnectionState.AWAIT_CONNECT:
+        state = self.state
+        if state is ConnectionState.AWAIT_CONNECT or state is ConnectionState.AUTHENTICATING:
             return self._connect_deadline
-        if self.state is ConnectionState.CLOSED:
+        if state is ConnectionState.CLOSED:
             return None
         deadline: float | None = None
         if self._keepalive_window:
@@ -619,11 +539,13 @@ class Connection:
         """Act on expired deadlines: CONNECT timeout, keep-alive expiry, 3.1 retries."""
         if self.state is ConnectionState.CLOSED:
             return []
-        if self.state is ConnectionState.AWAIT_CONNECT:
+        state = self.state
+        if state is ConnectionState.AWAIT_CONNECT or state is ConnectionState.AUTHENTICATING:
             if self._connect_deadline is not None and now >= self._connect_deadline:
+                what = "CONNECT" if state is ConnectionState.AWAIT_CONNECT else "AUTH"
                 return [
                     self._fail(
-                        "no CONNECT within the connect timeout", ReasonCode.KEEP_ALIVE_TIMEOUT
+                        f"no {what} within the connect timeout", ReasonCode.KEEP_ALIVE_TIMEOUT
                     )
                 ]
             return []

@@ -90,6 +90,18 @@ class DisconnectRequested:
 
 
 @dataclass(slots=True)
+class AuthRequested:
+    """An AUTH from an MQTT 5.0 client, with its Authentication Data (enhanced
+    authentication, §4.12): the next step of the exchange its CONNECT began, answered with
+    `Connection.continue_authentication`, `accept` or `refuse`; or once connected, a step of
+    a re-authentication (`starts_reauthentication` for the 0x19 that opens one), answered
+    with `continue_authentication`, `reauthenticated` or `close`."""
+
+    data: bytes | None
+    starts_reauthentication: bool = False
+
+
+@dataclass(slots=True)
 class ConnectionClosed:
     """The connection is over. `reason` explains why, for the log, and `code` says it as
     an MQTT 5.0 reason code (`reasons.ReasonCode`).
@@ -113,5 +125,6 @@ Event = (
     | SubscribeRequested
     | UnsubscribeRequested
     | DisconnectRequested
+    | AuthRequested
     | ConnectionClosed
 )

@@ -15,7 +15,9 @@ client's half and the per-connection state those limits govern:
   maximum goes out with its name);
 - the packet ids of the client's QoS 1/2 PUBLISHes not yet answered (PUBACK, PUBCOMP, or
   PUBREC with an error), which the server's Receive Maximum bounds [MQTT-3.3.4-7];
-- what a PUBLISH to the client may be: no larger than its Maximum Packet Size.
+- what a PUBLISH to the client may be: no larger than its Maximum Packet Size;
+- the Authentication Method of its CONNECT, which every AUTH of the connection repeats
+  (enhanced authentication, §4.12), and whether a re-authentication is under way.
 
 A `Connection` holds a `Peer5` only at protocol level 5, so 3.1/3.1.1 connections pay
 nothing for any of it. Nothing here reads a clock or does I/O.
@@ -26,9 +28,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .codec import encode, encode_ack
-from .codec5 import DISCONNECT_REASONS, encode_publish5
+from .codec5 import CONNACK_REASONS, DISCONNECT_REASONS, encode_publish5
 from .flows import Flows, Inflight, InflightState
-from .packets import ConnAck, Disconnect, PacketType, ProtocolLevel, Publish, Subscribe
+from .packets import (
+    Auth,
+    ConnAck,
+    Disconnect,
+    PacketType,
+    ProtocolLevel,
+    Publish,
+    Subscribe,
+)
 from .properties import Properties
 from .reasons import ReasonCode
 from .wire import encode_remaining_length
@@ -88,6 +98,8 @@ class Peer5:
     topic_alias_maximum: int = 0
     session_expiry_interval: int = 0
     request_problem_information: bool = True
+    auth_method: str | None = None  # CONNECT's Authentication Method
+    reauthenticating: bool = False  # an AUTH 0x19 was received, its exchange is not over
     inbound_aliases: dict[int, str] = field(default_factory=dict)
     outbound_aliases: dict[bytes, int] = field(default_factory=dict)
     unanswered: set[int] = field(default_factory=set)  # the client's QoS 1/2 packet ids
@@ -107,6 +119,7 @@ class Peer5:
             peer.session_expiry_interval = props.session_expiry_interval
         if props.request_problem_information is not None:
             peer.request_problem_information = props.request_problem_information == 1
+        peer.auth_method = props.authentication_method
         return peer
 
     def check_publish(self, publish: Publish, limits: ServerLimits5) -> tuple[ReasonCode, str]:
@@ -177,6 +190,21 @@ class Peer5:
             )
         return _FINE, ""
 
+    def check_auth(self, packet: Auth, connected: bool) -> str:
+        """Why an AUTH from the client breaks the rules of §4.12 ("" when it does not): it
+        needs CONNECT's method, and 0x18 while an exchange is under way (the one CONNECT
+        began, before CONNACK), else 0x19 to begin a re-authentication."""
+        method = self.auth_method
+        if method is None:
+            return "AUTH, but CONNECT had no authentication method"
+        given = packet.properties.authentication_method if packet.properties else None
+        if given != method:
+            return f"AUTH with authentication method {given!r}, not CONNECT's {method!r}"
+        expected = 0x19 if connected and not self.reauthenticating else 0x18
+        if packet.reason_code != expected:
+            return f"AUTH with reason 0x{packet.reason_code:02X} where 0x{expected:02X} belongs"
+        return ""
+
     def _count(self, publish: Publish, limits: ServerLimits5) -> tuple[ReasonCode, str]:
         unanswered = self.unanswered
         packet_id = publish.packet_id
@@ -205,18 +233,32 @@ class Peer5:
         keepalive: int,
         assigned_client_id: str | None,
         session_expiry_interval: int | None,
+        authentication_data: bytes | None = None,
     ) -> bytes:
-        """CONNACK 0: the server's limits, and what it decided for this client."""
+        """CONNACK 0: the server's limits, and what it decided for this client; after
+        enhanced authentication, its method and the server's last data."""
         props = limits.connack_properties()
         props.assigned_client_identifier = assigned_client_id
         props.session_expiry_interval = session_expiry_interval
+        props.authentication_method = self.auth_method
+        props.authentication_data = authentication_data
         if limits.server_keep_alive and keepalive == limits.server_keep_alive:
             props.server_keep_alive = keepalive
         return encode(ConnAck(0, session_present, props), _MQTT_5)
 
+    def auth(self, code: int, data: bytes | None) -> bytes:
+        """AUTH from the server: 0x18 for a step of an exchange, 0x00 at the end of a
+        re-authentication; with CONNECT's method [MQTT-4.12.0-5]."""
+        if code == 0:
+            self.reauthenticating = False
+        props = Properties(authentication_method=self.auth_method, authentication_data=data)
+        return encode(Auth(code, props), _MQTT_5)
+
     def refusal(self, code: int, reason: str) -> bytes:
         """A refusing CONNACK, with the reason as Reason String when it fits the client's
-        Maximum Packet Size (the property is optional, the limit is not)."""
+        Maximum Packet Size (the property is optional, the limit is not); 0x80 for a code
+        CONNACK cannot carry."""
+        code = code if code in CONNACK_REASONS else ReasonCode.UNSPECIFIED_ERROR
         props = Properties(reason_string=reason[:MAX_REASON_STRING])
         data = encode(ConnAck(code, False, props), _MQTT_5)
         if len(data) > self.maximum_packet_size:

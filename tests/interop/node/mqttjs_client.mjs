@@ -41,8 +41,14 @@
 // correlation data, authentication data) becomes {"$b64": "<base64>"}; the other way round,
 // {"$b64": "..."} anywhere in a command becomes a Buffer. Unless the test says otherwise,
 // the client does not reconnect (`reconnectPeriod: 0`): a refused connection must stay refused.
+//
+// Enhanced authentication: connect's options may hold "scram": {"user","password"}; the
+// script then logs in with SCRAM-SHA-256 (RFC 5802/7677, written here with node:crypto on
+// MQTT.js's `handleAuth`) and, on CONNACK, emits {"event":"scram","verified":true|false}:
+// whether the server's signature in CONNACK proves it knew the password.
 
 import { Buffer } from "node:buffer";
+import crypto from "node:crypto";
 import process from "node:process";
 import readline from "node:readline";
 
@@ -154,6 +160,53 @@ function takeAcks(packet) {
     return list;
 }
 
+const SCRAM = "SCRAM-SHA-256";
+
+function hmac(key, message) {
+    return crypto.createHmac("sha256", key).update(message).digest();
+}
+
+// The client's side of SCRAM-SHA-256: first(), final(server-first), verify(server-final).
+function scramClient(user, password) {
+    const nonce = crypto.randomBytes(18).toString("base64");
+    const bare = `n=${user.replace(/=/g, "=3D").replace(/,/g, "=2C")},r=${nonce}`;
+    let serverSignature = null;
+    return {
+        first: () => Buffer.from(`n,,${bare}`),
+        final(serverFirst) {
+            const text = Buffer.from(serverFirst).toString("utf8");
+            const attrs = Object.fromEntries(text.split(",").map((part) => [part[0], part.slice(2)]));
+            if (!attrs.r.startsWith(nonce)) {
+                throw new Error("the server's nonce does not extend the client's");
+            }
+            const salt = Buffer.from(attrs.s, "base64");
+            const salted = crypto.pbkdf2Sync(password, salt, Number(attrs.i), 32, "sha256");
+            const withoutProof = `c=biws,r=${attrs.r}`;
+            const authMessage = `${bare},${text},${withoutProof}`;
+            const clientKey = hmac(salted, "Client Key");
+            const storedKey = crypto.createHash("sha256").update(clientKey).digest();
+            const signature = hmac(storedKey, authMessage);
+            const proof = Buffer.from(clientKey.map((byte, index) => byte ^ signature[index]));
+            serverSignature = hmac(hmac(salted, "Server Key"), authMessage);
+            return Buffer.from(`${withoutProof},p=${proof.toString("base64")}`);
+        },
+        verify(serverFinal) {
+            const text = serverFinal ? Buffer.from(serverFinal).toString("utf8") : "";
+            return serverSignature !== null && text === `v=${serverSignature.toString("base64")}`;
+        },
+    };
+}
+
+function withScram(options, login) {
+    const scram = scramClient(login.user, login.password);
+    const properties = {
+        ...(options.properties ?? {}),
+        authenticationMethod: SCRAM,
+        authenticationData: scram.first(),
+    };
+    return [scram, { ...options, properties }];
+}
+
 function needClient(command) {
     if (client === null) {
         failure(command, new Error(`${command.op}: no client (send "connect" first)`));
@@ -175,10 +228,28 @@ const handlers = {
             client.end(true);
         }
         acks.clear();
-        const options = { reconnectPeriod: 0, ...fromJson(command.options ?? {}) };
+        let { scram: login, ...options } = { reconnectPeriod: 0, ...fromJson(command.options ?? {}) };
+        let scram = null;
+        if (login) {
+            [scram, options] = withScram(options, login);
+        }
         // Listeners first, then the CONNECT: MQTT.js writes it inside `connect()`.
         client = mqtt.connect(command.url, { ...options, manualConnect: true });
         watch(client, Boolean(command.trace));
+        if (scram !== null) {
+            client.handleAuth = (packet, callback) => {
+                try {
+                    const authenticationData = scram.final(packet.properties?.authenticationData);
+                    const properties = { authenticationMethod: SCRAM, authenticationData };
+                    callback(null, { cmd: "auth", reasonCode: 0x18, properties });
+                } catch (error) {
+                    callback(error);
+                }
+            };
+            client.on("connect", (packet) => {
+                emit("scram", { verified: scram.verify(packet.properties?.authenticationData) });
+            });
+        }
         client.connect();
         result(command, true);
     },
