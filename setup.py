@@ -33,6 +33,7 @@ COMPILED = [
     "src/telemq/protocol/reasons.py",
     "src/telemq/protocol/topics.py",
     "src/telemq/protocol/wire.py",
+    "src/telemq/subscriptions/options5.py",
     "src/telemq/subscriptions/registry.py",
     "src/telemq/subscriptions/topic_tree.py",
     "src/telemq/broker/client.py",

@@ -28,6 +28,11 @@ for `--stall` seconds. The report counts:
 * QoS 1 duplicates: extra copies of QoS 1 messages (allowed: at least once);
 * unacknowledged: messages the publisher never had acknowledged (must be 0).
 
+With `--protocol 5` both clients speak MQTT 5.0: persistent sessions are a Session Expiry
+Interval of an hour with Clean Start 0, and every message carries a user property
+(`seq`, its `<qos>:<seq>`) that the subscriber checks: a message that arrives without it,
+or with another, is counted as mangled (must be 0).
+
 The exit code is 0 when all three "must" hold, 1 otherwise; 2 for a bad argument. The work
 directory (broker log, kill times, and with `--trace` every packet both clients saw) is kept
 when the run fails or `--keep` is given. docs/reliability.md records runs of this command.
@@ -55,12 +60,16 @@ from typing import Any
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 
 from telemq.client import MqttClient, MqttError
 
 HOST = "127.0.0.1"
 TOPICS = {1: "soak/q1", 2: "soak/q2"}
 SUBSCRIBER_KINDS = ("normal", "slow", "reconnecting")
+PROTOCOLS = ("3.1.1", "5")
+SESSION_EXPIRY = 3600  # seconds: MQTT 5.0 sessions outlive every down time of the run
 MAX_MESSAGES = 32_000  # per QoS: the publisher's 65,535 packet ids name each message once
 BROKER_CONFIG = """\
 [limits]
@@ -80,6 +89,7 @@ class SoakConfig:
     down: float = 1.0
     stall: float = 60.0
     subscriber: str = "normal"
+    protocol: str = "3.1.1"
     slow_ms: float = 8.0
     trace: bool = False
     workdir: Path | None = None
@@ -91,6 +101,7 @@ class SoakConfig:
 class SoakResult:
     seed: int
     subscriber: str
+    protocol: str
     kills: int
     sent: dict[int, int]
     acknowledged: dict[int, int]
@@ -104,6 +115,7 @@ class SoakResult:
     seconds: float
     workdir: str
     broker_errors: list[str] = field(default_factory=list)
+    mangled: int = 0  # MQTT 5.0: messages whose user property did not come through
 
     @property
     def ok(self) -> bool:
@@ -115,18 +127,20 @@ class SoakResult:
             and not self.unacknowledged[2]
             and not self.sessions_lost
             and not self.broker_errors
+            and not self.mangled
         )
 
     def summary(self) -> str:
         q1_extra = len(self.duplicates[1])
         return (
-            f"seed {self.seed}, subscriber {self.subscriber}: {self.kills} kills in "
+            f"seed {self.seed}, subscriber {self.subscriber}, MQTT {self.protocol}: "
+            f"{self.kills} kills in "
             f"{self.seconds:.0f} s; sent {self.sent[1]}+{self.sent[2]} (QoS 1+2), "
             f"acknowledged {self.acknowledged[1]}+{self.acknowledged[2]}; "
             f"lost {len(self.lost[1])}+{len(self.lost[2])}, "
             f"QoS 2 duplicates {len(self.duplicates[2])}, QoS 1 duplicates {q1_extra}, "
             f"unacknowledged {self.unacknowledged[1]}+{self.unacknowledged[2]}, "
-            f"sessions lost {self.sessions_lost}, subscriber connections "
+            f"sessions lost {self.sessions_lost}, mangled {self.mangled}, subscriber connections "
             f"{self.subscriber_connections}, publisher connections "
             f"{self.publisher_connections}: {'PASS' if self.ok else 'FAIL'}"
         )
@@ -220,16 +234,33 @@ class Trace:
             self._file.close()
 
 
-def _paho(client_id: str, trace: Trace) -> mqtt.Client:
+def _paho(client_id: str, trace: Trace, protocol: str) -> mqtt.Client:
     client = mqtt.Client(
         CallbackAPIVersion.VERSION2,
         client_id=client_id,
-        clean_session=False,
-        protocol=mqtt.MQTTv311,
+        clean_session=None if protocol == "5" else False,
+        protocol=mqtt.MQTTv5 if protocol == "5" else mqtt.MQTTv311,
     )
     client.reconnect_delay_set(min_delay=0.05, max_delay=0.5)  # type: ignore[arg-type]
     client.on_log = trace
     return client
+
+
+def _connect_async(client: mqtt.Client, port: int, protocol: str) -> None:
+    """Connect (and reconnect) with a persistent session: clean session 0 at 3.1.1; Clean
+    Start 0 and a Session Expiry Interval at 5.0."""
+    if protocol != "5":
+        client.connect_async(HOST, port, keepalive=10)
+        return
+    props = Properties(PacketTypes.CONNECT)
+    props.SessionExpiryInterval = SESSION_EXPIRY
+    client.connect_async(HOST, port, keepalive=10, clean_start=False, properties=props)
+
+
+def _user_property(text: str) -> Properties:
+    props = Properties(PacketTypes.PUBLISH)
+    props.UserProperty = ("seq", text)
+    return props
 
 
 class Subscriber:
@@ -249,7 +280,8 @@ class Subscriber:
         self.subscribed = threading.Event()
         self._stop = threading.Event()
         self.port = port
-        self.client = _paho("soak-sub", trace)
+        self.mangled = 0
+        self.client = _paho("soak-sub", trace, config.protocol)
         self.client.on_connect = self._on_connect
         self.client.on_subscribe = self._on_subscribe
         self.client.on_message = self._on_message
@@ -269,8 +301,14 @@ class Subscriber:
             self.subscribed.set()
 
     def _on_message(self, client: Any, userdata: Any, message: mqtt.MQTTMessage) -> None:
-        qos_text, seq_text = message.payload.decode().split(":")
+        text = message.payload.decode()
+        qos_text, seq_text = text.split(":")
         qos = int(qos_text)
+        if self.config.protocol == "5":
+            props = getattr(message, "properties", None)
+            if getattr(props, "UserProperty", None) != [("seq", text)]:
+                self.mangled += 1
+                self.trace.note(f"user property lost or changed: {text} {props}")
         if qos != message.qos:
             self.trace.note(f"QoS mismatch: {message.payload!r} at QoS {message.qos}")
         self.received[qos][int(seq_text)] += 1
@@ -281,7 +319,7 @@ class Subscriber:
             time.sleep(self.rng.uniform(0.0, self.config.slow_ms) / 1000.0)
 
     def start(self) -> None:
-        self.client.connect_async(HOST, self.port, keepalive=10)
+        _connect_async(self.client, self.port, self.config.protocol)
         self.client.loop_start()
         if self.config.subscriber == "reconnecting":
             self._cutter = threading.Thread(target=self._cut_connections, daemon=True)
@@ -321,7 +359,7 @@ class Publisher:
         self.acknowledged_ids: list[int] = []
         self.finished_publishing = threading.Event()
         self.port = port
-        self.client = _paho("soak-pub", trace)
+        self.client = _paho("soak-pub", trace, config.protocol)
         self.client.max_inflight_messages_set(config.window)
         self.client.max_queued_messages_set(0)
         self.client.on_connect = self._on_connect
@@ -337,7 +375,7 @@ class Publisher:
         self.acknowledged_ids.append(mid)
 
     def start(self) -> None:
-        self.client.connect_async(HOST, self.port, keepalive=10)
+        _connect_async(self.client, self.port, self.config.protocol)
         self.client.loop_start()
         self._thread.start()
 
@@ -358,7 +396,9 @@ class Publisher:
                 break
             qos = 1 + index % 2
             seq = index // 2
-            info = self.client.publish(TOPICS[qos], f"{qos}:{seq}".encode(), qos=qos)
+            text = f"{qos}:{seq}"
+            props = _user_property(text) if self.config.protocol == "5" else None
+            info = self.client.publish(TOPICS[qos], text.encode(), qos=qos, properties=props)
             self.sent[info.mid] = (qos, seq)
             self.trace.note(f"soak: sent {qos}:{seq} as m{info.mid}")
             delay = started + (index + 1) * interval - time.monotonic()
@@ -447,6 +487,7 @@ def run_soak(config: SoakConfig) -> SoakResult:
     result = SoakResult(
         seed=config.seed,
         subscriber=config.subscriber,
+        protocol=config.protocol,
         kills=kills,
         sent=sent,
         acknowledged={qos: len(acknowledged[qos]) for qos in (1, 2)},
@@ -465,6 +506,7 @@ def run_soak(config: SoakConfig) -> SoakResult:
         publisher_connections=publisher.connections,
         seconds=time.monotonic() - started,
         workdir=str(workdir),
+        mangled=subscriber.mangled,
         broker_errors=broker.errors(),
     )
     if own_workdir and result.ok and not config.keep:
@@ -525,6 +567,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--subscriber", choices=SUBSCRIBER_KINDS, default="normal")
     parser.add_argument(
+        "--protocol", choices=PROTOCOLS, default="3.1.1", help="the clients' MQTT version"
+    )
+    parser.add_argument(
         "--slow-ms",
         type=_positive(float),
         default=8.0,
@@ -545,7 +590,7 @@ def main(argv: list[str] | None = None) -> int:
     seed = config.seed
     print(
         f"crash soak: seed {seed}, {config.kills} kills, {config.messages} messages per QoS, "
-        f"subscriber {config.subscriber}",
+        f"subscriber {config.subscriber}, MQTT {config.protocol}",
         flush=True,
     )
     result = run_soak(config)

@@ -681,3 +681,46 @@ def test_mqttjs_with_a_wrong_scram_password_is_refused_with_0x86(
     error = client.wait_for("error")["error"]
     assert error["code"] == 0x86
     client.expect_none("connect", within=0.3)
+
+
+def test_mq_commands_use_response_topic_and_correlation_data(
+    broker: BrokerProcess, mqttjs: MqttJsMaker
+) -> None:
+    """The MQ model at 5.0 (docs/mq.md, "MQTT 5.0"): a RegSub with CorrelAsId whose reply
+    topic and CorrelId are the PUBLISH's Response Topic and Correlation Data; the reply comes
+    back there with the Correlation Data, and the subscription's deliveries carry the
+    CorrelId as Correlation Data in place of the publisher's own."""
+    client_id = unique("mq")
+    client = connected5(mqttjs, broker.port, "mq", clientId=client_id)
+    replies = f"mqttjs5/{unique('replies')}"
+    topic = f"mqttjs5/{unique('mq')}"
+    client.subscribe(replies, qos=1)
+    correl = b"\x00mq-correl\xff"
+    command = (
+        f"<psc><Command>RegSub</Command><Topic>{topic}</Topic>"
+        f"<QName>{client_id}</QName><RegOpt>CorrelAsId</RegOpt></psc>"
+    ).encode()
+    client.publish(
+        "SYSTEM.BROKER.CONTROL.QUEUE",
+        command,
+        qos=1,
+        properties={"responseTopic": replies, "correlationData": buffer(correl)},
+    )
+    [reply] = client.messages(1)
+    assert reply["topic"] == replies
+    assert b"<Completion>ok</Completion>" in payload(reply)
+    props = from_buffers(reply["properties"])
+    assert props["correlationData"] == correl
+    assert props["contentType"] == "application/xml"
+    publisher = connected5(mqttjs, broker.port, "pub")
+    publisher.publish(
+        topic,
+        b"news",
+        qos=1,
+        properties={"correlationData": buffer(b"own"), "userProperties": {"a": "b"}},
+    )
+    [delivered] = client.messages(1)
+    assert payload(delivered) == b"news"
+    props = from_buffers(delivered["properties"])
+    assert props["correlationData"] == correl
+    assert props["userProperties"] == {"a": "b"}

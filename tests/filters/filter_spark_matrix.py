@@ -9,10 +9,18 @@ from telemq.filters.spark import document_column, to_columns
 
 JOURNAL_SCHEMA = (
     "id int, payload binary, topic string, qos int, retain boolean, client_id string,"
-    " user_id string, sub_point string"
+    " user_id string, sub_point string, content_type string,"
+    " user_properties map<string,string>"
 )
 
 Message = tuple[bytes, Mapping[str, object] | None]
+
+
+def user_property_map(props: Mapping[str, object]) -> dict[str, object] | None:
+    """The journal's ``user_properties`` of a properties mapping: its ``User.<name>`` keys
+    as ``{name: value}``, NULL (None) when it has none."""
+    users = {k[len("User.") :]: v for k, v in props.items() if k.startswith("User.")}
+    return users or None
 
 
 def journal_frame(spark: Any, messages: Sequence[Message]) -> Any:
@@ -30,6 +38,8 @@ def journal_frame(spark: Any, messages: Sequence[Message]) -> Any:
                 p.get("ClientId"),
                 p.get("UserId"),
                 p.get("SubPoint"),
+                p.get("ContentType"),
+                user_property_map(p),
             )
         )
     return spark.createDataFrame(rows, JOURNAL_SCHEMA)

@@ -35,7 +35,20 @@ FIELD_PATHS: list[tuple[str | int, ...]] = [
     ("é",),
     ("in",),
 ]
-PROPERTIES = ["Topic", "QoS", "Retain", "ClientId", "UserId", "SubPoint"]
+PROPERTIES = [
+    "Topic",
+    "QoS",
+    "Retain",
+    "ClientId",
+    "UserId",
+    "SubPoint",
+    "ContentType",
+    "User.a",
+    "User.b",
+    "User.in",  # a keyword after the dot
+    "User.é",
+    "User.zz",  # in no message
+]
 NUMBERS: list[int | float] = [
     0,
     1,
@@ -60,7 +73,7 @@ strings = st.sampled_from(STRINGS).map(lambda v: A.String(v))
 booleans = st.booleans().map(lambda v: A.Boolean(v))
 literals = st.one_of(numbers, strings, booleans, st.just(A.Null()))
 fields = st.sampled_from(FIELD_PATHS).map(lambda p: A.Field(p))
-properties = st.sampled_from(PROPERTIES).map(lambda n: A.Property(n))
+properties = st.sampled_from(PROPERTIES).map(lambda n: A.Property(n))  # User.<name> too
 leaves = st.one_of(literals, fields, fields, properties)
 
 COMPARISONS = list(A.COMPARISONS)
@@ -224,7 +237,7 @@ def payloads(draw: st.DrawFn) -> bytes:
     return text.encode("utf-8")
 
 
-message_properties = st.fixed_dictionaries(
+base_properties = st.fixed_dictionaries(
     {},
     optional={
         "Topic": st.sampled_from(["a/b", "x/y", "", "a"]),
@@ -233,7 +246,24 @@ message_properties = st.fixed_dictionaries(
         "ClientId": st.sampled_from(["a", "b", "dev-1"]),
         "UserId": st.sampled_from(["a", "alice", ""]),
         "SubPoint": st.sampled_from(["", "a", "5"]),
+        # MQTT 5.0; absent for every 3.1.1 publication
+        "ContentType": st.sampled_from(["a", "ab", "", "application/json", "é"]),
     },
 )
+user_properties = st.one_of(
+    st.just({}),  # none (the journal's map is NULL)
+    st.fixed_dictionaries(  # some of those filters read, maybe only others
+        {},
+        optional={
+            "User.a": st.sampled_from(["a", "b", "", "5", "%"]),
+            "User.b": st.sampled_from(["ab", "ba", "a\nb", "😀"]),
+            "User.in": st.sampled_from(["a", "5"]),
+            "User.é": st.sampled_from(["é", "aé"]),
+            "User.other": st.sampled_from(["a", "x"]),  # read by no filter
+        },
+    ),
+)
+message_properties = st.builds(lambda p, u: {**p, **u}, base_properties, user_properties)
+"""The properties mapping of `Filter.evaluate`: fixed names, ``User.<name>`` keys."""
 
 messages = st.tuples(payloads(), message_properties)

@@ -384,6 +384,40 @@ PROPERTIES = [
     Case("Properties.QoS = qos", b'{"qos": 1.0}', T, PROPS),
 ]
 
+# MQTT 5.0: the Content Type, and User Properties as flat "User.<name>" keys
+PROPS5 = {**PROPS, "ContentType": "application/json", "User.site": "lab-1", "User.in": "5"}
+
+PROPERTIES5 = [
+    Case("Properties.ContentType = 'application/json'", b"{}", T, PROPS5),
+    Case("Properties.ContentType LIKE 'application/%'", b"not json", T, PROPS5),
+    Case("Properties.ContentType = 'text/plain'", b"{}", F, PROPS5),
+    Case("Properties.ContentType IS NULL", b"{}", F, PROPS5),
+    Case("Properties.ContentType IS NULL", b"{}", T, PROPS),  # e.g. MQTT 3.1.1
+    Case("Properties.ContentType = 'application/json'", b"{}", U, PROPS),
+    Case("Properties.ContentType IS NOT NULL", b"{}", F, None),
+    Case("Properties.User.site = 'lab-1'", b"{}", T, PROPS5),
+    Case("Properties.User.site IN ('lab-1', 'lab-2')", b"{}", T, PROPS5),
+    Case("Properties.User.site <> 'lab-1'", b"{}", F, PROPS5),
+    Case("Properties.User.site > 'lab'", b"{}", T, PROPS5),
+    Case("Properties.User.site = 'lab-1'", b"{}", U, PROPS),  # no user properties
+    Case("Properties.User.site IS NULL", b"{}", T, PROPS),
+    Case("Properties.User.site IS NULL", b"{}", F, PROPS5),
+    Case("Properties.User.Site IS NULL", b"{}", T, PROPS5),  # names are case-sensitive
+    Case("Properties.User.zone IS NULL", b"{}", T, PROPS5),  # another name is absent
+    Case("Properties.User.site = site", b'{"site": "lab-1"}', T, PROPS5),
+    Case("Properties.User.in = '5'", b"{}", T, PROPS5),  # a keyword after the dot
+    Case("Properties.User.in = 5", b"{}", U, PROPS5),  # a string, never a number
+    Case("Properties.User.in + 1 = 6", b"{}", U, PROPS5),
+    Case("Properties.User.site = Properties.ClientId", b"{}", F, PROPS5),
+    Case("Properties.User.site IS NULL", b"{}", T, {**PROPS5, "User.site": None}),
+    Case(
+        "Properties.ContentType = 'application/json' AND Properties.User.site LIKE 'lab%'",
+        b"{}",
+        T,
+        PROPS5,
+    ),
+]
+
 
 def _logic_cases() -> list[Case]:
     """Full truth tables of AND, OR and NOT over TRUE/FALSE/UNKNOWN, two ways each.
@@ -467,6 +501,7 @@ CASES: list[Case] = [
     *IN,
     *LIKE,
     *PROPERTIES,
+    *PROPERTIES5,
     *LOGIC,
     *EXAMPLES,
 ]

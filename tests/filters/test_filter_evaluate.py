@@ -123,6 +123,44 @@ def test_property_values_are_normalised(value: object, expected: object) -> None
     assert Message(b"", {"ClientId": value, "Unknown": 1}).properties == {"ClientId": expected}
 
 
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("application/json", "application/json"),
+        ("", ""),
+        (b"text/plain", "text/plain"),
+        (bytearray(b"x"), "x"),
+        (b"\xff", None),
+        (None, None),
+        (1, None),  # strings in MQTT: a number is no value, not a string
+        (True, None),
+        (["a"], None),
+    ],
+)
+def test_mqtt5_property_values_are_strings(value: object, expected: object) -> None:
+    message = Message(b"", {"ContentType": value, "User.site": value, "User.x": "y"})
+    assert message.properties == {"ContentType": expected, "User.site": expected, "User.x": "y"}
+
+
+def test_mqtt5_properties_are_read_by_flat_keys() -> None:
+    f = compile_filter(
+        "Properties.ContentType = 'application/json' AND Properties.User.site = 'lab-1'"
+    )
+    assert f.properties == {"ContentType", "User.site"}
+    assert not f.reads_payload
+    props = {"Topic": "a", "ContentType": "application/json", "User.site": "lab-1"}
+    assert f.evaluate(b"", props) is True
+    assert f.matches(b"", props)
+    assert f.evaluate(b"", {**props, "User.site": "lab-2"}) is False
+    assert f.evaluate(b"", {"Topic": "a"}) is None  # a 3.1.1 publication: both NULL
+    assert f.evaluate(b"", {**props, "User": {"site": "lab-1"}}) is True  # "User" is ignored
+    assert f.evaluate(b"", {"ContentType": "application/json", "site": "lab-1"}) is None
+    # the broker's prepared view (no normalising copy) reads the same keys
+    assert f.evaluate_message(Message.prepared(b"", props)) is True
+    assert compile_filter("Properties.User.site IS NULL").evaluate(b"", props) is False
+    assert compile_filter("Properties.User.Site IS NULL").evaluate(b"", props) is True
+
+
 def test_payload_types_accepted() -> None:
     f = compile_filter("a = 1")
     for payload in (b'{"a": 1}', bytearray(b'{"a": 1}'), memoryview(b'{"a": 1}')):
@@ -141,6 +179,8 @@ def test_filter_attributes() -> None:
     )
     assert f.fields == {"temp", "site.name", "Body[0]", "Body.in", "Body"}
     assert f.properties == {"QoS"}
+    h = compile_filter("Properties.User.site = 'x' OR Properties.ContentType IS NULL")
+    assert h.properties == {"User.site", "ContentType"} and h.fields == frozenset()
     assert f.reads_payload
     g = compile_filter("Properties.Topic LIKE 'a/%'")
     assert g.fields == frozenset() and not g.reads_payload

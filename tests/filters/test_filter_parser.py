@@ -123,6 +123,24 @@ def test_identifiers_resolve_to_fields_and_properties() -> None:
     assert parse("Body.NOT = 1") == A.Comparison("=", A.Field(("NOT",)), A.Number(1))
 
 
+def test_mqtt5_properties_resolve_to_flat_property_names() -> None:
+    ctype = parse("Properties.ContentType = 'a'")
+    assert ctype == A.Comparison("=", A.Property("ContentType"), A.String("a"))
+    site = parse("Properties.User.site = 'a'")
+    assert site == A.Comparison("=", A.Property("User.site"), A.String("a"))
+    assert isinstance(site, A.Comparison) and isinstance(site.left, A.Property)
+    assert site.left.user_property == "site" and A.Property("ContentType").user_property is None
+    # names as a payload field's: case-sensitive, Unicode letters, keywords after the dot
+    assert parse("Properties.User.Site = 'a'") != site
+    assert str(parse("Properties.User.in = 'a'")) == "Properties.User.in = 'a'"
+    assert str(parse("properties.user.IN = 'a'")) == "properties.user.IN = 'a'"  # a field
+    assert str(parse("Properties.User._é1 IS NULL")) == "Properties.User._é1 IS NULL"
+    assert parse("Body.Properties.User.x = 1") == A.Comparison(
+        "=", A.Field(("Properties", "User", "x")), A.Number(1)
+    )
+    assert "ContentType" in A.PROPERTY_NAMES and "User" not in A.PROPERTY_NAMES
+
+
 def test_ast_is_immutable_and_equality_ignores_positions() -> None:
     a = parse("a = 1")
     b = parse("   a    =    1   ")
@@ -227,6 +245,10 @@ SYNTAX_ERRORS = [
     ("a LIKE 'x' ESCAPE 5", 18, "ESCAPE needs a string literal"),
     ("a.", 2, "expected a field name after '.'"),
     ("a. = 1", 3, "expected a field name after '.'"),
+    ("Properties. = 1", 12, "expected a property name after '.'"),
+    ("Properties.User.", 16, "expected a user property name after '.'"),
+    ("Properties.User. = 'x'", 17, "expected a user property name after '.', found '='"),
+    ("Body.Properties.User.", 21, "expected a field name after '.'"),
     ("a.5 = 1", 1, "found number .5"),
     ("a[] = 1", 2, "array index must be a non-negative integer"),
     ("a[-1] = 1", 2, "array index must be a non-negative integer"),
@@ -267,6 +289,19 @@ CHECK_ERRORS = [
     ("Properties[0] = 1", 11, "Properties cannot be indexed"),
     ("Properties.Topic.x = 1", 17, "has no fields"),
     ("Properties.QoS[0] = 1", 15, "has no fields"),
+    ("Properties.ContentType", 0, "found Properties.ContentType, a string"),
+    ("Properties.ContentType.x = 'a'", 23, "Properties.ContentType has no fields"),
+    ("Properties.contentType = 'x'", 11, "did you mean 'ContentType'?"),
+    ("Properties.Color = 'x'", 11, "ContentType and User.<name>"),
+    ("NOT Properties.User.site", 4, "found Properties.User.site, a string"),
+    ("Properties.User", 11, "Properties.User must be followed by the name of a user property"),
+    ("Properties.User = 'x'", 11, "Properties.User.<name>"),
+    ("Properties.User IS NULL", 11, "Properties.User must be followed by"),
+    ("Properties.User[0] = 'x'", 16, "Properties.User cannot be indexed"),
+    ("Properties.User.a.b = 'x'", 18, "Properties.User.a has no fields or elements"),
+    ("Properties.User.a[0] = 'x'", 18, "Properties.User.a has no fields or elements"),
+    ("Properties.User.1 = 'x'", 11, "Properties.User must be followed by"),  # '.1': a number
+    ("Properties.user.a = 'x'", 11, "did you mean 'User'?"),
     ("a[2147483648] = 1", 2, "array index 2147483648 is too large"),
     ("a = 1e309", 4, "number is out of range"),
     ("a = -1e309", 4, "number is out of range"),

@@ -173,6 +173,58 @@ def test_spark_technique_edges(spark: Any, compile_mode: str) -> None:
     assert not wrong, wrong[:20]
 
 
+MQTT5_FILTERS = [
+    "Properties.ContentType = 'application/json'",
+    "Properties.ContentType IS NULL",
+    "Properties.ContentType LIKE '%json'",
+    "Properties.User.site = 'lab-1'",
+    "Properties.User.site IS NULL",
+    "Properties.User.site IS NOT NULL",
+    "Properties.User.site IN ('lab-1', 'x', NULL)",
+    "Properties.User.site <> 'lab-1'",
+    "Properties.User.site = 1",
+    "Properties.User.in = 'x'",
+    "Properties.User.é LIKE 'a%'",
+    "Properties.User.site = site",
+    "Properties.User.site = Properties.ContentType",
+    "NOT (Properties.User.site = 'lab-1' AND Properties.ContentType IS NOT NULL)",
+]
+# (content_type, user_properties as the journal stores them): a NULL map for a message
+# without user properties, also an empty map and a NULL value, which must read the same
+MQTT5_ROWS: list[tuple[str | None, dict[str, str | None] | None]] = [
+    (None, None),
+    ("application/json", None),
+    ("", {}),
+    ("text/json", {"site": "lab-1"}),
+    (None, {"site": "lab-2", "in": "x", "é": "aé"}),
+    ("application/json", {"site": None, "Site": "lab-1"}),
+    ("lab-1", {"site": "lab-1", "other": "y"}),
+]
+
+
+def test_mqtt5_properties_in_spark(spark: Any, compile_mode: str) -> None:
+    """``content_type`` and the ``user_properties`` map read as the Python evaluator reads
+    ``ContentType`` and ``User.<name>`` keys: a missing key, an empty or NULL map, a NULL
+    value are all NULL, with ANSI mode on and off (`compile_mode`)."""
+    schema = "id int, payload binary, content_type string, user_properties map<string,string>"
+    payload = b'{"site": "lab-1"}'
+    rows = [(i, bytearray(payload), ct, users) for i, (ct, users) in enumerate(MQTT5_ROWS)]
+    frame = spark.createDataFrame(rows, schema)
+    columns = [c.alias(f"f{j}") for j, c in enumerate(to_columns(MQTT5_FILTERS))]
+    got = {r["id"]: tuple(r)[1:] for r in frame.select("id", *columns).collect()}
+    wrong = []
+    for i, (ct, users) in enumerate(MQTT5_ROWS):
+        props: PropertyMap = {f"User.{k}": v for k, v in (users or {}).items()}
+        if ct is not None:
+            props["ContentType"] = ct
+        for j, f in enumerate(MQTT5_FILTERS):
+            if got[i][j] is not (expected := compile_filter(f).evaluate(payload, props)):
+                wrong.append((f, ct, users, expected, got[i][j]))
+    assert not wrong, wrong
+    assert spark_backend.PROPERTY_COLUMNS["ContentType"] == "content_type"
+    assert spark_backend.USER_PROPERTIES_COLUMN == "user_properties"
+
+
 def test_column_api(spark: Any) -> None:
     from pyspark.sql.types import BooleanType
 
@@ -192,6 +244,21 @@ def test_column_api(spark: Any) -> None:
         r.id
         for r in df.filter(to_column(parse("Properties.Topic = 't/1'"))).orderBy("id").collect()
     ] == [0, 2]
+    # MQTT 5.0 properties: the content_type column and the user_properties map
+    df5 = journal_frame(
+        spark,
+        [
+            (b"{}", {"ContentType": "application/json", "User.site": "lab-1"}),
+            (b"{}", {"ContentType": "text/plain"}),
+            (b"{}", {"User.site": "lab-2", "User.zone": "z"}),
+        ],
+    )
+    by_site = to_column("Properties.User.site LIKE 'lab%' AND Properties.ContentType IS NULL")
+    assert [r.id for r in df5.filter(by_site).collect()] == [2]
+    no_zone = df5.filter(to_column("Properties.User.zone IS NULL")).orderBy("id")
+    assert [r.id for r in no_zone.collect()] == [0, 1]
+    user_plan = df5.filter(by_site)._jdf.queryExecution().executedPlan().toString()
+    assert "PythonUDF" not in user_plan and "BatchEvalPython" not in user_plan
     # the same with the payload parsed once into a column
     parsed = df.withColumn("doc", document_column())
     assert [r.id for r in parsed.filter(to_column("temp <= 20", document="doc")).collect()] == [1]

@@ -138,6 +138,33 @@ def test_range_index_bounds() -> None:
     assert fs.indexed == 0 and fs.matching(b'{"temp": 30}') == set()
 
 
+def test_mqtt5_properties_are_indexed() -> None:
+    fs: FilterSet[str] = FilterSet()
+    fs.add("site", "Properties.User.site = 'lab-1'")
+    fs.add("sites", "Properties.User.site IN ('lab-1', 'lab-2') AND temp > 30")
+    fs.add("json", "Properties.ContentType = 'application/json'")
+    fs.add("both", "Properties.ContentType = 'text/plain' AND Properties.User.zone = 'z1'")
+    fs.add("absent", "Properties.User.site IS NULL")
+    fs.add("order", "Properties.User.site > 'a'")  # strings: no index, evaluated each time
+    assert fs.indexed == 4 and fs.distinct == 6
+    props = {"ContentType": "application/json", "User.site": "lab-1", "User.zone": "z1"}
+    assert fs.matching(b'{"temp": 31}', props) == {"site", "sites", "json", "order"}
+    lab2 = {**props, "User.site": "lab-2"}
+    assert fs.matching(b'{"temp": 31}', lab2) == {"sites", "json", "order"}
+    text = {**props, "ContentType": "text/plain"}
+    assert fs.matching(b'{"temp": 1}', text) == {"site", "both", "order"}
+    assert fs.matching(b"{}", {"Topic": "a"}) == {"absent"}
+    assert fs.matching(b"{}", {"User.site": 1}) == {"absent"}  # not a string: NULL
+    assert fs.evaluate(b"{}", {"User.site": "lab-1"}) == {
+        "site": True,
+        "sites": None,
+        "json": None,
+        "both": None,
+        "absent": False,
+        "order": True,
+    }
+
+
 devices = [f"d{i}" for i in range(6)]
 filter_texts = st.one_of(
     st.builds(
@@ -190,6 +217,18 @@ filter_texts = st.one_of(
     ),
     st.just("device IS NULL"),
     st.just("ok AND device IN ('d1', NULL)"),
+    # MQTT 5.0 properties: indexed like the others, NULL when the publication lacks them
+    st.builds(lambda d: f"Properties.User.device = '{d}'", st.sampled_from(devices)),
+    st.builds(
+        lambda d, t: f"Properties.User.device IN ('{d}', 'd9') AND temp > {t}",
+        st.sampled_from(devices),
+        st.integers(-2, 40),
+    ),
+    st.builds(
+        lambda c: f"Properties.ContentType = '{c}' OR Properties.User.device IS NULL",
+        st.sampled_from(["a", "b"]),
+    ),
+    st.builds(lambda c: f"Properties.ContentType = '{c}' AND ok", st.sampled_from(["a", "b"])),
 )
 payloads = st.builds(
     lambda device, temp, ok: json.dumps(
@@ -205,20 +244,32 @@ payloads = st.builds(
 @given(
     registrations=st.lists(st.tuples(st.integers(0, 30), filter_texts), min_size=1, max_size=40),
     removals=st.lists(st.integers(0, 30), max_size=20),
-    messages=st.lists(st.tuples(payloads, st.integers(0, 2)), min_size=1, max_size=8),
+    messages=st.lists(
+        st.tuples(
+            payloads,
+            st.fixed_dictionaries(
+                {"QoS": st.integers(0, 2)},
+                optional={
+                    "ContentType": st.sampled_from(["a", "b"]),
+                    "User.device": st.sampled_from(devices),
+                },
+            ),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
 )
 def test_matching_equals_evaluating_every_filter(
     registrations: list[tuple[int, str]],
     removals: list[int],
-    messages: list[tuple[bytes, int]],
+    messages: list[tuple[bytes, dict[str, object]]],
 ) -> None:
     fs: FilterSet[int] = FilterSet()
     for key, text in registrations:
         fs.add(key, text)
     for key in removals:
         fs.discard(key)
-    for payload, qos in messages:
-        props = {"QoS": qos}
+    for payload, props in messages:
         expected = {k for k, v in fs.evaluate(payload, props).items() if v is True}
         assert fs.matching(payload, props) == expected
         brute = {k for k in fs if compile_filter(str(fs.get(k))).matches(payload, props)}

@@ -34,7 +34,10 @@ def test_batch_read_equals_the_journal_in_parallel_partitions(spark: Any, tmp_pa
         "payload",
         "client_id",
         "user_id",
+        "content_type",
+        "user_properties",
     ]
+    assert {r["content_type"] for r in frame.select("content_type").collect()} == {None}
     # The plain format, a seq range, topics (comma list), and a replayed range: same rows.
     ranged = (
         spark.read.format("telemq")

@@ -109,6 +109,7 @@ ops = st.one_of(
             payloads,
             clients,
             clients,
+            properties,
         ),
     ),
 )

@@ -136,7 +136,7 @@ def test_a_schema_1_file_moves_its_held_messages_to_the_keyed_table(tmp_path: Pa
     try:
         conn = connection(store)
         assert _incoming_layout(conn) == (True, [])
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
         columns = {row[1] for row in conn.execute("PRAGMA table_info(incoming)")}
         assert {"properties", "expiry_at"} <= columns
         state = store.load()
@@ -564,9 +564,10 @@ def test_the_journal_reader_reads_ranges_packed_and_row_by_row(tmp_path: Path) -
     store.load()
     batch = WriteBatch()
     for seq in range(1, 6):
+        props = b"\x03\x00\x01%d" % seq if seq in (3, 4) else b""  # Content Type "3", "4"
         batch.append_journal(
             JournalRecord(
-                seq, 1000 + seq, f"t/{seq}", "", seq % 3, seq == 2, b"p%d" % seq, "c", "u"
+                seq, 1000 + seq, f"t/{seq}", "", seq % 3, seq == 2, b"p%d" % seq, "c", "u", props
             )
         )
     batch.put_subscription(SubscriptionRecord("q1", "7", {"topic": "a/#", "queue": "q1"}))
@@ -583,8 +584,15 @@ def test_the_journal_reader_reads_ranges_packed_and_row_by_row(tmp_path: Path) -
         assert packed.lengths == b"2,2,2" and packed.payload == b"p2p3p4"
         assert packed.ts_us == b"1002,1003,1004"
         assert reader.packed(10, 20).count == 0
+        # Properties only for the rows that have them: their seqs, lengths and bytes.
+        assert (packed.property_seqs, packed.property_lengths) == (b"3,4", b"4,4")
+        assert packed.properties == b"\x03\x00\x013\x03\x00\x014"
+        assert reader.packed(5, 5).property_seqs == b""
         assert reader.seqs(1, 9) == b"2,3,4,5"
-        assert reader.rows(5, 5) == [(5, 1005, "t/5", "", 2, 0, b"p5", "c", "u")]
+        assert reader.rows(4, 5) == [
+            (4, 1004, "t/4", "", 1, 0, b"p4", "c", "u", b"\x03\x00\x014"),
+            (5, 1005, "t/5", "", 2, 0, b"p5", "c", "u", None),
+        ]
         (row,) = reader.subscriptions()
         assert (row.client_id, row.key) == ("q1", "7") and '"a/#"' in row.data
     with pytest.raises(StoreError, match="no store file"):

@@ -36,6 +36,7 @@ from ..protocol import (
     PacketIdsExhausted,
     PacketType,
 )
+from ..protocol.properties import CORRELATION_DATA, without_correlation_data
 from ..store import DeliveryRecord, DeliveryState
 from .committer import Committer
 from .session import Delivery, Message, Session
@@ -100,6 +101,8 @@ class Deliveries:
             if properties is None:  # its Message Expiry Interval has passed
                 self._count_dropped(expired=True)
                 return False
+            if extra and extra[0] == CORRELATION_DATA:  # the copy's own replaces the message's
+                properties = without_correlation_data(properties)
             if not connection.send_publish(
                 message.topic_bytes, message.payload, retain, extra + properties
             ):
@@ -285,6 +288,9 @@ class Deliveries:
                     dropped.append(delivery)
                     continue
                 properties = with_expiry
+            extra = delivery.properties
+            if extra and extra[0] == CORRELATION_DATA and connection.peer5 is not None:
+                properties = without_correlation_data(properties)  # the copy's own wins
             deferred = delivery.qos == 2 and bool(delivery.delivery_id)  # see module docstring
             try:
                 packet_id = connection.deliver(
@@ -295,7 +301,7 @@ class Deliveries:
                     delivery,
                     now,
                     send=not deferred,
-                    properties=delivery.properties + properties,
+                    properties=extra + properties,
                 )
             except PacketIdsExhausted:
                 queue.appendleft(delivery)

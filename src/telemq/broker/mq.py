@@ -4,6 +4,12 @@ A command message (a PUBLISH to `SYSTEM.BROKER.*`) is parsed, authorized and exe
 `commands`, which changes the registry itself and asks the host for everything else. The
 host only calls the broker's operations (`Broker.may`, `Broker.publish_as`, ...), never its
 fields. The reply is published once the command's effects are durable.
+
+MQTT 5.0 (docs/mq.md, "MQTT 5.0"): a command PUBLISH's Response Topic and Correlation Data
+stand for `<mqmd>`'s ReplyToQ and CorrelId when the command does not give those; the reply
+carries the command's Correlation Data (else its CorrelId, as bytes), says what it is
+(Content Type `application/xml` or `application/json`, Payload Format Indicator 1), and
+goes to the Response Topic. 3.1.1 subscribers of the reply get its payload only.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ from ..commands import (
     execute,
     parse_command,
 )
+from ..commands.codec import Mqmd
+from ..protocol.properties import Properties, message_properties
 from ..subscriptions import Subscription
 
 if TYPE_CHECKING:
@@ -45,28 +53,52 @@ class CommandHost:
         self.max_filter_size = broker.config.limits.max_filter_size
         self.max_filter_size_per_user = broker.config.limits.max_filter_size_per_user
 
-    def run_for(self, client: Client, queue_topic: str, payload: bytes, qos: int) -> None:
-        """A command a client published."""
+    def run_for(
+        self,
+        client: Client,
+        queue_topic: str,
+        payload: bytes,
+        qos: int,
+        properties: Properties | None = None,
+    ) -> None:
+        """A command a client published (`properties`: its PUBLISH's, at MQTT 5.0)."""
         requester = Requester(client.client_id, client.user_id, client.listener.sub_point, qos)
-        self.run_as(requester, queue_topic, payload)
+        self.run_as(requester, queue_topic, payload, properties)
 
-    def run_as(self, requester: Requester, queue_topic: str, payload: bytes) -> None:
+    def run_as(
+        self,
+        requester: Requester,
+        queue_topic: str,
+        payload: bytes,
+        properties: Properties | None = None,
+    ) -> None:
         """Execute an MQ command; its reply is published once its effects are durable."""
         broker = self.broker
         broker.count_command()
-        reply, command = run_command(broker, self, queue_topic, payload, requester)
+        reply, command = run_command(broker, self, queue_topic, payload, requester, properties)
         if not wants_reply(reply, command):
             return
         client_id = requester.client_id
         topic = reply_topic(command, client_id)
+        problem = self.topic_limits.name_error(topic)
+        if problem is not None:
+            log.info("client %r: no reply to %r: %s", client_id, topic, problem)
+            return
         if topic != RESPONSE_PREFIX + client_id and not broker.may(
             "publish", topic, requester.user_id, client_id
         ):
             # The requester chooses the reply topic: it must not be a way to write anywhere.
             log.info("client %r: no reply to %r: not authorized", client_id, topic)
             return
-        body = reply_payload(reply, command, payload)
-        broker.publish_when_durable(topic, body, requester.qos, requester.sub_point)
+        form = reply_form(command, payload)
+        body = encode_reply(reply, command, form)
+        broker.publish_when_durable(
+            topic,
+            body,
+            requester.qos,
+            requester.sub_point,
+            reply_properties(command, properties, form),
+        )
 
     def now(self) -> float:
         return time.time()
@@ -128,14 +160,25 @@ class CommandHost:
 
 
 def run_command(
-    broker: Broker, host: CommandHost, queue_topic: str, payload: bytes, requester: Requester
+    broker: Broker,
+    host: CommandHost,
+    queue_topic: str,
+    payload: bytes,
+    requester: Requester,
+    properties: Properties | None = None,
 ) -> tuple[Reply, Command | None]:
     """Parse and execute one command message; malformed input gets 3097."""
     try:
         command = parse_command(payload)
+        mqmd_from_properties(command.mqmd, properties)
     except CommandSyntaxError as error:
-        # With a readable <mqmd> the reply still goes where asked, with the CorrelId.
-        unread = None if error.mqmd is None else Command(psc={}, mqmd=error.mqmd)
+        # With a readable <mqmd> (or 5.0 properties) the reply still goes where asked,
+        # with the CorrelId.
+        mqmd = error.mqmd
+        if mqmd is None and properties is not None:
+            mqmd = Mqmd()
+            mqmd_from_properties(mqmd, properties)
+        unread = None if mqmd is None else Command(psc={}, mqmd=mqmd)
         return (
             Reply("error", [Reason(ReasonCode.PARM_SYNTAX_ERROR)], message=str(error)),
             unread,
@@ -168,11 +211,41 @@ def reply_topic(command: Command | None, client_id: str) -> str:
     return RESPONSE_PREFIX + client_id
 
 
+def mqmd_from_properties(mqmd: Mqmd, properties: Properties | None) -> None:
+    """MQTT 5.0: a Response Topic and Correlation Data stand for ReplyToQ and CorrelId
+    when `<mqmd>` does not give them (the folder wins when it does)."""
+    if properties is None:
+        return
+    if not mqmd.reply_to_q and properties.response_topic:
+        mqmd.reply_to_q = properties.response_topic
+    if not mqmd.correl_id and properties.correlation_data:
+        mqmd.correl_id = properties.correlation_data.hex().upper()
+
+
+def reply_form(command: Command | None, payload: bytes) -> str:
+    """The form of the reply, the request's: "xml" or "json"."""
+    if command is not None:
+        return command.form
+    return "json" if payload.lstrip()[:1] == b"{" else "xml"
+
+
 def reply_payload(reply: Reply, command: Command | None, payload: bytes) -> bytes:
-    form = (
-        command.form if command is not None else ("json" if payload.lstrip()[:1] == b"{" else "xml")
+    return encode_reply(reply, command, reply_form(command, payload))
+
+
+def reply_properties(command: Command | None, properties: Properties | None, form: str) -> bytes:
+    """A reply's MQTT 5.0 properties: the command's Correlation Data (or its CorrelId, as
+    bytes), and what the payload is."""
+    correlation = properties.correlation_data if properties is not None else None
+    if correlation is None and command is not None and not command.mqmd.correl_is_zero():
+        correlation = bytes.fromhex(command.mqmd.correl_id)
+    return message_properties(
+        Properties(
+            payload_format_indicator=1,
+            content_type=f"application/{form}",
+            correlation_data=correlation,
+        )
     )
-    return encode_reply(reply, command, form)
 
 
 def wants_reply(reply: Reply, command: Command | None) -> bool:

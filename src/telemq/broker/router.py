@@ -43,6 +43,7 @@ from ..protocol import (
     topic_matches,
 )
 from ..protocol.flows import release_digest
+from ..protocol.properties import read_message_properties
 from ..store import IncomingRecord
 from ..subscriptions import (
     PERSISTENCE_RANK,
@@ -161,7 +162,7 @@ class Router:
             client.close(f"PUBLISH refused: {too_large}", ReasonCode.TOPIC_NAME_INVALID)
             return
         if publish.topic in COMMAND_TOPICS and qos < 2:
-            self.commands.run_for(client, publish.topic, publish.payload, qos)
+            self.commands.run_for(client, publish.topic, publish.payload, qos, publish.properties)
             if qos == 1:
                 committer.after(lambda: client.acknowledge(PacketType.PUBACK, packet_id))
             return
@@ -206,7 +207,8 @@ class Router:
             return
         self._record_release(session, packet_id, message)
         if message.topic in COMMAND_TOPICS:
-            self.commands.run_for(client, message.topic, message.payload, 2)
+            props = read_message_properties(message.properties) if message.properties else None
+            self.commands.run_for(client, message.topic, message.payload, 2, props)
             committer.after(lambda: client.acknowledge(PacketType.PUBCOMP, packet_id))
             return
         hand_offs = self.accept(message, hand_off_now=False)
@@ -286,9 +288,12 @@ class Router:
         retain: bool = False,
         sub_point: str = "",
         journal: bool = True,
+        properties: bytes = b"",
     ) -> None:
-        """Publish from inside the broker ($SYS, command replies), routed like any message."""
+        """Publish from inside the broker ($SYS, command replies), routed like any message;
+        `properties`: its MQTT 5.0 properties (`protocol.message_properties`)."""
         message = Message(topic, payload, qos, retain, sub_point, "", "", now_us())
+        message.properties = properties
         self.accept(message, hand_off_now=True, journal=journal)
         if self._committer.pending:
             self._committer.schedule_lazy()
@@ -369,6 +374,7 @@ class Router:
                     bytearray(message.payload),  # see JournalRow
                     message.client_id,
                     message.user_id,
+                    bytearray(message.properties) if message.properties else 0,  # 0: none
                 )
         if self._on_accepted:
             self._hooks.notify(self._on_accepted, message)
@@ -400,6 +406,7 @@ class Router:
             message.retain,
             message.client_id,
             message.user_id,
+            message.properties,
         )
         registry = self._registry
         shares: dict[str, str] | None = None  # queue -> the shared group it was picked for

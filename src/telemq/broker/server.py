@@ -424,10 +424,14 @@ class Broker:
             raise ValueError(f"subscription point {sub_point!r} is not declared")
         self.router.publish(topic, bytes(payload), qos, retain, sub_point, journal)
 
-    def publish_when_durable(self, topic: str, payload: bytes, qos: int, sub_point: str) -> None:
+    def publish_when_durable(
+        self, topic: str, payload: bytes, qos: int, sub_point: str, properties: bytes = b""
+    ) -> None:
         """A command's reply: published, not journaled, once what is pending is committed."""
         self.committer.after(
-            lambda: self.router.publish(topic, payload, qos, False, sub_point, journal=False)
+            lambda: self.router.publish(
+                topic, payload, qos, False, sub_point, journal=False, properties=properties
+            )
         )
         self.committer.schedule()
 

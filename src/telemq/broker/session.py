@@ -142,7 +142,8 @@ class Message:
 class Delivery:
     """One copy of a message owed to a session; `delivery_id` 0 = memory only.
     `properties`: what this copy adds to the message's MQTT 5.0 properties (the matching
-    subscriptions' identifiers), encoded; b"" for none. `share`: the shared subscription
+    subscriptions' identifiers, an MQ CorrelId as Correlation Data: `subscriptions.options5`),
+    encoded; b"" for none. `share`: the shared subscription
     group it came through ("" for none)."""
 
     __slots__ = ("delivery_id", "message", "properties", "qos", "retain", "share")

@@ -47,9 +47,15 @@ from ..protocol import (
     shared_subscription,
 )
 from ..protocol.peer5 import ServerLimits5
-from ..protocol.properties import subscription_identifier_property
 from ..store import SubscriptionRecord
-from ..subscriptions import PERSISTENCE_RANK, Identity, Registry, Subscription
+from ..subscriptions import (
+    PERSISTENCE_RANK,
+    Identity,
+    Registry,
+    Subscription,
+    delivery_options,
+    filter_properties,
+)
 from .auth import Action
 from .committer import Committer
 from .delivery import Deliveries
@@ -340,11 +346,8 @@ class SubscriptionManager:
         mark = subscription.mqtt or "InformIfRet" in subscription.options
         rank = PERSISTENCE_RANK[subscription.persistence]
         limit = deliveries.max_queued
-        extra = (  # MQTT 5.0: the subscription's identifier goes with each copy
-            subscription_identifier_property(subscription.subscription_id)
-            if subscription.subscription_id
-            else b""
-        )
+        # MQTT 5.0: the subscription's identifier (and MQ's CorrelId) go with each copy.
+        extra = delivery_options([subscription]).properties if subscription.has_options5 else b""
         end = job.position + RETAINED_SLICE
         for message in job.messages[job.position : end]:
             if subscription.compiled is not None and not subscription.admits(
@@ -356,6 +359,7 @@ class SubscriptionManager:
                     "ClientId": message.client_id,
                     "UserId": message.user_id,
                     "SubPoint": message.sub_point,
+                    **filter_properties(message.properties),
                 },
             ):
                 continue

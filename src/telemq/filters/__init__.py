@@ -4,8 +4,9 @@ Theory of operation
 -------------------
 A filter is a boolean SQL-92 conditional expression over one publication: its JSON payload
 (``temp``, ``site.name``, ``readings[0]``, ``Body.x``) and its properties
-(``Properties.Topic``, ``QoS``, ``Retain``, ``ClientId``, ``UserId``, ``SubPoint``). The
-language is specified in design section 7 and documented in ``docs/filters.md``.
+(``Properties.Topic``, ``QoS``, ``Retain``, ``ClientId``, ``UserId``, ``SubPoint``, and the
+MQTT 5.0 ``ContentType`` and ``User.<name>``). The language is specified in design section 7
+and documented in ``docs/filters.md``.
 
 Text goes through a pipeline of small parts, each with one job::
 
@@ -33,7 +34,7 @@ and the 0-based ``position`` of the problem. This package imports nothing else f
 
 from __future__ import annotations
 
-from .ast import PROPERTY_NAMES
+from .ast import PROPERTY_NAMES, USER_PROPERTY_PREFIX
 from .compiled import Filter, compile_filter
 from .errors import MQRCCF_FILTER_ERROR, FilterError
 from .evaluate import Message, parse_payload
@@ -47,6 +48,7 @@ __all__ = [
     "MAX_LENGTH",
     "MQRCCF_FILTER_ERROR",
     "PROPERTY_NAMES",
+    "USER_PROPERTY_PREFIX",
     "Filter",
     "FilterError",
     "FilterSet",

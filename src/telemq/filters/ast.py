@@ -22,6 +22,7 @@ __all__ = [
     "COMPARISONS",
     "MULTIPLICATIVE",
     "PROPERTY_NAMES",
+    "USER_PROPERTY_PREFIX",
     "And",
     "Arith",
     "Between",
@@ -49,8 +50,12 @@ ADDITIVE = frozenset({"+", "-"})
 MULTIPLICATIVE = frozenset({"*", "/", "%"})
 COMPARISONS = ("=", "<>", "<", "<=", ">", ">=")
 
-PROPERTY_NAMES = ("Topic", "QoS", "Retain", "ClientId", "UserId", "SubPoint")
-"""The message properties a filter can read as ``Properties.<name>``."""
+PROPERTY_NAMES = ("Topic", "QoS", "Retain", "ClientId", "UserId", "SubPoint", "ContentType")
+"""The fixed message properties a filter can read as ``Properties.<name>``."""
+
+USER_PROPERTY_PREFIX = "User."
+"""``Properties.User.<name>`` (an MQTT 5.0 User Property) is the `Property` named
+``User.<name>``: one flat name, as in `Filter.properties` and the properties mapping."""
 
 _compared_fields: dict[type, tuple[str, ...]] = {}
 
@@ -148,9 +153,17 @@ class Field(Node):
 
 @dataclass(frozen=True, eq=False, slots=True)
 class Property(Node):
-    """A message property, one of `PROPERTY_NAMES`."""
+    """A message property: one of `PROPERTY_NAMES`, or ``User.<name>`` for the MQTT 5.0
+    User Property ``<name>`` (see `USER_PROPERTY_PREFIX`)."""
 
     name: str
+
+    @property
+    def user_property(self) -> str | None:
+        """The User Property's own name for ``User.<name>``; None for a fixed property."""
+        if self.name.startswith(USER_PROPERTY_PREFIX):
+            return self.name[len(USER_PROPERTY_PREFIX) :]
+        return None
 
 
 # -- value expressions ----------------------------------------------------------------

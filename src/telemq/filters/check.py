@@ -1,7 +1,8 @@
 """Checker: the rules the grammar alone does not express.
 
-- Identifier forms: ``Properties.<name>`` must name one of the six properties and go no
-  further; ``Body`` prefixes a payload path; an array index fits in 31 bits.
+- Identifier forms: ``Properties.<name>`` must name one of the seven fixed properties and
+  go no further, or be ``Properties.User.<name>`` (exactly one name: an MQTT 5.0 User
+  Property); ``Body`` prefixes a payload path; an array index fits in 31 bits.
 - Literal types: number literals are finite doubles; ``LIKE`` patterns and ``ESCAPE``
   characters are valid (see `like.parse_like`).
 - Conditions: the whole filter and each operand of ``AND``/``OR``/``NOT`` must be able to
@@ -32,7 +33,11 @@ _PROPERTY_TYPES = {
     "ClientId": "a string",
     "UserId": "a string",
     "SubPoint": "a string",
+    "ContentType": "a string",
 }
+_USER = "User"  # Properties.User.<name>
+_ALL_PROPERTIES = ", ".join(f"Properties.{n}" for n in ast.PROPERTY_NAMES)
+_ALL_PROPERTIES += f" or Properties.{_USER}.<name>"
 
 
 def resolve_identifier(
@@ -41,27 +46,7 @@ def resolve_identifier(
     """Turn a written identifier into a payload `Field` or a message `Property`."""
     head = steps[0]
     if head == "Properties":
-        if len(steps) == 1:
-            raise FilterError(
-                "Properties must be followed by a property name: "
-                + ", ".join(f"Properties.{n}" for n in ast.PROPERTY_NAMES),
-                text,
-                positions[0],
-            )
-        name = steps[1]
-        if not isinstance(name, str):
-            raise FilterError("Properties cannot be indexed; name a property", text, positions[1])
-        if name not in ast.PROPERTY_NAMES:
-            close = [n for n in ast.PROPERTY_NAMES if n.lower() == name.lower()]
-            hint = (
-                f"did you mean '{close[0]}'? (names are case-sensitive)"
-                if close
-                else "the properties are " + ", ".join(ast.PROPERTY_NAMES)
-            )
-            raise FilterError(f"unknown property '{name}'; {hint}", text, positions[1])
-        if len(steps) > 2:
-            raise FilterError(f"Properties.{name} has no fields or elements", text, positions[2])
-        return ast.Property(name, pos=positions[0])
+        return _property(steps, positions, text)
     path = steps[1:] if head == "Body" else steps
     offsets = positions[1:] if head == "Body" else positions
     for step, offset in zip(path, offsets, strict=True):
@@ -70,6 +55,65 @@ def resolve_identifier(
                 f"array index {step} is too large (at most {MAX_INDEX})", text, offset
             )
     return ast.Field(path, pos=positions[0])
+
+
+def _property(steps: tuple[str | int, ...], positions: tuple[int, ...], text: str) -> ast.Property:
+    """``Properties.<name>`` or ``Properties.User.<name>``, nothing shorter or longer."""
+    if len(steps) == 1:
+        raise FilterError(
+            f"Properties must be followed by a property name: {_ALL_PROPERTIES}",
+            text,
+            positions[0],
+        )
+    name = steps[1]
+    if not isinstance(name, str):
+        raise FilterError("Properties cannot be indexed; name a property", text, positions[1])
+    if name == _USER:
+        return _user_property(steps, positions, text)
+    if name not in ast.PROPERTY_NAMES:
+        known = (*ast.PROPERTY_NAMES, _USER)
+        close = [n for n in known if n.lower() == name.lower()]
+        hint = (
+            f"did you mean '{close[0]}'? (names are case-sensitive)"
+            if close
+            else "the properties are " + ", ".join(ast.PROPERTY_NAMES) + f" and {_USER}.<name>"
+        )
+        raise FilterError(f"unknown property '{name}'; {hint}", text, positions[1])
+    if len(steps) > 2:
+        raise FilterError(f"Properties.{name} has no fields or elements", text, positions[2])
+    return ast.Property(name, pos=positions[0])
+
+
+def _user_property(
+    steps: tuple[str | int, ...], positions: tuple[int, ...], text: str
+) -> ast.Property:
+    """``Properties.User.<name>``: one name (an identifier, as a payload field's), no more.
+
+    A User Property has one string value (the first, when the message repeats the name),
+    so there is nothing below it to name or index.
+    """
+    if len(steps) == 2:
+        raise FilterError(
+            f"Properties.{_USER} must be followed by the name of a user property: "
+            f"Properties.{_USER}.<name>",
+            text,
+            positions[1],
+        )
+    name = steps[2]
+    if not isinstance(name, str):
+        raise FilterError(
+            f"Properties.{_USER} cannot be indexed; name a user property: "
+            f"Properties.{_USER}.<name>",
+            text,
+            positions[2],
+        )
+    if len(steps) > 3:
+        raise FilterError(
+            f"Properties.{_USER}.{name} has no fields or elements (a user property is a string)",
+            text,
+            positions[3],
+        )
+    return ast.Property(ast.USER_PROPERTY_PREFIX + name, pos=positions[0])
 
 
 def check(tree: ast.Node, text: str) -> None:
@@ -108,7 +152,7 @@ def _require_condition(node: ast.Node, text: str) -> None:
     elif isinstance(node, ast.Arith | ast.Unary):
         found = "an arithmetic expression"
     elif isinstance(node, ast.Property) and node.name != "Retain":
-        found = f"Properties.{node.name}, {_PROPERTY_TYPES[node.name]}"
+        found = f"Properties.{node.name}, {_PROPERTY_TYPES.get(node.name, 'a string')}"
     else:
         return
     raise FilterError(f"expected a condition, found {found}", text, node.pos)

@@ -20,7 +20,8 @@ class Filter:
     - `source`: the text it was compiled from;
     - `expr`: the AST;
     - `fields`: canonical paths of the payload fields it reads (``{"temp", "site.name"}``);
-    - `properties`: names of the message properties it reads (``{"Topic"}``);
+    - `properties`: names of the message properties it reads (``{"Topic", "User.site"}``:
+      ``User.<name>`` for ``Properties.User.<name>``), the keys it reads in `evaluate`;
     - `size`: the nodes of its syntax tree (``a = 1`` has 3) and the values of its IN lists,
       what compiling and evaluating it cost grows with: the broker's budgets count it.
     """
@@ -78,8 +79,9 @@ class Filter:
     ) -> bool | None:
         """TRUE, FALSE or UNKNOWN (``None``) for one publication.
 
-        `properties` may hold ``Topic``, ``QoS``, ``Retain``, ``ClientId``, ``UserId`` and
-        ``SubPoint``; absent ones are NULL.
+        `properties` may hold ``Topic``, ``QoS``, ``Retain``, ``ClientId``, ``UserId``,
+        ``SubPoint``, ``ContentType`` (str) and ``User.<name>`` (str: the first value of
+        the MQTT 5.0 User Property ``<name>``); absent ones are NULL.
         """
         return self._condition(Message(payload, properties))
 

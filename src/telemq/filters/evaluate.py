@@ -15,6 +15,11 @@ Python's ``True == 1``.
 Arithmetic follows IEEE-754 doubles; the result of ``+ - * / %`` or a sign, once used by a
 comparison, ``IN``, ``LIKE``, ``BETWEEN`` or ``IS NULL``, is NULL when it is not finite
 (overflow). Division or ``%`` by zero is NULL at once. Spark's backend does the same.
+
+A message's properties are one flat dict, name -> value, read by a dict lookup per
+``Properties.<name>``: the fixed names of `ast.PROPERTY_NAMES`, and ``User.<name>`` for the
+MQTT 5.0 User Property ``<name>`` (so ``Properties.User.site`` reads the key
+``User.site``); a missing key is NULL.
 """
 
 from __future__ import annotations
@@ -103,18 +108,26 @@ def _has_lone_surrogate(doc: object) -> bool:
     return False
 
 
+_TEXT_PROPERTIES = frozenset({"ContentType"})  # strings in MQTT: any other value is NULL
+_VALUE_PROPERTIES = frozenset(ast.PROPERTY_NAMES) - _TEXT_PROPERTIES
+
+
 def normalize_properties(properties: Mapping[str, object] | None) -> dict[str, object]:
     """Keep the known property keys, with values in the JSON model (numbers as float).
 
+    Known keys are `ast.PROPERTY_NAMES` and ``User.<name>`` (MQTT 5.0 User Properties).
     Booleans stay booleans; ints and floats become float; bytes are decoded as UTF-8;
-    anything else (or undecodable bytes) is NULL.
+    anything else (or undecodable bytes) is NULL. ``ContentType`` and ``User.<name>`` are
+    strings in MQTT, so for them only a string (or UTF-8 bytes) is a value.
     """
     out: dict[str, object] = {}
-    if not properties:
-        return out
-    for name in ast.PROPERTY_NAMES:
-        if name in properties:
-            out[name] = _normalize(properties[name])
+    for key, value in (properties or {}).items():
+        if key in _VALUE_PROPERTIES:
+            out[str(key)] = _normalize(value)
+        elif key in _TEXT_PROPERTIES or (
+            isinstance(key, str) and key.startswith(ast.USER_PROPERTY_PREFIX)
+        ):
+            out[str(key)] = _text(value)
     return out
 
 
@@ -126,6 +139,13 @@ def _normalize(value: object) -> object:
         return bool(value)
     if isinstance(value, int | float):
         return float(value)
+    return _text(value)
+
+
+def _text(value: object) -> str | None:
+    """`value` as a string property: a str, UTF-8 bytes decoded, else NULL."""
+    if type(value) is str:
+        return value
     if isinstance(value, str):
         return str(value)
     if isinstance(value, bytes | bytearray):
@@ -156,8 +176,9 @@ class Message:
         cls, payload: bytes | bytearray | memoryview, properties: dict[str, object]
     ) -> Message:
         """A Message over `properties` as given: the caller guarantees what normalising
-        would make of them (known names; str, bool or float values). The broker builds
-        one per routed publication, so the copy is worth skipping."""
+        would make of them (known names; str, bool or float values; str for
+        ``ContentType`` and ``User.<name>``, the first value of a repeated user property).
+        The broker builds one per routed publication, so the copy is worth skipping."""
         message = cls.__new__(cls)
         message.payload = payload
         message.properties = properties

@@ -363,7 +363,8 @@ class _Parser:
                 name = tokens[self.i + 1]
                 if name.type is not TokenType.NAME and name.text.upper() not in KEYWORDS:
                     self.fail(
-                        f"expected a field name after '.', found {name.describe()}", name.start
+                        f"expected {_name_after(steps)} after '.', found {name.describe()}",
+                        name.start,
                     )
                 steps.append(name.text)
                 positions.append(name.start)
@@ -436,6 +437,15 @@ class _Parser:
         return ast.Like(
             operand, str(tok.value), escape, negated, tok.start, escape_pos, pos=operand.pos
         )
+
+
+def _name_after(steps: list[str | int]) -> str:
+    """What the name after ``steps .`` would be, for an error message."""
+    if steps == ["Properties"]:
+        return "a property name"
+    if steps == ["Properties", "User"]:
+        return "a user property name"
+    return "a field name"
 
 
 def _literal(tok: Token) -> ast.Literal:

@@ -37,8 +37,11 @@ cheap; ``schema_of_variant`` and the VARIANT cast to DOUBLE cost more per row th
 
 Properties map to columns: ``Topic`` -> ``topic``, ``QoS`` -> ``qos``, ``Retain`` ->
 ``retain``, ``ClientId`` -> ``client_id``, ``UserId`` -> ``user_id``, ``SubPoint`` ->
-``sub_point``; the payload is ``payload``. The result is a nullable BOOLEAN column (NULL is
-UNKNOWN); ``df.filter(column)`` keeps the rows where the filter is TRUE.
+``sub_point``, ``ContentType`` -> ``content_type``; ``User.<name>`` is the value of key
+``<name>`` in the ``map<string,string>`` column ``user_properties`` (``try_element_at``:
+NULL when the key or the whole map is absent, never an error, ANSI mode or not); the payload
+is ``payload``. The result is a nullable BOOLEAN column (NULL is UNKNOWN);
+``df.filter(column)`` keeps the rows where the filter is TRUE.
 """
 
 from __future__ import annotations
@@ -73,7 +76,14 @@ else:
 
     F = _LazyModule("pyspark.sql.functions")
 
-__all__ = ["PAYLOAD_COLUMN", "PROPERTY_COLUMNS", "document_column", "to_column", "to_columns"]
+__all__ = [
+    "PAYLOAD_COLUMN",
+    "PROPERTY_COLUMNS",
+    "USER_PROPERTIES_COLUMN",
+    "document_column",
+    "to_column",
+    "to_columns",
+]
 
 PAYLOAD_COLUMN = "payload"
 """The binary column holding the publication's payload."""
@@ -85,8 +95,13 @@ PROPERTY_COLUMNS: dict[str, str] = {
     "ClientId": "client_id",
     "UserId": "user_id",
     "SubPoint": "sub_point",
+    "ContentType": "content_type",
 }
-"""``Properties.<name>`` -> journal column."""
+"""``Properties.<name>`` -> journal column, for the fixed names (`ast.PROPERTY_NAMES`)."""
+
+USER_PROPERTIES_COLUMN = "user_properties"
+"""The ``map<string,string>`` column of MQTT 5.0 User Properties (name -> first value; NULL
+for a message without any): ``Properties.User.<name>`` reads its key ``<name>``."""
 
 _CHANNELS = ("number", "text", "boolean")
 
@@ -272,6 +287,9 @@ class _Compiler:
         if isinstance(node, ast.Field):
             return self._fields[node.path]
         if isinstance(node, ast.Property):
+            user = node.user_property
+            if user is not None:  # NULL for a missing key or map: try_ never raises
+                return _Value(text=F.try_element_at(F.col(USER_PROPERTIES_COLUMN), F.lit(user)))
             column = F.col(PROPERTY_COLUMNS[node.name])
             if node.name == "QoS":
                 return _Value(number=column.cast("double"))
@@ -429,8 +447,9 @@ def to_column(
     """Compile a filter (object, text or AST) into a BOOLEAN Column (NULL = UNKNOWN).
 
     The DataFrame needs the journal's columns that the filter reads: `payload` (binary;
-    another column or expression may be given) and the property columns in
-    `PROPERTY_COLUMNS`. Invalid text raises `FilterError` (3150).
+    another column or expression may be given), the property columns in
+    `PROPERTY_COLUMNS`, and `USER_PROPERTIES_COLUMN` for ``Properties.User.<name>``.
+    Invalid text raises `FilterError` (3150).
 
     `document` may name a column already holding `document_column()` (e.g. added with
     ``withColumn``), so that several filters over the same rows parse each payload once.

@@ -13,6 +13,13 @@ touches a handful of objects per chunk, not per row. A chunk whose text columns 
 into its row count (a U+0000 inside a value), whose payloads exceed Arrow's 2 GiB offsets,
 or a store that does not plan the packed read in seq order, takes the row path instead.
 
+MQTT 5.0 properties are stored as the bytes the broker forwards (`Message.properties`);
+two columns are read from them, `content_type` and `user_properties` (a map: name -> first
+value, as Spark refuses a map with a key twice), each NULL when absent. Only the rows that
+have properties are decoded, each distinct value once per chunk (with the protocol's own
+decoder, `protocol.properties.read_message_properties`); a chunk without any (every MQTT
+3.1.1 message) gets two all-null arrays and decodes nothing.
+
 Each chunk is one short read transaction of a read-only connection (WAL): the broker never
 waits for a reader, and the WAL checkpoints between chunks. Chunks start small and grow to
 about `_TARGET_CHUNK_BYTES` of payload once the average row size is known, so a batch is a
@@ -26,14 +33,17 @@ from collections.abc import Iterable, Iterator
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 
-from ..protocol import topic_matches
+from ..protocol import PropertyError, topic_matches
+from ..protocol.properties import read_message_properties
 from ..store import JournalReader, PackedRange
 
 __all__ = [
     "DEFAULT_CHUNK_ROWS",
     "JOURNAL_COLUMNS",
     "JOURNAL_SCHEMA",
+    "USER_PROPERTIES_TYPE",
     "TopicMatcher",
+    "read_properties",
     "read_range",
 ]
 
@@ -47,7 +57,12 @@ JOURNAL_COLUMNS = (
     "payload",
     "client_id",
     "user_id",
+    "content_type",
+    "user_properties",
 )
+
+USER_PROPERTIES_TYPE = pa.map_(pa.string(), pa.string())
+"""``map<string, string>``: MQTT 5.0 User Properties, name -> first value."""
 
 JOURNAL_SCHEMA = pa.schema(
     [
@@ -60,6 +75,8 @@ JOURNAL_SCHEMA = pa.schema(
         ("payload", pa.binary()),
         ("client_id", pa.string()),
         ("user_id", pa.string()),
+        ("content_type", pa.string()),
+        ("user_properties", USER_PROPERTIES_TYPE),
     ]
 )
 """The journal rows as Arrow: exactly what Spark makes of the data source's DDL schema
@@ -90,6 +107,67 @@ class TopicMatcher:
                 self._seen[topic] = any(topic_matches(f, topic) for f in self.filters)
         matched = [t for t, ok in self._seen.items() if ok]
         return pc.is_in(topics, value_set=pa.array(matched, pa.string()))
+
+
+Decoded = tuple[str | None, list[tuple[str, str]] | None]
+_NO_PROPERTIES: Decoded = (None, None)
+
+
+def read_properties(stored: bytes) -> Decoded:
+    """`content_type` and `user_properties` (name, first value) of a row's stored properties
+    (`Message.properties`: without a length), each None when absent. Bytes that do not
+    decode (no broker writes them) count as none, rather than failing every reader."""
+    try:
+        props = read_message_properties(stored)
+    except PropertyError:
+        return _NO_PROPERTIES
+    users = None
+    if props.user_properties:
+        first: dict[str, str] = {}
+        for name, value in props.user_properties:
+            first.setdefault(name, value)
+        users = list(first.items())
+    return props.content_type, users
+
+
+def _property_columns(count: int, found: Iterable[tuple[int, bytes]]) -> list[pa.Array]:
+    """The `content_type` and `user_properties` arrays of `count` rows, of which `found`
+    (row index, stored properties) are the only ones with properties."""
+    types: list[str | None] = [None] * count
+    users: list[list[tuple[str, str]] | None] = [None] * count
+    seen: dict[bytes, Decoded] = {}  # a device sends the same properties again and again
+    for index, stored in found:
+        decoded = seen.get(stored)
+        if decoded is None:
+            decoded = seen[stored] = read_properties(stored)
+        types[index], users[index] = decoded
+    return [pa.array(types, pa.string()), pa.array(users, USER_PROPERTIES_TYPE)]
+
+
+def _no_property_columns(count: int) -> list[pa.Array]:
+    return [pa.nulls(count, pa.string()), pa.nulls(count, USER_PROPERTIES_TYPE)]
+
+
+def _packed_properties(packed: PackedRange, seq: pa.Array) -> list[pa.Array] | None:
+    """The property columns of a packed range (`seq`: its rows' seqs); None if they do not
+    split (a value that is not a blob: the row path reads it as none)."""
+    if not packed.property_seqs:
+        return _no_property_columns(packed.count)
+    seqs = _decimal(packed.property_seqs, pa.int64())
+    lengths = _decimal(packed.property_lengths, pa.int64()).to_pylist()
+    blob = packed.properties
+    if len(lengths) != len(seqs) or sum(lengths) != len(blob):
+        return None
+    if packed.high - packed.low + 1 == packed.count:
+        positions = pc.subtract(seqs, packed.low)
+    else:
+        positions = pc.index_in(seqs, value_set=seq)
+    found = []
+    start = 0
+    for index, length in zip(positions.to_pylist(), lengths, strict=True):
+        found.append((index, blob[start : start + length]))
+        start += length
+    return _property_columns(packed.count, found)
 
 
 def _split(data: bytes, separator: bytes) -> pa.Array:
@@ -128,6 +206,9 @@ def _chunk_fast(reader: JournalReader, a: int, b: int) -> pa.RecordBatch | None:
     payloads = pa.Array.from_buffers(
         pa.binary(), count, [None, offsets.buffers()[1], pa.py_buffer(payload)]
     )
+    properties = _packed_properties(packed, seq)
+    if properties is None:
+        return None
     return pa.RecordBatch.from_arrays(
         [
             seq,
@@ -139,6 +220,7 @@ def _chunk_fast(reader: JournalReader, a: int, b: int) -> pa.RecordBatch | None:
             payloads,
             columns["client_id"],
             columns["user_id"],
+            *properties,
         ],
         schema=JOURNAL_SCHEMA,
     )
@@ -156,6 +238,7 @@ def _chunk_rows(reader: JournalReader, a: int, b: int) -> Iterator[pa.RecordBatc
             end += 1
         part = rows[start:end]
         cols = list(zip(*part, strict=True))
+        found = [(i, p) for i, p in enumerate(cols[9]) if p and type(p) is bytes]
         yield pa.RecordBatch.from_arrays(
             [
                 pa.array(cols[0], pa.int64()),
@@ -167,6 +250,11 @@ def _chunk_rows(reader: JournalReader, a: int, b: int) -> Iterator[pa.RecordBatc
                 pa.array(cols[6], pa.binary()),
                 pa.array(cols[7], pa.string()),
                 pa.array(cols[8], pa.string()),
+                *(
+                    _property_columns(len(part), found)
+                    if found
+                    else _no_property_columns(len(part))
+                ),
             ],
             schema=JOURNAL_SCHEMA,
         )

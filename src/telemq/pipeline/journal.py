@@ -34,10 +34,23 @@ __all__ = [
 
 JOURNAL_DDL = (
     "seq bigint, ts timestamp, topic string, sub_point string, qos int, retain boolean,"
-    " payload binary, client_id string, user_id string"
+    " payload binary, client_id string, user_id string, content_type string,"
+    " user_properties map<string, string>"
 )
 """The Spark schema of journal rows (design section 8); `journal.arrow.JOURNAL_SCHEMA` is
-the same as Arrow."""
+the same as Arrow. `content_type` and `user_properties` (name -> first value) come from the
+MQTT 5.0 properties, NULL when absent (always for MQTT 3.1.1)."""
+
+_COLUMNS_OF_PROPERTIES = (
+    ("Topic", "topic"),
+    ("QoS", "qos"),
+    ("Retain", "retain"),
+    ("ClientId", "client_id"),
+    ("UserId", "user_id"),
+    ("SubPoint", "sub_point"),
+    ("ContentType", "content_type"),
+)
+_USER = "User."  # ``Properties.User.<name>`` is the property ``User.<name>`` of a filter
 
 MIN_SPLIT_ROWS = 1_000  # below this, one more task costs more than it saves
 
@@ -97,16 +110,14 @@ def filter_mask(batch: pa.RecordBatch, flt: Filter) -> pa.Array:
         return pa.array([flt.matches(p) for p in payloads], pa.bool_())
     columns = {
         name: batch.column(column).to_pylist()
-        for name, column in (
-            ("Topic", "topic"),
-            ("QoS", "qos"),
-            ("Retain", "retain"),
-            ("ClientId", "client_id"),
-            ("UserId", "user_id"),
-            ("SubPoint", "sub_point"),
-        )
+        for name, column in _COLUMNS_OF_PROPERTIES
         if name in flt.properties
     }
+    users = [name for name in flt.properties if name.startswith(_USER)]
+    if users:
+        maps = [dict(m) if m else {} for m in batch.column("user_properties").to_pylist()]
+        for name in users:
+            columns[name] = [m.get(name[len(_USER) :]) for m in maps]
     names = list(columns)
     values = list(zip(*columns.values(), strict=True))
     flags = [

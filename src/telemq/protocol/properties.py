@@ -491,6 +491,34 @@ def message_expiry_property(seconds: int) -> bytes:
     return b"\x02" + seconds.to_bytes(4, "big")
 
 
+CORRELATION_DATA: Final = 0x09
+
+
+def correlation_data_property(data: bytes) -> bytes:
+    """A Correlation Data property (identifier 0x09, Binary Data)."""
+    return b"\x09" + len(data).to_bytes(2, "big") + data
+
+
+def read_message_properties(data: bytes) -> Properties:
+    """Properties encoded one after the other without a Property Length (what
+    `message_properties` writes, with a Message Expiry Interval before them or not), read
+    back. `PropertyError` for bytes that are not such properties."""
+    block = _varint(len(data)) + data
+    return decode_properties(block, 0, len(block), PropertyContext.PUBLISH)[0]
+
+
+def without_correlation_data(data: bytes) -> bytes:
+    """`data` (as `read_message_properties` reads it) without its Correlation Data: for a
+    delivery that carries one of its own (an MQ CorrelAsId subscription's CorrelId)."""
+    props = read_message_properties(data)
+    if props.correlation_data is None:
+        return data
+    props.correlation_data = None
+    expiry = props.message_expiry_interval
+    kept = message_properties(props)
+    return kept if expiry is None else message_expiry_property(expiry) + kept
+
+
 # ---------------------------------------------------------------------------
 # Decoding
 #
@@ -592,6 +620,8 @@ def _store_string(props: Properties, ident: int, value: str) -> None:
     if ident == 0x03:
         props.content_type = value
     elif ident == 0x08:
+        if "+" in value or "#" in value:  # [MQTT-3.3.2-14]
+            raise PropertyError(f"Response Topic {value!r} has a wildcard", PROTOCOL_ERROR)
         props.response_topic = value
     elif ident == 0x12:
         props.assigned_client_identifier = value

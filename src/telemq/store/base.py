@@ -67,7 +67,8 @@ class StoredMessage:
 
 @dataclass(slots=True)
 class JournalRecord:
-    """One accepted publication in the append-only journal (design §8)."""
+    """One accepted publication in the append-only journal (design §8). `properties`: as in
+    `StoredMessage` (the forwarded MQTT 5.0 properties without a length; b"" for none)."""
 
     seq: int
     ts_us: int
@@ -78,15 +79,21 @@ class JournalRecord:
     payload: bytes
     client_id: str
     user_id: str
+    properties: bytes = b""
 
 
-JournalRow = tuple[int, int, str, str, int, int, bytes | bytearray, str, str]
+JournalRow = tuple[
+    int, int, str, str, int, int, bytes | bytearray, str, str, bytes | bytearray | int | None
+]
 """A journal record's fields in column order: seq, ts_us, topic, sub_point, qos, retain,
-payload, client_id, user_id. For the fastest commit, retain is 0 or 1 and the payload a
-bytearray: the sqlite3 module binds those directly, a bool or bytes only after looking up
-an adapter (which, at one row per publication, costs about half of what the writer thread
-spends holding the GIL). Stores read payloads back as bytes."""
-JOURNAL_FIELDS = 9  # values per row in `WriteBatch.journal`
+payload, client_id, user_id, properties (as in `JournalRecord`; 0 or None for none). For
+the fastest commit, retain is 0 or 1, the payload and properties bytearrays and no
+properties 0: the sqlite3 module binds exact ints and bytearrays directly, a bool, bytes or
+None only after looking up an adapter (which, at one row per publication, costs about half
+of what the writer thread spends holding the GIL; a None alone would cost three times what
+the column costs). The store writes 0 as NULL, and `Store.read_journal` gives payloads back
+as bytes and no properties as b""."""
+JOURNAL_FIELDS = 10  # values per row in `WriteBatch.journal`
 JOURNAL_CHUNK_ROWS = 2048  # rows per sealed chunk of `WriteBatch.journal_chunks`
 
 
@@ -293,6 +300,7 @@ class WriteBatch:
             bytearray(record.payload),
             record.client_id,
             record.user_id,
+            bytearray(record.properties) if record.properties else 0,
         )
 
     def append_journal_row(self, row: JournalRow) -> None:

@@ -320,8 +320,15 @@ class MemoryStore(Store):
             _put(rows, packet_id, (*row[:-1], 1), undo)  # released: the last column
 
     def _append_journal(self, row: JournalRow, undo: Undo) -> None:
-        if type(row[6]) is bytearray:  # stored as bytes, as SQLite returns it
-            row = (*row[:6], bytes(row[6]), *row[7:])
+        # Kept as the SQLite store writes them: bytes, and NULL for no properties (0).
+        payload, properties = row[6], row[9]
+        if type(properties) is bytearray:
+            properties = bytes(properties)
+        elif properties == 0 and type(properties) is int:
+            properties = None
+        if type(payload) is bytearray:
+            payload = bytes(payload)
+        row = (*row[:6], payload, row[7], row[8], properties)
         _codec.check_journal(row)
         seq: int = row[0]
         c = self._c

@@ -70,11 +70,12 @@ from .base import (
 log = logging.getLogger("telemq.store")
 
 DB_FILENAME = "telemq.db"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # 2: `incoming` keyed by (client_id, packet_id) itself (WITHOUT ROWID).
 # 3: `incoming.released`: released QoS 2 messages are remembered (`_add_released_column`).
 # 4: MQTT 5.0: `properties` in messages, retained, incoming; `expiry_at` in messages,
 #    incoming (`_add_mqtt5_columns`).
+# 5: `journal.properties` (`_add_mqtt5_columns`).
 _BUSY_TIMEOUT_S = 5.0  # only another writer (an operator's sqlite3 shell) can make us wait
 _CORRUPTION = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
 _WAL_SIZE_LIMIT = 64 << 20
@@ -102,10 +103,10 @@ _CREATE_INCOMING = """CREATE TABLE IF NOT EXISTS incoming (
 ) WITHOUT ROWID;"""
 
 # The CHECK constraints have twins in `_codec.check_*`, which the memory store applies.
-# `properties` (messages, retained, incoming): an MQTT 5.0 PUBLISH property block without its
-# length, opaque to the store; NULL for none. `expiry_at` (messages, incoming): the MQTT 5.0
-# message expiry, UTC seconds; NULL for never. Last in each table, in the order in which
-# `_add_mqtt5_columns` adds them to an older file.
+# `properties` (messages, retained, incoming, journal): an MQTT 5.0 PUBLISH property block
+# without its length, opaque to the store; NULL for none. `expiry_at` (messages, incoming):
+# the MQTT 5.0 message expiry, UTC seconds; NULL for never. Last in each table, in the order
+# in which `_add_mqtt5_columns` adds them to an older file.
 _SCHEMA = f"""
 BEGIN IMMEDIATE;
 CREATE TABLE IF NOT EXISTS meta (
@@ -169,7 +170,8 @@ CREATE TABLE IF NOT EXISTS journal (
     retain INTEGER NOT NULL CHECK (retain IN (0, 1)),
     payload BLOB NOT NULL CHECK (typeof(payload) = 'blob'),
     client_id TEXT NOT NULL,
-    user_id TEXT NOT NULL
+    user_id TEXT NOT NULL,
+    properties BLOB CHECK (typeof(properties) IN ('blob', 'null'))
 );
 -- Offsets of journal readers over the network (the journal service), for retention.
 CREATE TABLE IF NOT EXISTS consumers (
@@ -332,6 +334,8 @@ _CACHED_STATEMENTS = 1024  # every multi-row form of every statement stays prepa
 # Tables without a rowid, and the key that names one of their rows instead.
 _ROW_KEYS = {"incoming": ("client_id", "packet_id")}
 
+# An INSERT's value list, whose terms may be function calls (`_INSERT_JOURNAL`).
+_VALUES = re.compile(r" VALUES (\((?:[^()]|\([^()]*\))*\))")
 # `FROM table WHERE a = ? [AND b = ?]` as DELETEs and high-water-mark UPDATEs write it.
 _KEYED = re.compile(r"FROM (\w+) WHERE (\w+ = \?(?: AND \w+ = \?)*)(?=\)|$)")
 
@@ -345,10 +349,10 @@ def _multi_row(sql: str, rows: int) -> str | None:
     searches its index). Within a run of one kind of op the two forms mean the same: a
     delete or a raise of a maximum does not depend on the order of its rows.
     """
-    head, found, tail = sql.partition(" VALUES (")
-    if found and head.startswith("INSERT"):
-        marks, _, suffix = tail.partition(")")
-        return f"{head} VALUES " + ", ".join([f"({marks})"] * rows) + suffix
+    listed = _VALUES.search(sql)
+    if listed is not None and sql.startswith("INSERT"):
+        start, end = listed.span(1)
+        return sql[:start] + ", ".join([listed.group(1)] * rows) + sql[end:]
     keyed = _KEYED.search(sql)
     if keyed is None or sql.count("?") != keyed.group(2).count("?"):
         return None
@@ -414,11 +418,12 @@ def _write_rows(conn: sqlite3.Connection, sql: str, params: list[Any]) -> int:
     return changed
 
 
-_INSERT_JOURNAL = _insert("journal", "INSERT")
+# No properties (0, `JournalRow`) go in as NULL: in SQL, as the rows are bound flat.
+_INSERT_JOURNAL = _insert("journal", "INSERT").removesuffix("?)") + "NULLIF(?, 0))"
 # Journal rows come by the thousand under load. While the event loop keeps the GIL busy,
 # the writer gets it back once per statement, after up to a switch interval (see
 # `telemq.broker.tuning.SWITCH_INTERVAL`): to keep up it must insert many rows a statement.
-# A sealed chunk (`WriteBatch.seal_journal`, 18,432 parameters: within SQLite's default
+# A sealed chunk (`WriteBatch.seal_journal`, 20,480 parameters: within SQLite's default
 # limit of 32,766) is one statement as it is; the loose rows after it take a few more.
 _JOURNAL_INSERTS = tuple(
     (rows * JOURNAL_FIELDS, _multi_row(_INSERT_JOURNAL, rows) or _INSERT_JOURNAL)
@@ -646,21 +651,24 @@ def _add_released_column(conn: sqlite3.Connection) -> None:
     conn.execute("COMMIT")
 
 
-# Schema 4's columns, per table, in the order of a new file's tables.
+# Schema 4's and 5's columns, per table, in the order of a new file's tables.
 _MQTT5_COLUMNS = {
     "messages": (("properties", "BLOB"), ("expiry_at", "REAL")),
     "retained": (("properties", "BLOB"),),
     "incoming": (("properties", "BLOB"), ("expiry_at", "REAL")),
+    "journal": (("properties", "BLOB"),),
 }
 
 
 def _add_mqtt5_columns(conn: sqlite3.Connection) -> None:
-    """Schema 3 -> 4: stored messages, retained messages and held QoS 2 messages gain
-    `properties`, and stored and held messages `expiry_at` (NULL for every existing row:
-    no properties, never expires), each where missing (an unreleased schema 4 file may have
-    only `properties`), in one transaction. Without the CHECKs of a new file's columns, for
-    the reason `_add_released_column` gives: loading validates the values instead. A table
-    not there yet (a new file) is left to `_SCHEMA`."""
+    """Schema 3 -> 4 -> 5: stored messages, retained messages and held QoS 2 messages gain
+    `properties`, and stored and held messages `expiry_at` (4); the journal gains
+    `properties` (5). NULL for every existing row (no properties, never expires), each
+    where missing (an unreleased schema 4 file may have only `properties`), in one
+    transaction that rewrites no row (a long journal costs nothing). Without the CHECKs of a
+    new file's columns, for the reason `_add_released_column` gives: loading validates the
+    values instead (journal readers take what is not a blob for none). A table not there yet
+    (a new file) is left to `_SCHEMA`."""
     existing = {
         str(row[0]) for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
     }

@@ -3,17 +3,16 @@
 Pure data and policy, no I/O. See `registry` for the theory of operation.
 """
 
+from .options5 import DeliveryOptions, delivery_options, filter_properties
 from .registry import (
     PERSISTENCE_RANK,
     STORED_OPTIONS,
-    DeliveryOptions,
     Identity,
     Persistence,
     Registry,
     Route,
     Subscription,
     SubscriptionKey,
-    delivery_options,
 )
 from .topic_tree import SubscriptionTree
 
@@ -29,4 +28,5 @@ __all__ = [
     "SubscriptionKey",
     "SubscriptionTree",
     "delivery_options",
+    "filter_properties",
 ]

@@ -34,8 +34,9 @@ from typing import Any, cast
 
 from ..filters import Filter, FilterError, FilterSet, compile_filter
 from ..filters import Message as FilterMessage
-from ..protocol.properties import MAX_SUBSCRIPTION_ID, subscription_identifier_property
+from ..protocol.properties import MAX_SUBSCRIPTION_ID
 from ..protocol.topics import SHARE_PREFIX, shared_subscription
+from .options5 import DeliveryOptions, correlation_id, filter_properties, options5_of_queues
 from .topic_tree import DEFAULT_CACHE_BYTES, SubscriptionTree
 
 FILTER_SET_MIN = 4  # filtered subscriptions on one topic from which a FilterSet pays off
@@ -121,8 +122,14 @@ class Subscription:
 
     @property
     def has_options5(self) -> bool:
-        """Does delivering to it need more than the QoS (`DeliveryOptions`)?"""
-        return self.no_local or self.retain_as_published or self.subscription_id != 0
+        """Does delivering to it need more than the QoS (`DeliveryOptions`): MQTT 5.0
+        options, or a CorrelId to carry (MQ CorrelAsId)?"""
+        return (
+            self.no_local
+            or self.retain_as_published
+            or self.subscription_id != 0
+            or correlation_id(self) != ""
+        )
 
     @property
     def key(self) -> SubscriptionKey:
@@ -225,23 +232,6 @@ class Subscription:
             except FilterError as error:
                 raise ValueError(f"filter {filter_text!r}: {error}") from None
         return subscription
-
-
-@dataclass(slots=True)
-class DeliveryOptions:
-    """What MQTT 5.0 subscriptions of one queue add to a delivery of one topic, merged over
-    the queue's subscriptions that match it (one copy per queue, as for the QoS):
-
-    - `no_local`: every matching subscription has No Local: the queue's own publications
-      are not delivered to it;
-    - `retain_as_published`: one has Retain As Published: RETAIN is kept as published;
-    - `properties`: the Subscription Identifier properties of those that have one, encoded
-      for the PUBLISH.
-    """
-
-    no_local: bool
-    retain_as_published: bool
-    properties: bytes
 
 
 @dataclass(slots=True)
@@ -445,6 +435,9 @@ class Registry:
                 shared.setdefault(subscription.topic, []).append(subscription)
             elif subscription.compiled is not None:
                 filtered.append(subscription)
+                if self._with_options5 and subscription.has_options5:
+                    # Its options go with the copy whenever its queue gets one (a CorrelId).
+                    with_options5.append(subscription)
             else:
                 if self._with_options5:
                     with_options5.append(subscription)
@@ -463,7 +456,7 @@ class Registry:
             for position, subscription in enumerate(filtered):
                 assert subscription.compiled is not None
                 filter_set.add(position, subscription.compiled)
-        route = Route(plain, filtered, filter_set, _options5(with_options5), shared)
+        route = Route(plain, filtered, filter_set, options5_of_queues(with_options5), shared)
         size = self._routes_bytes + len(topic)
         limit = self._cache_limit
         if len(self._routes) > 16384 or (limit and size > limit):
@@ -487,9 +480,11 @@ class Registry:
         retain: bool,
         client_id: str,
         user_id: str,
+        properties: bytes = b"",
     ) -> dict[str, tuple[int, int]] | None:
         """The queues one publication goes to: queue -> (highest granted QoS, highest
         persistence rank), content filters evaluated (the payload parsed once for all).
+        `properties`: the publication's MQTT 5.0 properties, as `Message.properties`.
 
         Without filtered subscriptions this is the cached `Route.plain`: read it, never
         change it.
@@ -500,17 +495,17 @@ class Registry:
         if not route.filtered:
             return route.plain
         targets = dict(route.plain)
-        view = FilterMessage.prepared(
-            payload,
-            {  # already what filters see: str, bool and float values
-                "Topic": topic,
-                "QoS": float(qos),
-                "Retain": bool(retain),
-                "ClientId": client_id,
-                "UserId": user_id,
-                "SubPoint": sub_point,
-            },
-        )
+        seen: dict[str, object] = {  # already what filters see: str, bool and float values
+            "Topic": topic,
+            "QoS": float(qos),
+            "Retain": bool(retain),
+            "ClientId": client_id,
+            "UserId": user_id,
+            "SubPoint": sub_point,
+        }
+        if properties:
+            seen.update(filter_properties(properties))
+        view = FilterMessage.prepared(payload, seen)
         filtered = route.filtered
         deadline = perf_counter() + self._filter_time if self._filter_time else 0.0
         skipped = 0
@@ -570,22 +565,3 @@ def _merge_target(
         targets[queue] = (qos, rank)
     else:
         targets[queue] = (max(current[0], qos), max(current[1], rank))
-
-
-def _options5(matching: list[Subscription]) -> dict[str, DeliveryOptions] | None:
-    """The `DeliveryOptions` of the queues among `matching` (the filter-free subscriptions
-    matching one topic) that have a subscription with 5.0 options; None when none has."""
-    queues = {s.queue for s in matching if s.has_options5}
-    if not queues:
-        return None
-    return {queue: delivery_options([s for s in matching if s.queue == queue]) for queue in queues}
-
-
-def delivery_options(mine: list[Subscription]) -> DeliveryOptions:
-    """The options of a delivery made for `mine`, subscriptions of one queue."""
-    ids = sorted({s.subscription_id for s in mine if s.subscription_id})
-    return DeliveryOptions(
-        all(s.no_local for s in mine),
-        any(s.retain_as_published for s in mine),
-        b"".join(subscription_identifier_property(i) for i in ids),
-    )
