@@ -592,6 +592,8 @@ VALUES: dict[str, st.SearchStrategy[Any]] = {
 
 def values(ident: int) -> st.SearchStrategy[Any]:
     strategy = VALUES[SPEC_TABLE[ident][0]]
+    if ident == P.RESPONSE_TOPIC:  # a topic name: no wildcard [MQTT-3.3.2-14]
+        return strategy.filter(lambda topic: "+" not in topic and "#" not in topic)
     return strategy.filter(bool) if ident in NON_ZERO else strategy
 
 
@@ -664,3 +666,18 @@ def test_mutated_golden_blocks(case: tuple[str, C, Properties, bytes], flips: li
     assert end <= len(data)
     again = encode_properties(props, context)
     assert decode(again, context) == (props, len(again))
+
+
+@pytest.mark.parametrize("topic", ["+", "a/#", "a/+/b"])
+def test_a_response_topic_with_a_wildcard_is_a_protocol_error(topic: str) -> None:
+    """[MQTT-3.3.2-14]: a Response Topic is a topic name; the MQ commands reply to it."""
+    encoded = topic.encode()
+    body = bytes((0x08, 0, len(encoded))) + encoded
+    with pytest.raises(PropertyError, match="has a wildcard") as raised:
+        decode(bytes((len(body),)) + body, C.PUBLISH)
+    assert raised.value.reason == 0x82
+
+
+def test_a_response_topic_with_a_wildcard_is_not_encoded() -> None:
+    with pytest.raises(ValueError, match="has a wildcard"):
+        encode_properties(Properties(response_topic="a/#"), C.PUBLISH)

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import enum
 
-from .codec import PINGRESP_BYTES, Decoder, encode, encode_ack
+from .codec import PINGRESP_BYTES, Decoder, encode, encode_ack, encode_publish
 from .errors import LocalProtocolError
 from .events import (
     AuthRequested,
@@ -62,7 +62,6 @@ from .events import (
     UnsubscribeRequested,
 )
 from .flows import Flows, Inflight, InflightState
-from .output import ConnectionOutput
 from .packets import (
     Auth,
     ConnAck,
@@ -97,9 +96,8 @@ class ConnectionState(enum.Enum):
     CLOSED = "closed"
 
 
-class Connection(ConnectionOutput):
-    """Server-side MQTT 3.1/3.1.1/5.0 connection state machine (see module docstring); what
-    it writes, and the outbound flows, are `ConnectionOutput`'s (output.py)."""
+class Connection:
+    """Server-side MQTT 3.1/3.1.1/5.0 connection state machine (see module docstring)."""
 
     __slots__ = (
         "_closed_reason",
@@ -108,9 +106,16 @@ class Connection(ConnectionOutput):
         "_decoder",
         "_keepalive_window",
         "_limits5",
+        "_out",
+        "_waiting",
         "bytes_received",
+        "bytes_sent",
+        "closed",
+        "flows",
         "keepalive",
         "last_received",
+        "peer5",
+        "protocol_level",
         "retry_interval",
         "state",
     )
@@ -128,15 +133,18 @@ class Connection(ConnectionOutput):
         # `state is CLOSED`, kept as a plain attribute: read several times per packet.
         self.closed = False
         self._limits5 = mqtt5
-        self.peer5 = None  # until a level-5 CONNECT
+        # The client's side at level 5; None at 3.1/3.1.1 (or before CONNECT).
+        self.peer5: Peer5 | None = None
         self._decoder = Decoder(max_packet_size=max_packet_size, mqtt5=mqtt5 is not None)
-        self._out = []
-        self._waiting = []
+        self._out: list[bytes] = []
+        # MQTT 5.0: packet ids in flight not re-sent yet on this connection: beyond the
+        # client's Receive Maximum when it resumed its session (`resend_inflight`).
+        self._waiting: list[int] = []
         self._connect_deadline: float | None = now + connect_timeout
         self._connect_timeout = connect_timeout
         self._closed_reason = ""
         self._keepalive_window = 0.0
-        self.flows = None
+        self.flows: Flows | None = None
         self.keepalive = 0
         self.last_received = now
         self.protocol_level = int(ProtocolLevel.MQTT_3_1_1)
@@ -475,6 +483,149 @@ class Connection(ConnectionOutput):
         peer = self.peer5
         if not self.closed and peer is not None and peer.reauthenticating:
             self._out.append(peer.auth(ReasonCode.NORMAL_DISCONNECTION, data))
+
+    # -- output ---------------------------------------------------------
+
+    def resend_inflight(self, now: float) -> list[object]:
+        """Re-send every unfinished outbound flow in order: PUBLISH with DUP=1, or PUBREL.
+
+        MQTT 5.0: no more than the client's Receive Maximum (the rest go out as
+        acknowledgements free room), and nothing larger than its Maximum Packet Size: such
+        a message is dropped; the refs of those are returned.
+        """
+        flows = self.flows
+        if flows is None:
+            return []
+        out = self._out
+        peer = self.peer5
+        if peer is None:
+            for inflight in flows.outbound.values():
+                self._resend(inflight, now, out)
+            return []
+        resend, self._waiting, dropped = peer.plan_resend(flows)
+        for inflight in resend:
+            self._resend(inflight, now, out)
+        return dropped
+
+    def _send_waiting(self, now: float) -> None:
+        """An acknowledgement freed room: the next in-flight PUBLISH not re-sent yet."""
+        flows = self.flows
+        assert flows is not None
+        while self._waiting:
+            inflight = flows.outbound.get(self._waiting.pop(0))
+            if inflight is not None:
+                self._resend(inflight, now, self._out)
+                return
+
+    def _resend(self, inflight: Inflight, now: float, out: list[bytes]) -> None:
+        inflight.sent_at = now
+        if inflight.state is InflightState.RELEASED:
+            out.append(encode_ack(PacketType.PUBREL, inflight.packet_id))
+        elif self.peer5 is not None:
+            out.append(self.peer5.encode_publish(inflight, True))
+        else:
+            out.append(
+                encode_publish(
+                    inflight.topic,
+                    inflight.payload,
+                    inflight.qos,
+                    inflight.retain,
+                    True,
+                    inflight.packet_id,
+                )
+            )
+
+    def send(self, packet: Packet) -> None:
+        if not self.closed:
+            self._out.append(encode(packet, self.protocol_level))
+
+    def acknowledge(self, packet_type: PacketType, packet_id: int, reason_code: int = 0) -> None:
+        """Queue PUBACK, PUBREC, PUBREL or PUBCOMP (`encode_ack`: no packet object), with
+        an MQTT 5.0 reason code (ignored at 3.1/3.1.1, which have none)."""
+        if self.closed:
+            return
+        peer = self.peer5
+        if peer is None:
+            self._out.append(encode_ack(packet_type, packet_id))
+            return
+        self._out.append(peer.acknowledgement(packet_type, packet_id, reason_code))
+
+    def send_bytes(self, data: bytes) -> None:
+        """Queue already encoded bytes (e.g. a QoS 0 PUBLISH shared by many subscribers)."""
+        if not self.closed:
+            self._out.append(data)
+
+    def deliver(
+        self,
+        topic: bytes,
+        payload: bytes,
+        qos: int,
+        retain: bool,
+        ref: object,
+        now: float,
+        send: bool = True,
+        properties: bytes = b"",
+    ) -> int:
+        """Track a QoS 1/2 PUBLISH until acknowledged and send it; returns its packet id.
+
+        With `send=False` the message is only tracked: the owner writes the bytes
+        (`publish_bytes`) once its packet id is durable, so that after a crash the
+        message is re-sent with the same id and DUP=1, never as a new message.
+
+        MQTT 5.0: `properties` are the PUBLISH's properties, encoded without their length.
+        0 when the PUBLISH would exceed the client's Maximum Packet Size: nothing is
+        tracked, and the owner drops the message for this client [MQTT-3.1.2-25].
+        """
+        flows = self.flows
+        if flows is None:
+            raise LocalProtocolError("deliver() before accept()")
+        if self.peer5 is None:
+            inflight = flows.track(qos, topic, payload, retain, ref, now)
+            if send and not self.closed:
+                self._out.append(
+                    encode_publish(topic, payload, qos, retain, False, inflight.packet_id)
+                )
+            return inflight.packet_id
+        peer = self.peer5
+        if not peer.fits(topic, payload, qos, properties):
+            return 0
+        inflight = flows.track(qos, topic, payload, retain, ref, now, properties=properties)
+        if send and not self.closed:
+            self._out.append(peer.encode_publish(inflight, False))
+        return inflight.packet_id
+
+    def send_publish(self, topic: bytes, payload: bytes, retain: bool, properties: bytes) -> bool:
+        """MQTT 5.0: send a QoS 0 PUBLISH; False when it exceeds the client's Maximum Packet
+        Size (dropped). 3.1/3.1.1 QoS 0 PUBLISHes are shared frames (`send_bytes`)."""
+        peer = self.peer5
+        assert peer is not None
+        if not peer.fits(topic, payload, 0, properties):
+            return False
+        if not self.closed:
+            inflight = Inflight(0, 0, topic, payload, retain, None, properties=properties)
+            self._out.append(peer.encode_publish(inflight, False))
+        return True
+
+    def publish_bytes(self, packet_id: int) -> bytes | None:
+        """The first PUBLISH of a tracked message, or None if it is no longer in flight."""
+        flows = self.flows
+        inflight = flows.outbound.get(packet_id) if flows is not None else None
+        if inflight is None or inflight.state is not InflightState.PUBLISHED:
+            return None
+        if self.peer5 is not None:
+            return self.peer5.encode_publish(inflight, False)
+        return encode_publish(
+            inflight.topic, inflight.payload, inflight.qos, inflight.retain, False, packet_id
+        )
+
+    def data_to_send(self) -> bytes:
+        out = self._out
+        if not out:
+            return b""
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        self.bytes_sent += len(data)
+        return data
 
     def close(
         self, reason: str, code: ReasonCode = ReasonCode.ADMINISTRATIVE_ACTION

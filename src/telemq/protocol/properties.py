@@ -384,6 +384,8 @@ def _put_string(out: bytearray, ident: int, value: str | None, allowed: int) -> 
     forbidden = forbidden_character(value)
     if forbidden is not None:
         raise ValueError(f"string {value!r} contains {forbidden}")
+    if ident == 0x08 and ("+" in value or "#" in value):
+        raise ValueError(f"Response Topic {value!r} has a wildcard")  # [MQTT-3.3.2-14]
     try:
         data = value.encode("utf-8")
     except UnicodeEncodeError:
