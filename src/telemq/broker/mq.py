@@ -23,6 +23,7 @@ from ..commands import (
     RESPONSE_PREFIX,
     Command,
     CommandSyntaxError,
+    Mqmd,
     PutResult,
     Reason,
     ReasonCode,
@@ -32,7 +33,6 @@ from ..commands import (
     execute,
     parse_command,
 )
-from ..commands.codec import Mqmd
 from ..protocol.properties import Properties, message_properties
 from ..subscriptions import Subscription
 
