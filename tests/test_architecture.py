@@ -22,7 +22,8 @@ ALLOWED: dict[str, set[str]] = {
     "commands": {"filters", "protocol", "subscriptions"},
     "client": {"commands", "protocol"},
     "journal": {"protocol", "store"},
-    "broker": {"commands", "filters", "journal", "protocol", "store", "subscriptions"},
+    "network": {"protocol", "subscriptions"},
+    "broker": {"commands", "filters", "journal", "network", "protocol", "store", "subscriptions"},
     "pipeline": {"client", "commands", "filters", "journal", "protocol", "store", "subscriptions"},
 }
 

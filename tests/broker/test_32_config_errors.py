@@ -24,6 +24,7 @@ from telemq.broker.config import (
     StoreConfig,
     SysConfig,
 )
+from telemq.broker.network_config import BridgeConfig, LinkConfig
 from telemq.cli.main import main
 
 TABLES: dict[str, type[Any]] = {
@@ -35,6 +36,15 @@ TABLES: dict[str, type[Any]] = {
 }
 TOP_LEVEL = {"name": "5", "sub_points": '"not a list"', "allow_anonymous": '"yes"'}
 TOP_LEVEL |= {"users": '"nobody"', "acl": "3", "listeners": '"everywhere"', "http": "8080"}
+TOP_LEVEL |= {"links": '"hub"', "bridges": "1"}
+ARRAYS: dict[str, type[Any]] = {
+    "listeners": ListenerConfig,
+    "http": HttpConfig,
+    "links": LinkConfig,
+    "bridges": BridgeConfig,
+}
+LINK = 'name = "edge"\n[[links]]\nname = "hub"\n'
+BRIDGE = 'name = "edge"\n[[bridges]]\nname = "cloud"\nhost = "localhost"\n'
 
 
 # Values of the right type that a check refuses.
@@ -52,6 +62,34 @@ OUT_OF_RANGE = [
     ("[mqtt5]\nmax_session_expiry_interval = -1\n", "mqtt5.max_session_expiry_interval"),
     ("[mqtt5]\nserver_keep_alive = 70000\n", "mqtt5.server_keep_alive"),
     ('[[http]]\nkeyfile = "k.pem"\n', "http[0].keyfile"),
+    # The network (docs/network.md §2).
+    ('name = "a b"\n[[links]]\nname = "hub"\nhost = "h"\n', "name"),
+    (LINK, "links[0]"),  # neither host nor user
+    (LINK + 'host = "h"\nuser = "u"\n', "links[0]"),  # both
+    ('name = "edge"\n[[links]]\nname = "edge"\nhost = "h"\n', "links[0].name"),
+    ('name = "edge"\n[[links]]\nname = "hub/1"\nhost = "h"\n', "links[0].name"),
+    (LINK + 'host = "h"\n[[links]]\nname = "hub"\nhost = "h2"\n', "links[1].name"),
+    (LINK + 'user = "nobody"\n', "links[0].user"),
+    (LINK + 'host = "h"\nport = 0\n', "links[0].port"),
+    (LINK + 'host = "h"\nkeepalive = 1\n', "links[0].keepalive"),
+    (LINK + 'host = "h"\nreconnect_min = 5.0\nreconnect_max = 1.0\n', "links[0].reconnect_min"),
+    (LINK + 'host = "h"\npassword = "p"\npassword_file = "f"\n', "links[0]"),
+    (LINK + 'host = "h"\npassword_file = "no-such-file"\n', "links[0].password_file"),
+    (LINK + 'host = "h"\ncafile = "no-such-ca.pem"\n', "links[0].cafile"),
+    (LINK + 'host = "h"\ncertfile = "c.pem"\n', "links[0]"),
+    (LINK + 'host = "h"\nmax_inflight = 0\n', "links[0].max_inflight"),
+    ('name = "edge"\n[[bridges]]\nname = "cloud"\ntopics = ["a/#"]\n', "bridges[0].host"),
+    (BRIDGE, "bridges[0].topics"),
+    (BRIDGE + 'topics = ["a/# sideways 1"]\n', "bridges[0].topics[0]"),
+    (BRIDGE + 'topics = ["a/# out 3"]\n', "bridges[0].topics[0]"),
+    (BRIDGE + 'topics = ["\\"\\" both 1"]\n', "bridges[0].topics[0]"),
+    (BRIDGE + 'topics = ["a/# in 1 local"]\n', "bridges[0].topics[0]"),
+    (BRIDGE + 'topics = ["a/#/b"]\n', "bridges[0].topics[0]"),
+    (BRIDGE + 'protocol = "4"\ntopics = ["a/#"]\n', "bridges[0].protocol"),
+    (
+        'name = "edge"\n[[links]]\nname = "cloud"\nhost = "h"\n' + BRIDGE[14:] + 'topics = ["#"]\n',
+        "bridges[0].name",
+    ),
 ]
 
 
@@ -80,7 +118,7 @@ def cases() -> list[tuple[str, str]]:
             found.append((f"[{table}]\n{field.name} = {value}\n", f"{table}.{field.name}"))
         found.append((f"[{table}]\nno_such_key = 1\n", f"{table}.no_such_key"))
         found.append((f"{table} = 3\n", table))
-    for array, cls in (("listeners", ListenerConfig), ("http", HttpConfig)):
+    for array, cls in ARRAYS.items():
         entry = cls()
         for field in dataclasses.fields(cls):
             value = wrong_value(getattr(entry, field.name))

@@ -94,6 +94,7 @@ class FakeHost:
         retain: bool,
         exclude_queue: str | None,
         expiry: float | None = None,
+        local: bool = False,
     ) -> None:
         self.calls.append(("publish", topic, body, retain, exclude_queue, expiry))
         if retain:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
 
 from ..protocol import (
     Connection,
@@ -49,6 +50,8 @@ class Client(asyncio.Protocol):
         "certificate_user",
         "client_id",
         "connection",
+        "dial",
+        "handlers",
         "listener",
         "peer",
         "session",
@@ -58,9 +61,20 @@ class Client(asyncio.Protocol):
         "writable",
     )
 
-    def __init__(self, broker: Broker, listener: ListenerConfig) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        listener: ListenerConfig,
+        dial: Callable[[float], Connection] | None = None,
+    ) -> None:
         self.broker = broker
         self.listener = listener
+        # An outbound connection (a link or bridge this broker dials): makes its client-role
+        # connection (`protocol.DialConnection`) when the TCP connection is made.
+        self.dial = dial
+        # Who handles this connection's events: the broker's table for clients; a link's
+        # or bridge's own once it is one (links.py).
+        self.handlers: dict[type, Callable[[Client, Any], None]] = broker.event_handlers
         self.transport: asyncio.Transport | None = None
         self.connection: Connection | None = None
         self.session: Session | None = None
@@ -89,15 +103,22 @@ class Client(asyncio.Protocol):
         limits = self.broker.config.limits
         if self.listener.use_identity_as_username:
             self.certificate_user = certificate_identity(transport)
-        self.connection = Connection(
-            now=self.broker.loop.time(),
-            max_packet_size=limits.max_packet_size,
-            connect_timeout=limits.connect_timeout,
-            retry_interval=limits.retry_interval,
-            mqtt5=self.broker.limits5,
-        )
+        now = self.broker.loop.time()
+        if self.dial is not None:
+            self.connection = self.dial(now)
+        else:
+            self.connection = Connection(
+                now=now,
+                max_packet_size=limits.max_packet_size,
+                connect_timeout=limits.connect_timeout,
+                retry_interval=limits.retry_interval,
+                mqtt5=self.broker.limits5,
+            )
         self.broker.client_opened(self)
-        self._arm_timer()
+        if self.dial is not None:
+            self.flush()  # the CONNECT an outbound connection opens with
+        else:
+            self._arm_timer()
 
     def data_received(self, data: bytes) -> None:
         connection = self.connection

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..protocol.peer5 import ServerLimits5
 from .auth import AclRule, AuthError, Authorizer, UserConfig
+from .network_config import BridgeConfig, LinkConfig, check_network
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 1883
@@ -162,6 +163,9 @@ class BrokerConfig:
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     mqtt5: Mqtt5Config = field(default_factory=Mqtt5Config)
     sys: SysConfig = field(default_factory=SysConfig)
+    # The broker's network (docs/network.md): neighbour telemq brokers, foreign brokers.
+    links: list[LinkConfig] = field(default_factory=list)
+    bridges: list[BridgeConfig] = field(default_factory=list)
 
     def validate(self) -> None:
         sections: dict[str, Section] = {
@@ -229,6 +233,7 @@ class BrokerConfig:
         if self.sys.interval < 0:
             raise ConfigError("sys.interval: must not be negative")
         _check_mqtt5(self.mqtt5)
+        check_network(self, ConfigError)
         build_authorizer(self)
 
 
@@ -321,12 +326,21 @@ def _build(cls: type[Any], values: Mapping[str, Any], where: str) -> Any:
                 raise ConfigError(f"{path}: expected a string, got {value!r}")
         elif (
             isinstance(default, list)
-            and key not in ("listeners", "http", "users", "acl")
+            and key not in ("listeners", "http", "users", "acl", "links", "bridges")
             and (not isinstance(value, list) or not all(isinstance(v, str) for v in value))
         ):
             raise ConfigError(f"{path}: expected a list of strings, got {value!r}")
         kwargs[key] = value
     return cls(**kwargs)
+
+
+# The arrays of tables ([[listeners]], ...) and the dataclass of their entries.
+ENTRY_TABLES: dict[str, type[Any]] = {
+    "listeners": ListenerConfig,
+    "http": HttpConfig,
+    "links": LinkConfig,
+    "bridges": BridgeConfig,
+}
 
 
 def config_from_mapping(data: Mapping[str, Any]) -> BrokerConfig:
@@ -349,10 +363,10 @@ def config_from_mapping(data: Mapping[str, Any]) -> BrokerConfig:
             if not isinstance(value, bool):
                 raise ConfigError(f"allow_anonymous: expected true or false, got {value!r}")
             top[key] = value
-        elif key in ("listeners", "http"):
+        elif key in ENTRY_TABLES:
             if not isinstance(value, list):
                 raise ConfigError(f"{key}: expected an array of tables ([[{key}]])")
-            kind = ListenerConfig if key == "listeners" else HttpConfig
+            kind = ENTRY_TABLES[key]
             top[key] = [_build(kind, item, f"{key}[{index}]") for index, item in enumerate(value)]
         else:
             top[key] = value

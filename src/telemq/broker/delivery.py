@@ -57,6 +57,7 @@ class Deliveries:
         "_max_queued",
         "_max_queued_bytes",
         "_stats",
+        "link_limits",
         "next_delivery_id",
         "next_message_id",
     )
@@ -76,6 +77,9 @@ class Deliveries:
         self._max_queued_bytes = max_queued_bytes  # topic + payload per session; 0 = unlimited
         self.next_message_id = 1
         self.next_delivery_id = 1
+        # Link sessions (links.py) -> their own (max queued, max queued bytes), 0: unlimited:
+        # what waits for a neighbour broker is not one client's backlog.
+        self.link_limits: dict[str, tuple[int, int]] = {}
 
     @property
     def max_queued(self) -> int:
@@ -137,6 +141,8 @@ class Deliveries:
         limit = self._max_queued
         size = message.size
         max_bytes = self._max_queued_bytes
+        if session.link:
+            limit, max_bytes = self.link_limits.get(session.client_id, (limit, max_bytes))
         if (limit and len(session.queue) + len(session.held) >= limit) or (
             max_bytes and session.queued_bytes + size > max_bytes
         ):

@@ -144,8 +144,9 @@ class CommandHost:
         retain: bool,
         exclude_queue: str | None,
         expiry: float | None = None,
+        local: bool = False,
     ) -> None:
-        self.broker.publish_as(requester, topic, body, retain, exclude_queue, expiry)
+        self.broker.publish_as(requester, topic, body, retain, exclude_queue, expiry, local)
 
     def retained_topics(self, sub_point: str, topic_filter: str) -> list[str]:
         return [m.topic for m in self.broker.matching_retained(sub_point, topic_filter)]

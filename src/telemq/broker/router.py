@@ -101,6 +101,7 @@ class Router:
         "_topic_limits",
         "cache_bytes",
         "commands",
+        "envelopes",
         "next_seq",
         "shares",
     )
@@ -139,6 +140,9 @@ class Router:
         self._received_us = 0  # UTC microseconds of the read being handled
         self.next_seq = 1  # the journal's next sequence number
         self.shares = Shares(registry, sessions, deliveries)  # shared subscriptions' members
+        # Sub point -> the telemq-* user properties that copies of a publication made here
+        # carry over links (links.py fills it; a forwarded message has its own, `net`).
+        self.envelopes: dict[str, bytes] = {}
 
     def start_read(self) -> None:
         """One clock reading per read: the packets of one read arrived together."""
@@ -195,6 +199,17 @@ class Router:
             committer.schedule_lazy()  # nothing waits for a QoS 0 journal row
 
     def on_release(self, client: Client, event: MessageReleased) -> None:
+        self.release(client, event, None)
+
+    def release(
+        self,
+        client: Client,
+        event: MessageReleased,
+        exclude_queue: str | None,
+        route: bool = True,
+    ) -> None:
+        """A QoS 2 publication released by its PUBREL; `exclude_queue` gets no copy (the
+        link it came by); with `route` False it only completes (a copy that looped)."""
         session = client.session
         if session is None:
             return
@@ -211,7 +226,9 @@ class Router:
             self.commands.run_for(client, message.topic, message.payload, 2, props)
             committer.after(lambda: client.acknowledge(PacketType.PUBCOMP, packet_id))
             return
-        hand_offs = self.accept(message, hand_off_now=False)
+        hand_offs = (
+            self.accept(message, hand_off_now=False, exclude_queue=exclude_queue) if route else []
+        )
         # The release is durable once this commit ends. Until then a crash leaves the stored
         # message unreleased, and it is released again (at restart for a clean publisher, on
         # the PUBREL it re-sends for a persistent one): a persistent subscriber must not have
@@ -238,6 +255,32 @@ class Router:
                 committer.after(lambda: deliveries.hand_off_all(waiting))
             else:
                 committer.schedule_lazy(RELEASE_COMMIT_WITHIN)
+
+    def on_link_publish(self, client: Client, event: MessageReceived, message: Message) -> None:
+        """A publication that came over a link (links.py made `message`): as `on_publish`,
+        without commands or the hooks (a link is trusted), and never back to its link."""
+        publish = event.publish
+        session = client.session
+        if session is None:
+            return
+        committer = self._committer
+        packet_id = publish.packet_id
+        qos = publish.qos
+        self._stats.publish_received += 1
+        self._stats.messages_received += 1
+        if qos == 2:
+            if not event.duplicate:
+                session.flows.hold_incoming(packet_id, message)
+                committer.pending.put_incoming(
+                    IncomingRecord(session.client_id, packet_id, message.to_stored())
+                )
+            committer.after(lambda: client.acknowledge(PacketType.PUBREC, packet_id))
+            return
+        self.accept(message, hand_off_now=True, exclude_queue=session.client_id)
+        if qos == 1:
+            committer.after(lambda: client.acknowledge(PacketType.PUBACK, packet_id))
+        elif committer.pending:
+            committer.schedule_lazy()
 
     def _record_release(self, session: Session, packet_id: int, message: Message) -> None:
         """The held message leaves the store in the release's commit. A persistent session
@@ -306,12 +349,15 @@ class Router:
         retain: bool,
         exclude_queue: str | None,
         expiry: float | None = None,
+        local: bool = False,
     ) -> None:
         """A Publish command's publication, routed like the requester's own PUBLISH.
 
-        `expiry` (seconds, from <mqmd><Expiry>) bounds the life of its retained copy.
+        `expiry` (seconds, from <mqmd><Expiry>) bounds the life of its retained copy;
+        `local` (PubOpt Local) keeps it from the other brokers of the network.
         """
         message = message_of(requester, topic, body, requester.qos, retain)
+        message.local_only = local
         if expiry is not None:
             message.expiry_at = time.time() + expiry
         self._stats.messages_received += 1
@@ -407,6 +453,7 @@ class Router:
             message.client_id,
             message.user_id,
             message.properties,
+            bool(message.net),
         )
         registry = self._registry
         shares: dict[str, str] | None = None  # queue -> the shared group it was picked for
@@ -436,6 +483,10 @@ class Router:
                         continue
                     retain = message.retain and options.retain_as_published
                     extra = options.properties
+                    if session.link:  # a proxy subscription: the copy crosses a link
+                        if message.local_only:
+                            continue
+                        extra = message.net or self.envelopes[message.sub_point]
             durable = session.persistent and durable_rank(rank, qos)
             if durable and qos == 0:
                 qos = 1  # Pers / PersAsQueue: kept until acknowledged

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from ..commands import PutResult, Requester
 from ..protocol import (
     AuthRequested,
+    ConnectAcknowledged,
     ConnectionClosed,
     ConnectRequested,
     DeliveryAcknowledged,
@@ -49,8 +50,10 @@ from ..protocol import (
     Event,
     MessageReceived,
     MessageReleased,
+    SubscribeAcknowledged,
     SubscribeRequested,
     TopicLimits,
+    UnsubscribeAcknowledged,
     UnsubscribeRequested,
 )
 from ..store import Store, SyncMode, open_store
@@ -63,6 +66,7 @@ from .delivery import Deliveries
 from .embedded import CallbackTarget, LocalSubscription, Received
 from .hooks import Hook, Hooks, acl_hook
 from .housekeeping import Housekeeping
+from .links import Links
 from .listeners import Listener, TcpListener
 from .mq import CommandHost
 from .restore import restore_state
@@ -128,7 +132,8 @@ class Broker:
         self.wills: Wills
         self.housekeeping: Housekeeping
         self.sys: SysReporter
-        self._event_handlers: dict[type, Callable[[Client, Any], None]] = {}
+        self.links: Links
+        self.event_handlers: dict[type, Callable[[Client, Any], None]] = {}
         self._paused_for_store: list[Client] = []  # see pause_for_store
         self.dirty_clients: list[Client] = []  # read by clients, changed by mark_dirty
         self._flush_scheduled = False
@@ -211,6 +216,7 @@ class Broker:
         for listener in self.listeners:
             await listener.start(self._client_factory(listener.config))
             self.bound_ports.extend(listener.ports)
+        self.links.start()
         if config.sys.interval > 0:
             self._sys_task = self.loop.create_task(self.sys.run())
         self.housekeeping.start(self.loop)
@@ -292,7 +298,9 @@ class Broker:
             self._executor,
             lambda: self.quarantined,
         )
-        self._event_handlers = self._event_handlers_by_type()
+        self.event_handlers = self._event_handlers_by_type()
+        self.links = Links(self, sessions, self.subscriptions)
+        self.sys.sources.append(self.links.sys_values)
 
     def _client_factory(self, listener: ListenerConfig) -> Callable[[], Client]:
         return lambda: Client(self, listener)
@@ -312,6 +320,7 @@ class Broker:
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._sys_task
             await self.housekeeping.stop()
+            await self.links.stop()
             self.wills.stop()
             for client in list(self.clients):
                 if client.transport is not None:
@@ -376,7 +385,7 @@ class Broker:
 
     def handle_events(self, client: Client, events: Iterable[Event]) -> None:
         self.router.start_read()
-        handlers = self._event_handlers
+        handlers = client.handlers
         for event in events:
             handlers[type(event)](client, event)
 
@@ -395,6 +404,11 @@ class Broker:
             DisconnectRequested: sessions.on_disconnect,
             AuthRequested: sessions.on_auth,
             ConnectionClosed: sessions.on_closed,
+            # Answers a server never gets: only the broker's own outbound connections
+            # (links, bridges) have them, in their own handler tables.
+            ConnectAcknowledged: _unexpected,
+            SubscribeAcknowledged: _unexpected,
+            UnsubscribeAcknowledged: _unexpected,
         }
 
     # -- operations (the MQ command host, embedding programs) -----------------
@@ -443,8 +457,9 @@ class Broker:
         retain: bool,
         exclude_queue: str | None,
         expiry: float | None = None,
+        local: bool = False,
     ) -> None:
-        self.router.publish_as(requester, topic, body, retain, exclude_queue, expiry)
+        self.router.publish_as(requester, topic, body, retain, exclude_queue, expiry, local)
 
     def put_to_queue(
         self, requester: Requester, queue: str, topic: str, body: bytes, qos: int
@@ -538,6 +553,10 @@ class Broker:
 
     async def apply_journal_retention(self) -> int:
         return await self.housekeeping.apply_journal_retention()
+
+
+def _unexpected(client: Client, event: object) -> None:
+    log.error("connection %s: unexpected %s", client.peer, type(event).__name__)
 
 
 async def run_broker(

@@ -30,6 +30,8 @@ class Message:
         "_frames",
         "client_id",
         "expiry_at",
+        "local_only",
+        "net",
         "payload",
         "properties",
         "qos",
@@ -76,6 +78,11 @@ class Message:
         # MQTT 5.0 properties forwarded to subscribers (`protocol.message_properties`): b""
         # for none, and for every message published at 3.1/3.1.1.
         self.properties = b""
+        # A publication that came over a link: the telemq-* user properties its copies
+        # to further links start with (the path so far and this broker; links.py). b"":
+        # made here.
+        self.net = b""
+        self.local_only = False  # MQ PubOpt Local: not for the other brokers
         self._frames: list[bytes | None] = [frame_qos0, None]
 
     def frame_qos0(self, retain: bool) -> bytes:
@@ -195,6 +202,7 @@ class Session:
         "flows",
         "held",
         "holding",
+        "link",
         "persistent",
         "queue",
         "queued_bytes",
@@ -224,3 +232,4 @@ class Session:
         self.client: Client | None = None
         self.target: DeliveryTarget | None = None
         self.dropped = 0
+        self.link = False  # the session of a link to a neighbour broker (links.py)

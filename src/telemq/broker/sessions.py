@@ -29,10 +29,11 @@ import logging
 import time
 import uuid
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..protocol import (
     AuthRequested,
+    Connect,
     ConnectionClosed,
     ConnectRequested,
     ConnectReturnCode,
@@ -63,6 +64,20 @@ log = logging.getLogger("telemq.broker")
 
 # The owner of in-process sessions (embedded.py): not a user name any CONNECT can carry.
 EMBEDDED_OWNER = "\x00embedded"
+# Links to neighbour brokers (links.py): the client ids reserved for them, and the owner of
+# their sessions (`$link/<neighbour>`), which only the links room hands to a connection.
+LINK_PREFIX = "$link/"
+LINK_OWNER = "\x00link"
+
+
+class LinkGate(Protocol):
+    """Who decides on a CONNECT with a `$link/` client id (the links room)."""
+
+    def refusal(self, client: Client, packet: Connect, user: str) -> str | None:
+        """Why this connection may not be the link it claims to be; None: it may."""
+
+    def accepted(self, client: Client, session: Session) -> None:
+        """The link is connected: its session is the client's, CONNACK queued."""
 
 
 class Sessions:
@@ -101,6 +116,7 @@ class Sessions:
                 client, ConnectReturnCode.NOT_AUTHORIZED, reason, code
             ),
         )
+        self.link_gate: LinkGate | None = None  # set by the links room, when configured
         self.router: Router  # see attach
         self.subscriptions: SubscriptionManager
         self.wills: Wills
@@ -248,6 +264,19 @@ class Sessions:
                 client.close(f"will refused: {too_large}", ReasonCode.TOPIC_NAME_INVALID)
                 return
         client_id = packet.client_id or f"telemq-{uuid.uuid4().hex[:16]}"
+        link = client_id.startswith(LINK_PREFIX)
+        if link:
+            gate = self.link_gate
+            refusal = (
+                "no links are configured" if gate is None else gate.refusal(client, packet, user_id)
+            )
+            if refusal is not None:
+                log.warning("link from %s refused: %s", client.peer, refusal)
+                self._refuse(
+                    client, ConnectReturnCode.NOT_AUTHORIZED, refusal, ReasonCode.NOT_AUTHORIZED
+                )
+                return
+            user_id = LINK_OWNER  # the link session's owner: no client can resume it
         session = self.by_id.get(client_id)
         if session is not None and session.user_id != user_id:
             log.warning(
@@ -297,7 +326,7 @@ class Sessions:
                 session.expiry_interval = expiry
                 self._save(session)
         self.wills.cancel(client_id)  # a new connection to the session, in time
-        if present and hooks.authorizers:
+        if present and hooks.authorizers and not link:
             self._recheck(session, client)
         session.client = client
         client.session = session
@@ -325,6 +354,8 @@ class Sessions:
             self.deliveries.drop_too_large(oversized)
         if hooks.session_up:
             hooks.notify(hooks.session_up, client_id, user_id, present)
+        if link and self.link_gate is not None:
+            self.link_gate.accepted(client, session)
         if session.queue:
             self.deliveries.pump(session)
 
@@ -376,6 +407,15 @@ class Sessions:
         session.user_id = EMBEDDED_OWNER
         session.target = target
         self.by_id[client_id] = session
+        return session
+
+    def ensure_link_session(self, neighbour: str) -> Session:
+        """The persistent session of the link to `neighbour`: it holds the deliveries owed
+        to the neighbour while the link is down, and never expires."""
+        client_id = LINK_PREFIX + neighbour
+        session = self.by_id.get(client_id)
+        if session is None:
+            session = self._new_persistent(client_id, "", LINK_OWNER)
         return session
 
     def ensure_queue(self, queue: str, owner: str) -> None:

@@ -103,6 +103,8 @@ class SysReporter:
         self._quarantined = quarantined
         self.store_stats = StoreStats()
         self.started_at = time.monotonic()
+        # More `$SYS/broker/` values (links.py): key under the prefix -> value.
+        self.sources: list[Callable[[], dict[str, str]]] = []
 
     async def run(self) -> None:
         interval = self._config.sys.interval
@@ -162,4 +164,6 @@ class SysReporter:
             "journal/last_seq": str(self._router.next_seq - 1),
             "journal/trimmed": str(stats.journal_trimmed),
         }
+        for source in self.sources:
+            values.update(source())
         return {SYS_PREFIX + key: value for key, value in values.items()}

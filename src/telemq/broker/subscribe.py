@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..protocol import (
     NO_LOCAL,
@@ -73,6 +73,14 @@ log = logging.getLogger("telemq.broker")
 RETAINED_SLICE = 256  # retained messages sent per turn of the event loop
 
 
+class SubscriptionListener(Protocol):
+    """Hears every subscription change, before the hooks (the links room: proxies)."""
+
+    def subscription_saved(self, subscription: Subscription) -> None: ...
+
+    def subscription_removed(self, subscription: Subscription) -> None: ...
+
+
 class SubscriptionManager:
     """The broker's side of the subscription registry (see module docstring)."""
 
@@ -105,6 +113,7 @@ class SubscriptionManager:
         self._sessions = sessions  # owned by the Sessions room: read only here
         self._deliveries = deliveries
         self._retained = retained
+        self.listener: SubscriptionListener | None = None  # links.py, when configured
 
     def quota_problem(self, queue: str, count: int) -> str | None:
         """None when `queue` may gain `count` subscriptions; else why not, counted in
@@ -256,6 +265,8 @@ class SubscriptionManager:
 
     def saved(self, subscription: Subscription) -> None:
         """A subscription was added or changed in the registry."""
+        if self.listener is not None:
+            self.listener.subscription_saved(subscription)
         session = self._sessions.get(subscription.queue)
         if session is not None and session.persistent:
             self._committer.pending.put_subscription(
@@ -267,6 +278,8 @@ class SubscriptionManager:
 
     def removed(self, subscription: Subscription) -> None:
         """A subscription was taken out of the registry."""
+        if self.listener is not None:
+            self.listener.subscription_removed(subscription)
         session = self._sessions.get(subscription.queue)
         if session is not None and session.persistent:
             self._committer.pending.delete_subscription(subscription.queue, str(subscription.id))
@@ -281,6 +294,9 @@ class SubscriptionManager:
     def remove_queue(self, queue: str) -> None:
         """Every subscription of a session that ends (its records go with the session's)."""
         removed = self._registry.remove_queue(queue)
+        if removed and self.listener is not None:
+            for subscription in removed:
+                self.listener.subscription_removed(subscription)
         if removed and self._hooks.unsubscribed:
             for subscription in removed:
                 self._hooks.notify(self._hooks.unsubscribed, subscription)

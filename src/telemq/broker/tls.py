@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from typing import TYPE_CHECKING
 
 from .config import ConfigError, ListenerConfig
+
+if TYPE_CHECKING:
+    from .network_config import BridgeConfig, LinkConfig
 
 
 class _EncryptedKey(Exception):
@@ -48,8 +52,11 @@ def _check_certificates(path: str, setting: str) -> None:
         ) from None
 
 
-def _load_key_pair(context: ssl.SSLContext, listener: ListenerConfig, where: str) -> None:
-    """Load the server certificate and its private key (from `keyfile` or the certfile)."""
+def _load_key_pair(
+    context: ssl.SSLContext, listener: ListenerConfig | LinkConfig | BridgeConfig, where: str
+) -> None:
+    """Load this side's certificate (a server's, or a dialing link's) and its private key
+    (from `keyfile` or the certfile)."""
     certfile = listener.certfile
     keyfile = listener.keyfile or certfile
     key_setting = f"{where}.keyfile" if listener.keyfile else f"{where}.certfile"
@@ -98,6 +105,21 @@ def server_context(listener: ListenerConfig, where: str = "") -> ssl.SSLContext 
         context.verify_mode = (
             ssl.CERT_REQUIRED if listener.require_certificate else ssl.CERT_OPTIONAL
         )
+    return context
+
+
+def client_context(dialer: LinkConfig | BridgeConfig, where: str) -> ssl.SSLContext | None:
+    """The SSL context a link or bridge dials with (None: plain TCP): the server is verified
+    against `cafile`, its name against `server_name` (or host); `certfile` is this broker's
+    own certificate, for a listener that asks for one."""
+    if not dialer.cafile:
+        return None
+    _check_certificates(dialer.cafile, f"{where}.cafile")
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=dialer.cafile)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if dialer.certfile:
+        _check_certificates(dialer.certfile, f"{where}.certfile")
+        _load_key_pair(context, dialer, where)
     return context
 
 

@@ -131,7 +131,9 @@ class Host(Protocol):
         retain: bool,
         exclude_queue: str | None,
         expiry: float | None = None,
-    ) -> None: ...
+        local: bool = False,
+    ) -> None:
+        """`local`: PubOpt Local, for this broker's subscribers only (not the network's)."""
 
     def retained_topics(self, sub_point: str, topic_filter: str) -> list[str]: ...
 
@@ -779,7 +781,15 @@ def publish(command: Command, requester: Requester, registry: Registry, host: Ho
             warnings.append(Reason(ReasonCode.NOT_AUTHORIZED, {"Topic": topic}))
             continue
         expiry = None if command.mqmd.expiry is None else command.mqmd.expiry / 10.0
-        host.publish(requester, topic, command.body, "RetainPub" in options, exclude, expiry)
+        host.publish(
+            requester,
+            topic,
+            command.body,
+            "RetainPub" in options,
+            exclude,
+            expiry,
+            local="Local" in options,
+        )
     return Reply("warning" if warnings else "ok", warnings)
 
 

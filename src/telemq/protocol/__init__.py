@@ -8,7 +8,8 @@ Nothing in this package touches a socket, a thread, an event loop or a clock.
 matches topic names and filters; `Flows` keeps one session's QoS 1/2 state
 (packet ids, in-flight tables); `Connection` is one server-side connection:
 bytes in (`receive_data(data, now)`), events out, bytes to write from
-`data_to_send()`, and timers through `next_timer()` / `handle_timer(now)`.
+`data_to_send()`, and timers through `next_timer()` / `handle_timer(now)`;
+`DialConnection` is its client role, for a broker that dials another.
 The broker owns the I/O and answers events; tests drive the same objects with
 plain function calls.
 """
@@ -24,6 +25,7 @@ from .codec import (
 )
 from .codec5 import VALID_REASON_CODES
 from .connection import Connection, ConnectionState
+from .dialer import DialConnection, subscription_options
 from .errors import (
     LocalProtocolError,
     MalformedPacket,
@@ -33,6 +35,7 @@ from .errors import (
 )
 from .events import (
     AuthRequested,
+    ConnectAcknowledged,
     ConnectionClosed,
     ConnectRequested,
     DeliveryAcknowledged,
@@ -41,7 +44,9 @@ from .events import (
     Event,
     MessageReceived,
     MessageReleased,
+    SubscribeAcknowledged,
     SubscribeRequested,
+    UnsubscribeAcknowledged,
     UnsubscribeRequested,
 )
 from .flows import RELEASED_IDS_KEPT, Flows, Inflight, InflightState, release_digest
@@ -104,6 +109,7 @@ __all__ = [
     "AuthRequested",
     "ConnAck",
     "Connect",
+    "ConnectAcknowledged",
     "ConnectRequested",
     "ConnectReturnCode",
     "Connection",
@@ -112,6 +118,7 @@ __all__ = [
     "Decoder",
     "DeliveryAcknowledged",
     "DeliveryReceived",
+    "DialConnection",
     "Disconnect",
     "DisconnectRequested",
     "Event",
@@ -141,10 +148,12 @@ __all__ = [
     "RemoteProtocolError",
     "SubAck",
     "Subscribe",
+    "SubscribeAcknowledged",
     "SubscribeRequested",
     "TopicLimits",
     "UnsubAck",
     "Unsubscribe",
+    "UnsubscribeAcknowledged",
     "UnsubscribeRequested",
     "Will",
     "decode_packet",
@@ -157,6 +166,7 @@ __all__ = [
     "is_wildcard_filter",
     "release_digest",
     "shared_subscription",
+    "subscription_options",
     "topic_filter_error",
     "topic_matches",
     "topic_name_error",

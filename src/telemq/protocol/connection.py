@@ -90,7 +90,11 @@ _PUBREC = PacketType.PUBREC
 
 class ConnectionState(enum.Enum):
     AWAIT_CONNECT = "await-connect"
-    CONNECTING = "connecting"  # CONNECT received; waiting for accept() or refuse()
+    # DialConnection (dialer.py), the client role: CONNECT sent; waiting for CONNACK.
+    AWAIT_CONNACK = "await-connack"
+    # CONNECT received; waiting for accept() or refuse(). DialConnection: CONNACK 0
+    # received; waiting for attach() (input is buffered alike).
+    CONNECTING = "connecting"
     AUTHENTICATING = "authenticating"  # the server sent AUTH 0x18; waiting for the client's
     CONNECTED = "connected"
     CLOSED = "closed"

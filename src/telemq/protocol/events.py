@@ -1,4 +1,5 @@
-"""What a server-side `Connection` reports to its owner after reading bytes.
+"""What a `Connection` (or the client role's `DialConnection`) reports to its owner after
+reading bytes.
 
 Events are facts about the peer ("it asked to subscribe"), never instructions.
 The owner decides what to do and when: for QoS 1 and 2 it sends PUBACK/PUBREC
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 
 from .flows import OwnerRef
 from .packets import Connect, Publish, Subscribe, Unsubscribe
+from .properties import Properties
 from .reasons import ReasonCode
 
 
@@ -116,6 +118,41 @@ class ConnectionClosed:
     code: ReasonCode = ReasonCode.UNSPECIFIED_ERROR
 
 
+@dataclass(slots=True)
+class ConnectAcknowledged:
+    """A `DialConnection`'s CONNACK. `return_code` 0 (an MQTT 5.0 reason code below 0x80):
+    answer with `DialConnection.attach`; any other code is a refusal, and a
+    `ConnectionClosed` follows. `properties` are the CONNACK's (5.0)."""
+
+    return_code: int
+    session_present: bool = False
+    properties: Properties | None = None
+
+    @property
+    def reason_string(self) -> str | None:
+        return self.properties.reason_string if self.properties is not None else None
+
+
+@dataclass(slots=True)
+class SubscribeAcknowledged:
+    """SUBACK for `DialConnection.subscribe`: one return code (3.1/3.1.1: the granted QoS or
+    0x80) or reason code (5.0) per topic filter, in their order."""
+
+    packet_id: int
+    return_codes: list[int]
+    properties: Properties | None = None
+
+
+@dataclass(slots=True)
+class UnsubscribeAcknowledged:
+    """UNSUBACK for `DialConnection.unsubscribe`: one reason code per topic filter at 5.0,
+    none at 3.1/3.1.1."""
+
+    packet_id: int
+    reason_codes: list[int]
+    properties: Properties | None = None
+
+
 Event = (
     ConnectRequested
     | MessageReceived
@@ -127,4 +164,7 @@ Event = (
     | DisconnectRequested
     | AuthRequested
     | ConnectionClosed
+    | ConnectAcknowledged
+    | SubscribeAcknowledged
+    | UnsubscribeAcknowledged
 )

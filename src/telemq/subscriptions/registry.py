@@ -255,6 +255,9 @@ class Route:
     # Shared subscriptions: `$share/{name}/{filter}` -> its members' subscriptions, one of
     # which gets each publication (the router picks it).
     shared: dict[str, list[Subscription]] | None = None
+    # The same without the `Local` subscriptions (MQ RegOpt Local), for publications made
+    # at other brokers of the network; None when no Local subscription matches.
+    network: Route | None = None
 
 
 class Registry:
@@ -420,15 +423,34 @@ class Registry:
         tree = self._trees.get(sub_point)
         if tree is None:
             return None
-        plain: dict[str, tuple[int, int]] = {}
-        filtered: list[Subscription] = []
         by_id = self._by_id
-        with_options5: list[Subscription] = []
-        shared: dict[str, list[Subscription]] | None = None
+        matching: list[Subscription] = []
+        local = False
         for subscription_id in tree.match(topic):
             subscription = by_id.get(cast(int, subscription_id))
             if subscription is None or "PubOnReqOnly" in subscription.options:
                 continue
+            matching.append(subscription)
+            if "Local" in subscription.options:
+                local = True
+        route = self._build_route(matching)
+        if local:  # publications from other brokers skip the Local subscriptions
+            route.network = self._build_route([s for s in matching if "Local" not in s.options])
+        size = self._routes_bytes + len(topic)
+        limit = self._cache_limit
+        if len(self._routes) > 16384 or (limit and size > limit):
+            self._routes.clear()
+            size = len(topic)
+        self._routes_bytes = size
+        self._routes[cache_key] = route
+        return route
+
+    def _build_route(self, matching: list[Subscription]) -> Route:
+        plain: dict[str, tuple[int, int]] = {}
+        filtered: list[Subscription] = []
+        with_options5: list[Subscription] = []
+        shared: dict[str, list[Subscription]] | None = None
+        for subscription in matching:
             if subscription.share_name:
                 if shared is None:
                     shared = {}
@@ -456,15 +478,7 @@ class Registry:
             for position, subscription in enumerate(filtered):
                 assert subscription.compiled is not None
                 filter_set.add(position, subscription.compiled)
-        route = Route(plain, filtered, filter_set, options5_of_queues(with_options5), shared)
-        size = self._routes_bytes + len(topic)
-        limit = self._cache_limit
-        if len(self._routes) > 16384 or (limit and size > limit):
-            self._routes.clear()
-            size = len(topic)
-        self._routes_bytes = size
-        self._routes[cache_key] = route
-        return route
+        return Route(plain, filtered, filter_set, options5_of_queues(with_options5), shared)
 
     @property
     def cache_bytes(self) -> int:
@@ -481,10 +495,12 @@ class Registry:
         client_id: str,
         user_id: str,
         properties: bytes = b"",
+        from_network: bool = False,
     ) -> dict[str, tuple[int, int]] | None:
         """The queues one publication goes to: queue -> (highest granted QoS, highest
         persistence rank), content filters evaluated (the payload parsed once for all).
-        `properties`: the publication's MQTT 5.0 properties, as `Message.properties`.
+        `properties`: the publication's MQTT 5.0 properties, as `Message.properties`;
+        `from_network`: it was made at another broker (`Local` subscriptions do not get it).
 
         Without filtered subscriptions this is the cached `Route.plain`: read it, never
         change it.
@@ -492,6 +508,8 @@ class Registry:
         route = self.route(sub_point, topic)
         if route is None:
             return None
+        if from_network and route.network is not None:
+            route = route.network
         if not route.filtered:
             return route.plain
         targets = dict(route.plain)

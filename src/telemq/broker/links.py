@@ -1,0 +1,624 @@
+"""The links room: this broker's connections to its neighbour telemq brokers.
+
+Theory of operation
+-------------------
+A link (docs/network.md §3) is one MQTT 5.0 connection between two brokers, carrying both
+directions, and on each side one persistent session, `$link/<neighbour>`, made at start
+(`Sessions.ensure_link_session`) so that what is owed to the neighbour waits durably while
+the link is down. The side whose `[[links]]` entry has `host` dials (`_dial`, dialer.py: full
+jitter back-off); the other accepts the CONNECT through the `Sessions` gate (`refusal`,
+`accepted`): the client id `$link/<name>`, the user of the entry, the broker name and the
+link protocol version in the CONNECT's user properties must all agree.
+
+The neighbours announce the brokers they reach (`reach`, network.topology): in the CONNECT's
+user properties from the dialer, as the first `$link/control` message from the acceptor, and
+again on every change. A link whose announcement would close a cycle is refused (at CONNECT)
+or closed (on a later announcement), with an ERROR naming the cycle; links that came up
+together are resolved the same way by every broker on the cycle (`Topology.drops`).
+
+The room owns the topology, each link's state and counters, and the dialing tasks. It reads
+sessions from `Sessions` and hands link connections' events to its own handler table
+(`Client.handlers`): control messages are consumed here, everything else goes where a
+client's events go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..network.control import (
+    CONTROL_TOPIC,
+    ControlError,
+    ProxyChange,
+    Reach,
+    Sync,
+    decode,
+    encode,
+    sync_parts,
+)
+from ..network.envelope import LinkInfo, closed_envelope, extend, loops, split_user_properties
+from ..network.proxies import Change, ProxyTable, proxy_pair
+from ..network.topology import Topology
+from ..protocol import (
+    Connect,
+    ConnectAcknowledged,
+    ConnectionClosed,
+    DialConnection,
+    MessageReceived,
+    MessageReleased,
+    PacketType,
+    Properties,
+    ReasonCode,
+)
+from ..protocol.peer5 import NO_EXPIRY
+from ..protocol.properties import read_message_properties
+from ..subscriptions import Identity, Subscription
+from .client import Client
+from .config import ListenerConfig
+from .dialer import Backoff, DialTarget, keep_dialing
+from .network_config import LinkConfig
+from .router import now_us
+from .session import Message
+from .sessions import LINK_OWNER, LINK_PREFIX, Sessions
+from .tls import client_context
+
+if TYPE_CHECKING:
+    from .server import Broker
+    from .session import Session
+    from .subscribe import SubscriptionManager
+
+log = logging.getLogger("telemq.broker")
+
+ONWARD_CACHE = 4096  # entries of `Links._onward`
+LINK_PROTOCOL = "1"  # telemq-link: the version of what links say to each other
+CYCLE_LOG_EVERY = 3600.0  # seconds between two log lines about the same refused cycle
+
+
+@dataclass(slots=True)
+class LinkState:
+    """One neighbour, as this broker sees it (`$SYS/broker/links/<name>/...`)."""
+
+    config: LinkConfig
+    state: str = "down"  # connected, connecting, down, refused: <reason>
+    client: Client | None = None  # the connection, once up
+    backoff: Backoff = field(default_factory=lambda: Backoff(1.0, 30.0))
+    last_cycle_log: float = -CYCLE_LOG_EVERY
+    announced: list[list[str]] | None = None  # the reach last sent over this link
+    messages_received: int = 0
+    loops_logged: bool = False
+    # A `sync` being received (its parts so far): the neighbour's whole proxy set.
+    incoming_sync: list[tuple[str, str]] | None = None
+
+
+class Links:
+    """This broker's links (see module docstring); a broker without links has none."""
+
+    def __init__(
+        self, broker: Broker, sessions: Sessions, subscriptions: SubscriptionManager
+    ) -> None:
+        self._broker = broker
+        self._sessions = sessions
+        self._subscriptions = subscriptions
+        config = broker.config
+        self.own = config.name
+        self.links: dict[str, LinkState] = {
+            link.name: LinkState(link, backoff=Backoff(link.reconnect_min, link.reconnect_max))
+            for link in config.links
+        }
+        self.topology = Topology(self.own, list(self.links))
+        self.proxies = ProxyTable(list(self.links))
+        self._tasks: list[asyncio.Task[None]] = []
+        self._ended: dict[Client, asyncio.Future[None]] = {}  # dialed connections' ends
+        # (path, sub point) of arriving copies -> the envelope of their copies onward: the
+        # same few paths come again and again.
+        self._onward: dict[tuple[tuple[str, ...], str], bytes] = {}
+        self.handlers: dict[type, Callable[[Client, Any], None]] = dict(broker.event_handlers)
+        self.handlers[MessageReceived] = self.on_publish
+        self.handlers[MessageReleased] = self.on_release
+        self.handlers[ConnectAcknowledged] = self.on_connack
+        self.handlers[ConnectionClosed] = self.on_closed
+
+    # -- lifecycle ------------------------------------------------------------
+
+    def start(self) -> None:
+        """After the store is restored: the link sessions, what the restored subscriptions
+        ask of the neighbours, then the dialing tasks."""
+        if not self.links:
+            return
+        self._sessions.link_gate = self
+        self._subscriptions.listener = self
+        router = self._broker.router
+        for sub_point in self._broker.sub_points:
+            router.envelopes[sub_point] = closed_envelope(LinkInfo((self.own,), sub_point))
+        deliveries = self._broker.deliveries
+        for name, link in self.links.items():
+            session = self._sessions.ensure_link_session(name)
+            session.link = True
+            session.flows.configured_inflight = link.config.max_inflight
+            deliveries.link_limits[session.client_id] = (
+                link.config.max_queued_messages,
+                link.config.max_queued_bytes,
+            )
+        for subscription in self._broker.registry:
+            self.subscription_saved(subscription)
+        for link in self.links.values():
+            if link.config.dials:
+                self._tasks.append(asyncio.get_running_loop().create_task(self._dial(link)))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    # -- dialing --------------------------------------------------------------
+
+    def _dial(self, link: LinkState) -> Coroutine[Any, Any, None]:
+        """Keep the link up (dialer.py); a refusal stays its state until it ends."""
+        config = link.config
+        where = f"links[{list(self.links).index(config.name)}]"
+        target = DialTarget(
+            f"link {config.name!r}",
+            config.host,
+            config.port,
+            client_context(config, where),
+            config.server_name,
+        )
+
+        def attempt() -> None:
+            if not link.state.startswith("refused"):
+                link.state = "connecting"
+
+        def failed() -> None:
+            if not link.state.startswith("refused"):
+                link.state = "down"
+
+        return keep_dialing(
+            target,
+            link.backoff,
+            functools.partial(self._outbound, link),
+            attempt,
+            failed,
+            lambda: link.state == "refused: cycle",
+        )
+
+    def _outbound(self, link: LinkState, ended: asyncio.Future[None]) -> Client:
+        """The client-role connection of a dialed link, with the CONNECT it opens with."""
+        broker = self._broker
+        config = link.config
+        password = config.secret()
+        connect = Connect(
+            client_id=LINK_PREFIX + self.own,
+            protocol_level=5,
+            clean_session=False,
+            keepalive=config.keepalive,
+            username=config.username or None,
+            password=password.encode("utf-8") if password is not None else None,
+            protocol_name="MQTT",
+            properties=Properties(
+                session_expiry_interval=NO_EXPIRY,
+                receive_maximum=config.max_inflight,
+                user_properties=[
+                    ("telemq-link", LINK_PROTOCOL),
+                    ("telemq-broker", self.own),
+                    ("telemq-reach", json.dumps(self.topology.announcement(config.name))),
+                ],
+            ),
+        )
+        limits = broker.config.limits
+
+        def dial(now: float) -> DialConnection:
+            return DialConnection(
+                now=now,
+                connect=connect,
+                max_packet_size=limits.max_packet_size,
+                connect_timeout=limits.connect_timeout,
+                mqtt5=broker.limits5,
+            )
+
+        client = Client(broker, ListenerConfig(), dial)
+        client.handlers = self.handlers
+        client.client_id = LINK_PREFIX + config.name
+        client.user_id = LINK_OWNER
+        self._ended[client] = ended
+        return client
+
+    # -- accepting (the `Sessions` gate) ---------------------------------------
+
+    def refusal(self, client: Client, packet: Connect, user: str) -> str | None:
+        name = packet.client_id[len(LINK_PREFIX) :]
+        link = self.links.get(name)
+        if link is None:
+            return f"client id {packet.client_id!r}: no [[links]] entry names broker {name!r}"
+        config = link.config
+        if config.dials:
+            return (
+                f"links[{list(self.links).index(name)}] ({name!r}) dials this neighbour; "
+                "remove host on one side"
+            )
+        props = packet.properties
+        if props is None:
+            return "a link speaks MQTT 5.0"
+        announced = dict(props.user_properties)
+        if announced.get("telemq-link") != LINK_PROTOCOL:
+            return f"link protocol {announced.get('telemq-link')!r}, not {LINK_PROTOCOL!r}"
+        broker_name = announced.get("telemq-broker")
+        if broker_name != name:
+            return f"client id {packet.client_id!r} announces broker {broker_name!r}"
+        if user != config.user:
+            return (
+                f"announces broker {name!r} but logged in as {user!r} "
+                f"(links[{list(self.links).index(name)}] expects {config.user!r})"
+            )
+        try:
+            paths = json.loads(announced.get("telemq-reach", "[]"))
+            cycle = self.topology.connect(name, paths)
+        except ValueError as error:
+            return f"broker {name!r} announces an invalid reach: {error}"
+        if cycle is not None:
+            message = cycle.message(name)
+            self._log_cycle(link, message)
+            return message
+        return None
+
+    def accepted(self, client: Client, session: Session) -> None:
+        name = client.client_id[len(LINK_PREFIX) :]
+        link = self.links[name]
+        client.handlers = self.handlers
+        self._up(link, client)
+
+    # -- events of link connections -------------------------------------------
+
+    def on_connack(self, client: Client, event: ConnectAcknowledged) -> None:
+        link = self.links[client.client_id[len(LINK_PREFIX) :]]
+        connection = client.connection
+        if event.return_code != 0 or not isinstance(connection, DialConnection):
+            reason = event.reason_string or ""
+            link.state = f"refused: {reason or f'CONNACK 0x{event.return_code:02X}'}"
+            if "would close the cycle" in reason or "own name" in reason:
+                link.state = "refused: cycle"
+            log.warning(
+                "link %r refused by %s:%d: CONNACK 0x%02X %s",
+                link.config.name,
+                link.config.host,
+                link.config.port,
+                event.return_code,
+                reason,
+            )
+            return
+        sessions = self._sessions
+        session = sessions.ensure_link_session(link.config.name)
+        if session.client is not None and session.client is not client:
+            session.client.close("link re-established", ReasonCode.SESSION_TAKEN_OVER)
+        session.client = client
+        client.session = session
+        sessions.connected += 1
+        deliveries = self._broker.deliveries
+        oversized = connection.attach(session.flows, self._broker.loop.time())
+        if oversized:
+            deliveries.drop_too_large(oversized)
+        deliveries.pump(session)  # what waited while the link was down
+        # The neighbour's reach comes as its first control message; until then its paths
+        # are not known here (the acceptor checked this broker's at CONNECT).
+        self._up(link, client, reach_known=False)
+
+    def on_publish(self, client: Client, event: MessageReceived) -> None:
+        publish = event.publish
+        if publish.topic == CONTROL_TOPIC:
+            self._control(client, publish.payload)
+            return
+        link = self.links[client.client_id[len(LINK_PREFIX) :]]
+        link.messages_received += 1
+        props = publish.properties
+        message = Message(
+            publish.topic, publish.payload, publish.qos, publish.retain, "", "", "", now_us()
+        )
+        if publish.qos == 2:
+            # Held as it came, envelope included, and opened at PUBREL (`on_release`), so
+            # that a restart in between finds the path in the stored message.
+            if props is not None:
+                message.take_properties(props)
+        elif not self._open_envelope(link, props, message):
+            if publish.qos == 1:  # dropped (a loop): acknowledged, or it comes again
+                client.acknowledge(PacketType.PUBACK, publish.packet_id)
+            return
+        self._broker.router.on_link_publish(client, event, message)
+
+    def on_release(self, client: Client, event: MessageReleased) -> None:
+        """A QoS 2 copy's PUBREL: its envelope is opened now (see `on_publish`)."""
+        link = self.links[client.client_id[len(LINK_PREFIX) :]]
+        message = event.message
+        route = True
+        if isinstance(message, Message):
+            props = read_message_properties(message.properties) if message.properties else None
+            route = self._open_envelope(link, props, message)
+        self._broker.router.release(client, event, client.client_id, route)
+
+    def _open_envelope(self, link: LinkState, props: Properties | None, message: Message) -> bool:
+        """Take the envelope off the properties of a copy that came over `link` (`props`,
+        as decoded) and give `message` the rest, its sub point, and the envelope its copies
+        to further links carry. False when the copy has been here before (a loop: dropped,
+        logged once per link)."""
+        pairs = props.user_properties if props is not None else []
+        try:
+            info, rest = split_user_properties(pairs)
+        except ValueError as error:
+            log.error(
+                "link %r: a publication with an invalid envelope: %s", link.config.name, error
+            )
+            info, rest = None, pairs
+        if info is None:
+            info = LinkInfo((link.config.name,))
+        key = (info.path, info.sub_point)
+        onward = self._onward.get(key)
+        if onward is None:
+            if loops(info, self.own):
+                if not link.loops_logged:
+                    link.loops_logged = True
+                    log.error(
+                        "link %r: a publication came back (path %s): dropped; the links form "
+                        "a cycle",
+                        link.config.name,
+                        ",".join(info.path),
+                    )
+                return False
+            if len(self._onward) >= ONWARD_CACHE:
+                self._onward.clear()
+            onward = self._onward[key] = closed_envelope(extend(info, self.own))
+        if props is not None:
+            props.user_properties = rest
+            message.take_properties(props)
+        if info.sub_point and info.sub_point in self._broker.sub_points:
+            message.sub_point = info.sub_point
+        message.net = onward
+        return True
+
+    def on_closed(self, client: Client, event: ConnectionClosed) -> None:
+        name = client.client_id[len(LINK_PREFIX) :]
+        link = self.links.get(name)
+        self._sessions.on_closed(client, event)
+        ended = self._ended.pop(client, None)
+        if ended is not None and not ended.done():
+            ended.set_result(None)
+        if link is None or link.client is not client:
+            return
+        link.client = None
+        link.announced = None
+        if not link.state.startswith("refused"):
+            link.state = "down"
+        log.info("link %r down: %s", name, event.reason)
+        self.topology.disconnect(name)
+        self._announce_all()
+
+    # -- reach ------------------------------------------------------------------
+
+    def _up(self, link: LinkState, client: Client, reach_known: bool = True) -> None:
+        link.client = client
+        link.state = "connected" if reach_known else "connecting"
+        link.backoff.connected()
+        if reach_known:
+            log.info("link %r up (%s)", link.config.name, client.peer)
+        self._announce(link, force=True)
+        if reach_known:
+            self._send_sync(link)
+            self._announce_all()
+
+    def _control(self, client: Client, payload: bytes) -> None:
+        name = client.client_id[len(LINK_PREFIX) :]
+        link = self.links[name]
+        try:
+            message = decode(payload)
+        except ControlError as error:
+            log.error("link %r: invalid control message: %s", name, error)
+            client.close(f"invalid control message: {error}", ReasonCode.PROTOCOL_ERROR)
+            return
+        if isinstance(message, Reach):
+            self._reach(link, client, message.paths)
+        elif isinstance(message, Sync):
+            if message.part == 0 or link.incoming_sync is None:
+                link.incoming_sync = []
+            link.incoming_sync.extend(message.subs)
+            if message.last:
+                self._apply_sync(name, link.incoming_sync)
+                link.incoming_sync = None
+        elif isinstance(message, ProxyChange):
+            if message.op == "add":
+                self._add_proxy(name, message.sub_point, message.topic_filter)
+            else:
+                self._remove_proxy(name, message.sub_point, message.topic_filter)
+
+    # -- proxy subscriptions ------------------------------------------------------
+
+    def subscription_saved(self, subscription: Subscription) -> None:
+        """Every subscription change (the `SubscriptionListener` seam): what it asks of
+        each neighbour, sent to those connected."""
+        queue = subscription.queue
+        source = ""
+        pair: tuple[str, str] | None
+        if queue.startswith(LINK_PREFIX):
+            source = queue[len(LINK_PREFIX) :]
+            pair = (subscription.sub_point, subscription.topic)
+        elif subscription.has("Local"):
+            pair = None
+        else:
+            try:
+                pair = proxy_pair(subscription.sub_point, subscription.topic)
+            except ValueError:
+                pair = None
+        self._send_changes(self.proxies.set(subscription.id, pair, source))
+
+    def subscription_removed(self, subscription: Subscription) -> None:
+        self._send_changes(self.proxies.set(subscription.id, None))
+
+    def _send_changes(self, changes: list[Change]) -> None:
+        for change in changes:
+            link = self.links.get(change.neighbour)
+            if link is not None and link.state == "connected":
+                self._send_control(
+                    link, ProxyChange(change.op, 0, change.sub_point, change.topic_filter)
+                )
+
+    def _send_sync(self, link: LinkState) -> None:
+        """The whole set this broker asks of the neighbour, at every (re)connection: the
+        neighbour replaces what it had with it (mark and sweep), so nothing is left stale
+        or counted twice whatever happened while the link was down."""
+        for part in sync_parts(0, self.proxies.wanted(link.config.name)):
+            self._send_control(link, part)
+
+    def _apply_sync(self, name: str, pairs: list[tuple[str, str]]) -> None:
+        wanted = set(pairs)
+        registry = self._broker.registry
+        for subscription in registry.of_queue(LINK_PREFIX + name):
+            pair = (subscription.sub_point, subscription.topic)
+            if pair in wanted:
+                wanted.discard(pair)
+            else:
+                self._subscriptions.remove(subscription)
+                log.debug("link %r: proxy %r swept", name, subscription.topic)
+        for sub_point, topic_filter in sorted(wanted):
+            self._add_proxy(name, sub_point, topic_filter)
+
+    def _add_proxy(self, name: str, sub_point: str, topic_filter: str) -> None:
+        broker = self._broker
+        if sub_point not in broker.sub_points:
+            log.warning("link %r: proxy for undeclared sub point %r ignored", name, sub_point)
+            return
+        problem = broker.topic_limits.filter_error(topic_filter)
+        if problem is not None:
+            log.warning("link %r: proxy for %r ignored: %s", name, topic_filter, problem)
+            return
+        identity = Identity(self.own, LINK_PREFIX + name)
+        registry = broker.registry
+        if registry.get((identity, topic_filter, sub_point, "")) is not None:
+            return
+        subscription = Subscription(
+            id=registry.new_id(),
+            identity=identity,
+            topic=topic_filter,
+            sub_point=sub_point,
+            owner=LINK_OWNER,
+            qos=2,
+            created_at=time.time(),
+            mqtt=True,
+            retain_as_published=True,
+        )
+        registry.add(subscription)
+        self._subscriptions.saved(subscription)
+        log.info(
+            "link %r: proxy subscription %r (sub point %r) added", name, topic_filter, sub_point
+        )
+
+    def _remove_proxy(self, name: str, sub_point: str, topic_filter: str) -> None:
+        identity = Identity(self.own, LINK_PREFIX + name)
+        subscription = self._broker.registry.get((identity, topic_filter, sub_point, ""))
+        if subscription is not None:
+            self._subscriptions.remove(subscription)
+            log.info(
+                "link %r: proxy subscription %r (sub point %r) removed",
+                name,
+                topic_filter,
+                sub_point,
+            )
+
+    def _send_control(self, link: LinkState, message: Sync | ProxyChange | Reach) -> None:
+        """A control message straight on the link's connection (QoS 0): in order with the
+        other control messages; a connection that ends loses them, and the next one
+        starts with a whole `sync` again."""
+        client = link.client
+        if client is None or client.connection is None or client.connection.closed:
+            return
+        client.connection.send_publish(CONTROL_TOPIC.encode("utf-8"), encode(message), False, b"")
+        client.mark_dirty()
+
+    def _reach(self, link: LinkState, client: Client, paths: list[list[str]]) -> None:
+        name = link.config.name
+        first = paths[0][0] if paths and paths[0] else ""
+        if first != name:
+            link.state = f"refused: found broker {first!r}"
+            log.error(
+                "links[%d] expects broker %r at %s:%d, found %r",
+                list(self.links).index(name),
+                name,
+                link.config.host,
+                link.config.port,
+                first,
+            )
+            client.close(f"expected broker {name!r}, found {first!r}", ReasonCode.NOT_AUTHORIZED)
+            return
+        try:
+            if link.state == "connected":
+                cycle = self.topology.update(name, paths)
+            else:
+                cycle = self.topology.connect(name, paths)
+                if cycle is None:
+                    link.state = "connected"
+                    log.info("link %r up (%s)", name, client.peer)
+                    self._send_sync(link)
+        except ValueError as error:
+            client.close(f"invalid reach: {error}", ReasonCode.PROTOCOL_ERROR)
+            return
+        if cycle is not None:
+            # Refused when it came up; otherwise links that came up together closed a cycle,
+            # and the two ends of the link the tie-break picks drop it (`Topology.drops`).
+            victim = name if link.state != "connected" else self.topology.drops(cycle)
+            if victim is not None:
+                self._drop_for_cycle(self.links[victim], cycle.message(victim))
+            if link.state != "connected":
+                return
+        self._announce_all()
+
+    def _drop_for_cycle(self, link: LinkState, message: str) -> None:
+        link.state = "refused: cycle"
+        self._log_cycle(link, message)
+        if link.client is not None:
+            link.client.close(message, ReasonCode.NOT_AUTHORIZED)
+
+    def _announce(self, link: LinkState, force: bool = False) -> None:
+        """Tell the neighbour what this broker reaches, if that changed (QoS 0, ahead of
+        anything queued: reach updates must not wait behind a backlog)."""
+        client = link.client
+        if client is None or client.connection is None or client.connection.closed:
+            return
+        paths = self.topology.announcement(link.config.name)
+        if not force and paths == link.announced:
+            return
+        link.announced = paths
+        self._send_control(link, Reach(paths))
+
+    def _announce_all(self) -> None:
+        for link in self.links.values():
+            if link.state == "connected":
+                self._announce(link)
+
+    def _log_cycle(self, link: LinkState, message: str) -> None:
+        now = time.monotonic()
+        if now - link.last_cycle_log >= CYCLE_LOG_EVERY:
+            link.last_cycle_log = now
+            log.error("%s", message)
+
+    # -- $SYS -------------------------------------------------------------------
+
+    def sys_values(self) -> dict[str, str]:
+        values: dict[str, str] = {}
+        for name, link in self.links.items():
+            prefix = f"links/{name}/"
+            session = self._sessions.by_id.get(LINK_PREFIX + name)
+            queued = 0 if session is None else len(session.queue) + len(session.flows.outbound)
+            values[prefix + "state"] = link.state
+            values[prefix + "messages/received"] = str(link.messages_received)
+            values[prefix + "queued"] = str(queued)
+            values[prefix + "reaches"] = ",".join(self.topology.reachable(name))
+            values[prefix + "proxy subscriptions/in"] = str(
+                self._broker.registry.count_of_queue(LINK_PREFIX + name)
+            )
+            values[prefix + "proxy subscriptions/out"] = str(len(self.proxies.wanted(name)))
+        return values

@@ -1,0 +1,78 @@
+"""The MQ model across a chain A - B - C: global and `Local` RegSubs, content filters run at
+the subscriber's broker, and Publish with PubOpt Local (docs/network.md §5-6; the seed's
+Register Subscriber page)."""
+
+from __future__ import annotations
+
+from mq.helpers import MQClient, assert_ok, connected
+from testsupport.process import unique
+
+from .netsupport import Network
+from .test_11_forwarding import wait_proxies
+
+
+def barrier(subscriber: MQClient, publisher: MQClient) -> None:
+    """Everything `publisher` published before now has reached `subscriber` (one path,
+    QoS 1: in order)."""
+    subscriber.sync(publisher)
+
+
+def test_local_regsubs_get_only_what_is_published_at_their_broker(chain: Network) -> None:
+    base = unique("mq")
+    subscriber = connected(chain.ports["C"])
+    assert_ok(subscriber.command({"Command": "RegSub", "Topic": f"{base}/global/#"}))
+    assert_ok(
+        subscriber.command({"Command": "RegSub", "Topic": f"{base}/local/#", "RegOpt": "Local"})
+    )
+    publisher_a = connected(chain.ports["A"])
+    # The reply topic, the sentinel and the global subscription reach A; the Local one
+    # never does.
+    wait_proxies(chain, "A", "B", 3)
+    publisher_c = connected(chain.ports["C"])
+    publisher_a.publish(f"{base}/global/1", b"g from A")
+    publisher_a.publish(f"{base}/local/1", b"l from A")
+    publisher_c.publish(f"{base}/local/2", b"l from C")
+    barrier(subscriber, publisher_a)
+    barrier(subscriber, publisher_c)
+    got = sorted((m.topic, m.payload) for m in subscriber.deliveries(base))
+    assert got == [(f"{base}/global/1", b"g from A"), (f"{base}/local/2", b"l from C")]
+    for client in (subscriber, publisher_a, publisher_c):
+        client.close()
+
+
+def test_a_content_filter_runs_at_the_subscribers_broker(chain: Network) -> None:
+    base = unique("filter")
+    subscriber = connected(chain.ports["C"])
+    assert_ok(
+        subscriber.command({"Command": "RegSub", "Topic": f"{base}/#", "Filter": "temp > 30"})
+    )
+    publisher = connected(chain.ports["A"])
+    wait_proxies(chain, "A", "B", 3)
+    publisher.publish(f"{base}/t", b'{"temp": 20}')
+    publisher.publish(f"{base}/t", b'{"temp": 35}')
+    barrier(subscriber, publisher)
+    assert [m.payload for m in subscriber.deliveries(base)] == [b'{"temp": 35}']
+    subscriber.close()
+    publisher.close()
+
+
+def test_publish_with_pubopt_local_stays_at_its_broker(chain: Network) -> None:
+    base = unique("pubopt")
+    far = connected(chain.ports["C"])
+    assert_ok(far.command({"Command": "RegSub", "Topic": f"{base}/#"}))
+    near = connected(chain.ports["A"])
+    assert_ok(near.command({"Command": "RegSub", "Topic": f"{base}/#"}))
+    wait_proxies(chain, "A", "B", 3)
+    publisher = connected(chain.ports["A"])
+    assert_ok(
+        publisher.command(
+            {"Command": "Publish", "Topic": f"{base}/local", "PubOpt": "Local"}, body=b"here"
+        )
+    )
+    assert_ok(publisher.command({"Command": "Publish", "Topic": f"{base}/all"}, body=b"all"))
+    near.wait_deliveries(2, base)
+    barrier(far, publisher)
+    assert [m.topic for m in far.wait_deliveries(1, base)] == [f"{base}/all"]
+    assert sorted(m.topic for m in near.deliveries(base)) == [f"{base}/all", f"{base}/local"]
+    for client in (far, near, publisher):
+        client.close()

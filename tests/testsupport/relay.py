@@ -1,0 +1,80 @@
+"""`Relay`: a TCP relay on 127.0.0.1 that a test can cut, to make a link between two brokers
+fail on purpose (the dialing broker connects to the relay, which connects on to the other).
+
+`cut()` drops every connection through it at once (both sockets shut down, as when a
+network path fails); `blocked = True` makes it refuse new connections until set back. It
+runs in daemon threads and stops with `close()`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+
+from .process import HOST
+
+
+class Relay:
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.blocked = False
+        self.connections = 0  # accepted and relayed so far
+        self._server = socket.create_server((HOST, 0))
+        self.port: int = self._server.getsockname()[1]
+        self._lock = threading.Lock()
+        self._open: list[socket.socket] = []
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                downstream, _ = self._server.accept()
+            except OSError:
+                return
+            if self.blocked:
+                downstream.close()
+                continue
+            try:
+                upstream = socket.create_connection((HOST, self.target_port), timeout=5)
+            except OSError:
+                downstream.close()
+                continue
+            upstream.settimeout(None)
+            with self._lock:
+                self._open += [downstream, upstream]
+                self.connections += 1
+            for source, sink in ((downstream, upstream), (upstream, downstream)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            self._drop(source, sink)
+
+    def _drop(self, *sockets: socket.socket) -> None:
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                sock.close()
+            with self._lock:
+                if sock in self._open:
+                    self._open.remove(sock)
+
+    def cut(self) -> None:
+        """Drop every connection through the relay now."""
+        with self._lock:
+            current = list(self._open)
+        self._drop(*current)
+
+    def close(self) -> None:
+        self._closed = True
+        with contextlib.suppress(OSError):
+            self._server.close()
+        self.cut()
