@@ -63,6 +63,13 @@ def test_a_client_cannot_take_a_link_client_id(chain: Network) -> None:
     assert "link from 127.0.0.1:" in log and "refused" in log
 
 
+def test_a_client_cannot_subscribe_to_link_topics(chain: Network) -> None:
+    client = PahoClient(chain.ports["B"], version=MQTT5)
+    client.connect()
+    assert client.subscribe([("$link/control", 1), ("$link/#", 0)]) == [0x87, 0x87]
+    client.close()
+
+
 def test_two_dialing_sides_are_refused_with_a_hint(tmp_path: Path) -> None:
     network = Network(tmp_path, ["A", "B"], [("A", "B")])
     # B dials A as well, instead of accepting.

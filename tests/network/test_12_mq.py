@@ -4,10 +4,16 @@ Register Subscriber page)."""
 
 from __future__ import annotations
 
-from mq.helpers import MQClient, assert_ok, connected
-from testsupport.process import unique
+from pathlib import Path
 
-from .netsupport import Network
+import pytest
+
+from mq.helpers import MQClient, assert_ok, connected
+from telemq.cli.main import main
+from testsupport.paho import PahoClient
+from testsupport.process import unique, users_and_acl
+
+from .netsupport import Network, wait_link_state
 from .test_11_forwarding import wait_proxies
 
 
@@ -76,3 +82,32 @@ def test_publish_with_pubopt_local_stays_at_its_broker(chain: Network) -> None:
     assert sorted(m.topic for m in near.deliveries(base)) == [f"{base}/all", f"{base}/local"]
     for client in (far, near, publisher):
         client.close()
+
+
+def test_an_admin_lists_proxy_subscriptions_apart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    admin = users_and_acl({"root": "secret"}, []).replace(
+        'name = "root"', 'name = "root"\nadmin = true'
+    )
+    network = Network(tmp_path, ["A", "B", "C"], [("A", "B"), ("B", "C")], extra=admin)
+    try:
+        network.start()
+        for broker, link in (("A", "B"), ("C", "B")):
+            assert wait_link_state(network, broker, link, "connected"), (broker, link)
+        base = unique("listed")
+        subscriber = PahoClient(network.ports["C"])
+        subscriber.connect()
+        subscriber.subscribe(f"{base}/#", qos=1)
+        wait_proxies(network, "B", "C", 1)
+        port = str(network.ports["B"])
+        assert main(["subs", "list", "-p", port, "-u", "root", "-P", "secret"]) == 0
+        out = capsys.readouterr().out
+        proxies = out[out.index("proxy subscription 1:") :]
+        assert "Proxy: C" in proxies and f"Topic: {base}/#" in proxies
+        assert f"Topic: {base}/#" not in out[: out.index("proxy subscription 1:")]
+        assert main(["subs", "list", "-p", port, "-u", "root", "-P", "secret", "--no-proxies"]) == 0
+        assert "proxy subscription" not in capsys.readouterr().out
+        subscriber.close()
+    finally:
+        network.finalize()

@@ -42,10 +42,8 @@ from ..network.control import (
     Sync,
     decode,
     encode,
-    sync_parts,
 )
 from ..network.envelope import LinkInfo, closed_envelope, extend, loops, split_user_properties
-from ..network.proxies import Change, ProxyTable, proxy_pair
 from ..network.topology import Topology
 from ..protocol import (
     Connect,
@@ -60,11 +58,11 @@ from ..protocol import (
 )
 from ..protocol.peer5 import NO_EXPIRY
 from ..protocol.properties import read_message_properties
-from ..subscriptions import Identity, Subscription
 from .client import Client
 from .config import ListenerConfig
 from .dialer import Backoff, DialTarget, keep_dialing
 from .network_config import LinkConfig
+from .proxies import ProxySubscriptions
 from .router import now_us
 from .session import Message
 from .sessions import LINK_OWNER, LINK_PREFIX, Sessions
@@ -94,8 +92,6 @@ class LinkState:
     announced: list[list[str]] | None = None  # the reach last sent over this link
     messages_received: int = 0
     loops_logged: bool = False
-    # A `sync` being received (its parts so far): the neighbour's whole proxy set.
-    incoming_sync: list[tuple[str, str]] | None = None
 
 
 class Links:
@@ -106,7 +102,6 @@ class Links:
     ) -> None:
         self._broker = broker
         self._sessions = sessions
-        self._subscriptions = subscriptions
         config = broker.config
         self.own = config.name
         self.links: dict[str, LinkState] = {
@@ -114,7 +109,15 @@ class Links:
             for link in config.links
         }
         self.topology = Topology(self.own, list(self.links))
-        self.proxies = ProxyTable(list(self.links))
+        self.proxies = ProxySubscriptions(
+            self.own,
+            list(self.links),
+            broker.registry,
+            subscriptions,
+            broker.sub_points,
+            broker.topic_limits,
+            self._send_to,
+        )
         self._tasks: list[asyncio.Task[None]] = []
         self._ended: dict[Client, asyncio.Future[None]] = {}  # dialed connections' ends
         # (path, sub point) of arriving copies -> the envelope of their copies onward: the
@@ -134,7 +137,6 @@ class Links:
         if not self.links:
             return
         self._sessions.link_gate = self
-        self._subscriptions.listener = self
         router = self._broker.router
         for sub_point in self._broker.sub_points:
             router.envelopes[sub_point] = closed_envelope(LinkInfo((self.own,), sub_point))
@@ -147,8 +149,7 @@ class Links:
                 link.config.max_queued_messages,
                 link.config.max_queued_bytes,
             )
-        for subscription in self._broker.registry:
-            self.subscription_saved(subscription)
+        self.proxies.start()
         for link in self.links.values():
             if link.config.dials:
                 self._tasks.append(asyncio.get_running_loop().create_task(self._dial(link)))
@@ -409,7 +410,7 @@ class Links:
             log.info("link %r up (%s)", link.config.name, client.peer)
         self._announce(link, force=True)
         if reach_known:
-            self._send_sync(link)
+            self.proxies.send_sync(link.config.name)
             self._announce_all()
 
     def _control(self, client: Client, payload: bytes) -> None:
@@ -423,111 +424,16 @@ class Links:
             return
         if isinstance(message, Reach):
             self._reach(link, client, message.paths)
-        elif isinstance(message, Sync):
-            if message.part == 0 or link.incoming_sync is None:
-                link.incoming_sync = []
-            link.incoming_sync.extend(message.subs)
-            if message.last:
-                self._apply_sync(name, link.incoming_sync)
-                link.incoming_sync = None
-        elif isinstance(message, ProxyChange):
-            if message.op == "add":
-                self._add_proxy(name, message.sub_point, message.topic_filter)
-            else:
-                self._remove_proxy(name, message.sub_point, message.topic_filter)
+        elif isinstance(message, (Sync, ProxyChange)):
+            self.proxies.received(name, message)
 
-    # -- proxy subscriptions ------------------------------------------------------
-
-    def subscription_saved(self, subscription: Subscription) -> None:
-        """Every subscription change (the `SubscriptionListener` seam): what it asks of
-        each neighbour, sent to those connected."""
-        queue = subscription.queue
-        source = ""
-        pair: tuple[str, str] | None
-        if queue.startswith(LINK_PREFIX):
-            source = queue[len(LINK_PREFIX) :]
-            pair = (subscription.sub_point, subscription.topic)
-        elif subscription.has("Local"):
-            pair = None
-        else:
-            try:
-                pair = proxy_pair(subscription.sub_point, subscription.topic)
-            except ValueError:
-                pair = None
-        self._send_changes(self.proxies.set(subscription.id, pair, source))
-
-    def subscription_removed(self, subscription: Subscription) -> None:
-        self._send_changes(self.proxies.set(subscription.id, None))
-
-    def _send_changes(self, changes: list[Change]) -> None:
-        for change in changes:
-            link = self.links.get(change.neighbour)
-            if link is not None and link.state == "connected":
-                self._send_control(
-                    link, ProxyChange(change.op, 0, change.sub_point, change.topic_filter)
-                )
-
-    def _send_sync(self, link: LinkState) -> None:
-        """The whole set this broker asks of the neighbour, at every (re)connection: the
-        neighbour replaces what it had with it (mark and sweep), so nothing is left stale
-        or counted twice whatever happened while the link was down."""
-        for part in sync_parts(0, self.proxies.wanted(link.config.name)):
-            self._send_control(link, part)
-
-    def _apply_sync(self, name: str, pairs: list[tuple[str, str]]) -> None:
-        wanted = set(pairs)
-        registry = self._broker.registry
-        for subscription in registry.of_queue(LINK_PREFIX + name):
-            pair = (subscription.sub_point, subscription.topic)
-            if pair in wanted:
-                wanted.discard(pair)
-            else:
-                self._subscriptions.remove(subscription)
-                log.debug("link %r: proxy %r swept", name, subscription.topic)
-        for sub_point, topic_filter in sorted(wanted):
-            self._add_proxy(name, sub_point, topic_filter)
-
-    def _add_proxy(self, name: str, sub_point: str, topic_filter: str) -> None:
-        broker = self._broker
-        if sub_point not in broker.sub_points:
-            log.warning("link %r: proxy for undeclared sub point %r ignored", name, sub_point)
-            return
-        problem = broker.topic_limits.filter_error(topic_filter)
-        if problem is not None:
-            log.warning("link %r: proxy for %r ignored: %s", name, topic_filter, problem)
-            return
-        identity = Identity(self.own, LINK_PREFIX + name)
-        registry = broker.registry
-        if registry.get((identity, topic_filter, sub_point, "")) is not None:
-            return
-        subscription = Subscription(
-            id=registry.new_id(),
-            identity=identity,
-            topic=topic_filter,
-            sub_point=sub_point,
-            owner=LINK_OWNER,
-            qos=2,
-            created_at=time.time(),
-            mqtt=True,
-            retain_as_published=True,
-        )
-        registry.add(subscription)
-        self._subscriptions.saved(subscription)
-        log.info(
-            "link %r: proxy subscription %r (sub point %r) added", name, topic_filter, sub_point
-        )
-
-    def _remove_proxy(self, name: str, sub_point: str, topic_filter: str) -> None:
-        identity = Identity(self.own, LINK_PREFIX + name)
-        subscription = self._broker.registry.get((identity, topic_filter, sub_point, ""))
-        if subscription is not None:
-            self._subscriptions.remove(subscription)
-            log.info(
-                "link %r: proxy subscription %r (sub point %r) removed",
-                name,
-                topic_filter,
-                sub_point,
-            )
+    def _send_to(self, neighbour: str, message: Sync | ProxyChange) -> bool:
+        """A control message to a neighbour whose link is up (the proxies room's `send`)."""
+        link = self.links.get(neighbour)
+        if link is None or link.state != "connected":
+            return False
+        self._send_control(link, message)
+        return True
 
     def _send_control(self, link: LinkState, message: Sync | ProxyChange | Reach) -> None:
         """A control message straight on the link's connection (QoS 0): in order with the
@@ -562,7 +468,7 @@ class Links:
                 if cycle is None:
                     link.state = "connected"
                     log.info("link %r up (%s)", name, client.peer)
-                    self._send_sync(link)
+                    self.proxies.send_sync(link.config.name)
         except ValueError as error:
             client.close(f"invalid reach: {error}", ReasonCode.PROTOCOL_ERROR)
             return
@@ -620,5 +526,5 @@ class Links:
             values[prefix + "proxy subscriptions/in"] = str(
                 self._broker.registry.count_of_queue(LINK_PREFIX + name)
             )
-            values[prefix + "proxy subscriptions/out"] = str(len(self.proxies.wanted(name)))
+            values[prefix + "proxy subscriptions/out"] = str(self.proxies.asked_of(name))
         return values

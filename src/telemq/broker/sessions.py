@@ -44,7 +44,7 @@ from ..protocol import (
 from ..protocol.flows import InflightState
 from ..protocol.peer5 import NO_EXPIRY
 from ..store import SessionRecord
-from ..subscriptions import Registry
+from ..subscriptions import LINK_QUEUE_PREFIX, Registry
 from .auth import Action
 from .authentication import Authentications
 from .committer import Committer
@@ -66,7 +66,7 @@ log = logging.getLogger("telemq.broker")
 EMBEDDED_OWNER = "\x00embedded"
 # Links to neighbour brokers (links.py): the client ids reserved for them, and the owner of
 # their sessions (`$link/<neighbour>`), which only the links room hands to a connection.
-LINK_PREFIX = "$link/"
+LINK_PREFIX = LINK_QUEUE_PREFIX
 LINK_OWNER = "\x00link"
 
 

@@ -71,6 +71,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("telemq.broker")
 
 RETAINED_SLICE = 256  # retained messages sent per turn of the event loop
+LINK_TOPICS = "$link/"  # the links' control topics (links.py): no client subscribes there
 
 
 class SubscriptionListener(Protocol):
@@ -157,6 +158,8 @@ class SubscriptionManager:
             if problem is None and limits5 is not None:
                 qos = min(qos, limits5.maximum_qos)
                 code5, problem = _unavailable(topic_filter, limits5)
+            if problem is None and topic_filter.startswith(LINK_TOPICS):
+                code5, problem = ReasonCode.NOT_AUTHORIZED, "$link/ topics are the links'"
             share_name, matched = "", topic_filter  # what the ACL and the trie see
             if problem is None and self._shared_available:
                 try:

@@ -81,6 +81,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     listing.add_argument("--queue", "-q", help="only this queue")
     listing.add_argument("--sub-point", help="only this subscription point")
     listing.add_argument("--name", "-n", help="only this subscription name")
+    listing.add_argument(
+        "--no-proxies",
+        action="store_true",
+        help="leave out the proxy subscriptions of neighbour brokers (listed to admins)",
+    )
     listing.set_defaults(handler=run, psc_command="ListSubs")
 
 
@@ -115,6 +120,8 @@ def build_command(args: argparse.Namespace) -> dict[str, Any]:
     put("SubIdentity", getattr(args, "identity", None))
     put("SubUserData", getattr(args, "user_data", None))
     put("RegOpt", getattr(args, "option", None))
+    if args.psc_command == "ListSubs":
+        put("Kind", "Subscriptions" if getattr(args, "no_proxies", False) else "All")
     if getattr(args, "correl_id", None):
         mqmd["CorrelId"] = args.correl_id
     if getattr(args, "expiry", None) is not None:
@@ -163,8 +170,11 @@ def run(args: argparse.Namespace) -> int:
                 continue
             print(f"  {key}: {', '.join(values)}")
         listed = json.loads(reply.payload).get("pscr", {}).get("Subscriptions", [])
-        for index, attributes in enumerate(listed):
-            print(f"subscription {index + 1}:")
-            for key, values in attributes.items():
-                print(f"  {key}: {', '.join(values)}")
+        # A subscriber's first, then, apart, the proxies neighbour brokers asked for.
+        for heading, proxies in (("subscription", False), ("proxy subscription", True)):
+            shown = [a for a in listed if ("Proxy" in a) == proxies]
+            for index, attributes in enumerate(shown):
+                print(f"{heading} {index + 1}:")
+                for key, values in attributes.items():
+                    print(f"  {key}: {', '.join(values)}")
     return {"ok": 0, "warning": 1}.get(completion, 2)

@@ -47,6 +47,7 @@ KNOWN_PROPERTIES = frozenset(
         "PubTime",
         "SeqNum",
         "StreamName",
+        "Kind",  # telemq's ListSubs: Subscriptions, Proxies or All
     }
 )
 MQMD_FIELDS = frozenset({"ReplyToQ", "ReplyToQMgr", "CorrelId", "MsgType", "Expiry"})

@@ -255,6 +255,7 @@ def _attributes(subscription: Subscription) -> dict[str, list[str]]:
     """All attributes of a subscription, as FullResp and `subs list` show them."""
     options = [*sorted(subscription.options), subscription.persistence.value]
     attributes = {
+        "Proxy": [subscription.proxy_for],
         "Topic": [subscription.topic],
         "SubPoint": [subscription.sub_point],
         "Filter": [subscription.filter_text],
@@ -815,22 +816,39 @@ def delete_pub(command: Command, requester: Requester, registry: Registry, host:
     return Reply("warning" if warnings else "ok", warnings)
 
 
+# ListSubs' Kind: which subscriptions, by whether they are proxy subscriptions (the ones
+# neighbour brokers asked for, listed to admins: their owner is no user).
+LIST_KINDS: dict[str, Callable[[bool], bool]] = {
+    "Subscriptions": lambda proxy: not proxy,
+    "Proxies": lambda proxy: proxy,
+    "All": lambda proxy: True,
+}
+
+
 def list_subs(command: Command, requester: Requester, registry: Registry, host: Host) -> Reply:
     """telemq extension: the requester's subscriptions with all their attributes (as
     FullResp shows one): those it registered and those on its queues. An admin sees all.
 
-    Optional properties narrow the list: QName, SubPoint, SubName, Topic (exact).
+    Optional properties narrow the list: QName, SubPoint, SubName, Topic (exact); Kind
+    (Subscriptions, the default, Proxies or All) takes in proxy subscriptions, which show
+    the neighbour broker they stand for as `Proxy`.
     """
     queue = command.first("QName")
     sub_point = command.first("SubPoint") if "SubPoint" in command.psc else None
     name = command.first("SubName")
     topics = command.all("Topic")
+    kind = command.first("Kind") or "Subscriptions"
+    if kind not in LIST_KINDS:
+        raise CommandFailed(
+            ReasonCode.PARM_SYNTAX_ERROR, f"Kind {kind!r} is not Subscriptions, Proxies or All"
+        )
     user = requester.user_id
     everyone = host.is_admin(requester)
     chosen = [
         s
         for s in sorted(registry, key=lambda s: s.id)
-        if (everyone or s.owner == user or host.queue_owner(s.queue) == user)
+        if LIST_KINDS[kind](bool(s.proxy_for))
+        and (everyone or s.owner == user or host.queue_owner(s.queue) == user)
         and (not queue or s.queue == queue)
         and (sub_point is None or s.sub_point == sub_point)
         and (not name or s.name == name)

@@ -5,6 +5,7 @@ Pure data and policy, no I/O. See `registry` for the theory of operation.
 
 from .options5 import DeliveryOptions, delivery_options, filter_properties
 from .registry import (
+    LINK_QUEUE_PREFIX,
     PERSISTENCE_RANK,
     STORED_OPTIONS,
     Identity,
@@ -17,6 +18,7 @@ from .registry import (
 from .topic_tree import SubscriptionTree
 
 __all__ = [
+    "LINK_QUEUE_PREFIX",
     "PERSISTENCE_RANK",
     "STORED_OPTIONS",
     "DeliveryOptions",

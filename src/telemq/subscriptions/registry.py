@@ -86,6 +86,9 @@ class Identity:
 
 
 SubscriptionKey = tuple[Identity, str, str, str]  # identity, topic, sub point, filter text
+# The queues of links to neighbour brokers (`$link/<neighbour>`): their subscriptions are the
+# proxy subscriptions the neighbour asked for (docs/network.md).
+LINK_QUEUE_PREFIX = "$link/"
 
 
 @dataclass(slots=True)
@@ -138,6 +141,12 @@ class Subscription:
     @property
     def queue(self) -> str:
         return self.identity.queue
+
+    @property
+    def proxy_for(self) -> str:
+        """The neighbour broker this is a proxy subscription of; "" for a subscriber's."""
+        queue = self.identity.queue
+        return queue[len(LINK_QUEUE_PREFIX) :] if queue.startswith(LINK_QUEUE_PREFIX) else ""
 
     def has(self, option: str) -> bool:
         return option in self.options

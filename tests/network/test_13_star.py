@@ -1,0 +1,56 @@
+"""A star: a hub H and three leaves that dial it. Subscriptions at any leaf hear what is
+published at every other broker, through the hub, once; the hub asks each leaf only for
+what the other leaves and its own clients need (docs/network.md §5-6)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from testsupport.paho import PahoClient
+from testsupport.process import unique, wait_until
+
+from .netsupport import Network, wait_link_state
+from .test_11_forwarding import proxies_in, wait_proxies
+
+LEAVES = ["L1", "L2", "L3"]
+
+
+def test_leaves_hear_each_other_through_the_hub(tmp_path: Path) -> None:
+    network = Network(tmp_path, ["H", *LEAVES], [(leaf, "H") for leaf in LEAVES])
+    clients: list[PahoClient] = []
+    try:
+        network.start()
+        for leaf in LEAVES:
+            assert wait_link_state(network, leaf, "H", "connected"), leaf
+        base = unique("star")
+        subscribers = {}
+        for broker in ["H", *LEAVES]:
+            client = PahoClient(network.ports[broker])
+            client.connect()
+            client.subscribe(f"{base}/#", qos=1)
+            subscribers[broker] = client
+            clients.append(client)
+        # Each leaf is asked for the one filter (the hub's and the other leaves' subscribers
+        # aggregate into one proxy); the hub is asked by each leaf for it too.
+        for leaf in LEAVES:
+            wait_proxies(network, leaf, "H", 1)
+            wait_proxies(network, "H", leaf, 1)
+        for broker in ["H", *LEAVES]:
+            publisher = PahoClient(network.ports[broker])
+            publisher.connect()
+            clients.append(publisher)
+            publisher.publish(f"{base}/from-{broker}", broker.encode(), qos=1)
+        expected = sorted(f"{base}/from-{broker}" for broker in ["H", *LEAVES])
+        for broker, client in subscribers.items():
+            got = sorted(m.topic for m in client.wait_messages(4))
+            assert got == expected, broker
+        # Once each: no copy loops back through the hub.
+        assert not wait_until(lambda: any(len(c.received()) > 4 for c in subscribers.values()), 1.0)
+        # A leaf's subscription going away leaves the others' proxies in place.
+        subscribers["L1"].unsubscribe(f"{base}/#")
+        wait_proxies(network, "H", "L1", 0)
+        assert all(proxies_in(network, leaf, "H") == 1 for leaf in LEAVES)
+    finally:
+        for client in clients:
+            client.close()
+        network.finalize()
