@@ -98,3 +98,35 @@ def test_two_dialing_sides_are_refused_with_a_hint(tmp_path: Path) -> None:
             ), sys_value(port, topic)
     finally:
         network.finalize()
+
+
+def test_a_link_that_comes_back_over_a_half_open_connection_keeps_its_reach(
+    tmp_path: Path,
+) -> None:
+    """The dialer loses its connection but the acceptor does not notice (half-open TCP):
+    the new CONNECT takes the link's session over, and the topology keeps the new link's
+    paths (the old connection's end must not remove them)."""
+    network = Network(tmp_path, ["A", "B", "C"], [("A", "B"), ("B", "C")], relayed=[("A", "B")])
+    try:
+        network.start()
+        for broker, link in (("A", "B"), ("C", "B")):
+            assert wait_link_state(network, broker, link, "connected"), (broker, link)
+        relay = network.relays[("A", "B")]
+        connections = relay.connections
+        relay.cut(half_open=True)
+        assert wait_until(lambda: relay.connections > connections, LINK_TIMEOUT)
+        assert wait_until(lambda: "taken over" in network.brokers["B"].log_text(), LINK_TIMEOUT)
+        for broker, link, reaches in (("B", "A", "A"), ("C", "B", "B,A"), ("A", "B", "B,C")):
+            topic = f"$SYS/broker/links/{link}/reaches"
+            port = network.ports[broker]
+            assert wait_until(
+                lambda p=port, t=topic, r=reaches: sys_value(p, t, 1.0) == r, LINK_TIMEOUT, 0.2
+            ), (broker, link, sys_value(port, topic))
+        # And it stays so: nothing later removes the paths.
+        assert not wait_until(
+            lambda: sys_value(network.ports["C"], "$SYS/broker/links/B/reaches", 1.0) != "B,A",
+            2.0,
+            0.3,
+        )
+    finally:
+        network.finalize()

@@ -2,8 +2,10 @@
 fail on purpose (the dialing broker connects to the relay, which connects on to the other).
 
 `cut()` drops every connection through it at once (both sockets shut down, as when a
-network path fails); `blocked = True` makes it refuse new connections until set back. It
-runs in daemon threads and stops with `close()`.
+network path fails); `cut(half_open=True)` closes only the dialing side's end, so the
+other end goes on believing in the connection (a half-open TCP connection, as a crashed
+router leaves). `blocked = True` makes it refuse new connections until set back. It runs in
+daemon threads and stops with `close()`.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ class Relay:
         self.port: int = self._server.getsockname()[1]
         self._lock = threading.Lock()
         self._open: list[socket.socket] = []
+        self._dialing_ends: list[socket.socket] = []
+        self._half_open: set[socket.socket] = set()  # dialing ends cut with half_open
         self._closed = False
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -44,6 +48,7 @@ class Relay:
             upstream.settimeout(None)
             with self._lock:
                 self._open += [downstream, upstream]
+                self._dialing_ends.append(downstream)
                 self.connections += 1
             for source, sink in ((downstream, upstream), (upstream, downstream)):
                 threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
@@ -55,7 +60,8 @@ class Relay:
         except OSError:
             pass
         finally:
-            self._drop(source, sink)
+            if source not in self._half_open and sink not in self._half_open:
+                self._drop(source, sink)
 
     def _drop(self, *sockets: socket.socket) -> None:
         for sock in sockets:
@@ -67,10 +73,18 @@ class Relay:
                 if sock in self._open:
                     self._open.remove(sock)
 
-    def cut(self) -> None:
-        """Drop every connection through the relay now."""
+    def cut(self, half_open: bool = False) -> None:
+        """Drop every connection through the relay now (only the dialing ends with
+        `half_open`)."""
         with self._lock:
-            current = list(self._open)
+            current = list(self._dialing_ends if half_open else self._open)
+            self._dialing_ends = []
+        if half_open:
+            for sock in current:
+                self._half_open.add(sock)  # its pumps end without touching the other end
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+            return
         self._drop(*current)
 
     def close(self) -> None:

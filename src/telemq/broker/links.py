@@ -120,6 +120,7 @@ class Links:
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._ended: dict[Client, asyncio.Future[None]] = {}  # dialed connections' ends
+        self._announced: dict[Client, object] = {}  # accepted CONNECTs' reach, until CONNACK
         # (path, sub point) of arriving copies -> the envelope of their copies onward: the
         # same few paths come again and again.
         self._onward: dict[tuple[tuple[str, ...], str], bytes] = {}
@@ -262,19 +263,26 @@ class Links:
             )
         try:
             paths = json.loads(announced.get("telemq-reach", "[]"))
-            cycle = self.topology.connect(name, paths)
+            cycle = self.topology.check(name, paths)
         except ValueError as error:
             return f"broker {name!r} announces an invalid reach: {error}"
         if cycle is not None:
             message = cycle.message(name)
             self._log_cycle(link, message)
             return message
+        # Recorded once accepted: a connection this one takes over ends first (on_closed),
+        # and must not take the new one's paths with it.
+        self._announced[client] = paths
         return None
 
     def accepted(self, client: Client, session: Session) -> None:
         name = client.client_id[len(LINK_PREFIX) :]
         link = self.links[name]
         client.handlers = self.handlers
+        cycle = self.topology.connect(name, self._announced.pop(client, []))
+        if cycle is not None:  # another link came up in between
+            self._drop_for_cycle(link, cycle.message(name), client)
+            return
         self._up(link, client)
 
     # -- events of link connections -------------------------------------------
@@ -387,6 +395,7 @@ class Links:
         name = client.client_id[len(LINK_PREFIX) :]
         link = self.links.get(name)
         self._sessions.on_closed(client, event)
+        self._announced.pop(client, None)
         ended = self._ended.pop(client, None)
         if ended is not None and not ended.done():
             ended.set_result(None)
@@ -482,11 +491,12 @@ class Links:
                 return
         self._announce_all()
 
-    def _drop_for_cycle(self, link: LinkState, message: str) -> None:
+    def _drop_for_cycle(self, link: LinkState, message: str, client: Client | None = None) -> None:
         link.state = "refused: cycle"
         self._log_cycle(link, message)
-        if link.client is not None:
-            link.client.close(message, ReasonCode.NOT_AUTHORIZED)
+        client = client or link.client
+        if client is not None:
+            client.close(message, ReasonCode.NOT_AUTHORIZED)
 
     def _announce(self, link: LinkState, force: bool = False) -> None:
         """Tell the neighbour what this broker reaches, if that changed (QoS 0, ahead of
