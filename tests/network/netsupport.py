@@ -31,7 +31,12 @@ class Network:
         """`relayed`: edges whose dialer goes through a `Relay` the test can cut."""
         self.names = list(names)
         self.edges = list(edges)
-        self.ports = {name: free_port() for name in names}
+        self.ports: dict[str, int] = {}
+        for name in names:  # distinct: a port just released may be handed out again
+            port = free_port()
+            while port in self.ports.values():
+                port = free_port()
+            self.ports[name] = port
         self.relays = {edge: Relay(self.ports[edge[1]]) for edge in relayed}
         self.brokers: dict[str, BrokerProcess] = {}
         for name in names:
