@@ -122,7 +122,10 @@ def publisher(port: int, stop: Event) -> None:
 
 
 def run(brokers: int, total_subscribers: int, seconds: float, base: Path) -> dict[str, float]:
-    ports = {name: free_port() for name in "AB"}
+    ports = {"A": free_port()}
+    ports["B"] = free_port()
+    while ports["B"] == ports["A"]:  # a port just released may be handed out again
+        ports["B"] = free_port()
     accept_b = '[[links]]\nname = "B"\nuser = "link"\n' if brokers == 2 else ""
     processes = [start_broker(base / "A", "A", ports["A"], accept_b)]
     if brokers == 2:
