@@ -37,6 +37,7 @@ COMPILED = [
     "src/telemq/subscriptions/options5.py",
     "src/telemq/subscriptions/registry.py",
     "src/telemq/subscriptions/topic_tree.py",
+    "src/telemq/broker/bridges.py",
     "src/telemq/broker/client.py",
     "src/telemq/broker/committer.py",
     "src/telemq/broker/delivery.py",

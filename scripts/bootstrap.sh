@@ -35,6 +35,8 @@ java_major() {
 missing=()
 if [ "$want_test" = 1 ]; then
     command -v mosquitto_sub >/dev/null 2>&1 || missing+=(mosquitto-clients)
+    # The broker itself, for the bridge tests (Debian installs it in /usr/sbin).
+    command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || missing+=(mosquitto)
     command -v node >/dev/null 2>&1 || missing+=(nodejs)
     command -v npm >/dev/null 2>&1 || missing+=(npm)
 fi

@@ -367,22 +367,84 @@ def test_refusal_with_an_unknown_return_code() -> None:
     ]
 
 
-def test_a_server_without_private_levels_refuses_0x84_with_connack_1() -> None:
-    """What a bridge then retries without `bridge` (as Mosquitto's falls back)."""
+def test_a_server_takes_0x84_as_a_bridge_at_3_1_1() -> None:
+    """telemq accepts a bridge's private level, as Mosquitto does (docs/network.md §8)."""
     wire = Wire(MQTT_3_1_1, bridge=True)
-    assert wire.to_server() == [
-        ConnectionClosed(
-            "unsupported protocol level 132", False, ReasonCode.UNSUPPORTED_PROTOCOL_VERSION
+    (requested,) = wire.to_server()
+    assert isinstance(requested, ConnectRequested)
+    assert requested.packet.protocol_level == MQTT_3_1_1
+    assert requested.packet.bridge
+    assert wire.server.bridge and wire.server.protocol_level == MQTT_3_1_1
+    wire.server.accept(False, Flows(), 0.0)
+    (acknowledged,) = wire.to_dialer()
+    assert acknowledged == ConnectAcknowledged(0, False, None)
+
+
+def test_a_plain_connect_is_no_bridge() -> None:
+    wire = Wire(MQTT_3_1)
+    (requested,) = wire.to_server()
+    assert isinstance(requested, ConnectRequested)
+    assert not requested.packet.bridge and not wire.server.bridge
+
+
+def test_levels_0x85_and_0x82_are_refused() -> None:
+    """Only 0x83 and 0x84 are private levels: 0x80 | 5 is no MQTT level."""
+    for level_byte in (0x85, 0x82):
+        server = Connection(now=0.0, mqtt5=SERVER_LIMITS)
+        events = server.receive_data(
+            b"\x10\x0d\x00\x04MQTT" + bytes((level_byte,)) + b"\x02\x00\x0a\x00\x01b", 0.0
         )
+        assert events == [
+            ConnectionClosed(
+                f"unsupported protocol level {level_byte}",
+                False,
+                ReasonCode.UNSUPPORTED_PROTOCOL_VERSION,
+            )
+        ]
+
+
+def _renamed(topic: bytes) -> bytes:
+    return b"remote/" + topic[len(b"local/") :]
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("outgoing_retain", [True, False])
+def test_a_bridge_renames_what_it_sends(level: int, outgoing_retain: bool) -> None:
+    """`rename` applies to QoS 0 (shared frames and 5.0), QoS 1 and 2 and their re-sends;
+    `outgoing_retain=False` clears RETAIN."""
+    wire, dialer_flows, _ = connected(level, rename=_renamed, outgoing_retain=outgoing_retain)
+    dialer = wire.dialer
+    if level == MQTT_5:
+        dialer.send_publish(b"local/a", b"0", True, b"")
+    else:
+        dialer.send_frame_qos0(encode_publish(b"local/a", b"0", 0, True, False, 0))
+    id_1 = dialer.deliver(b"local/b", b"1", 1, True, "one", 0.0)
+    id_2 = dialer.deliver(b"local/c/d", b"2", 2, False, "two", 0.0)
+    got = arrivals(wire.to_server())
+    assert got == [
+        ("remote/a", b"0", 0, outgoing_retain, False, 0),
+        ("remote/b", b"1", 1, outgoing_retain, False, id_1),
+        ("remote/c/d", b"2", 2, False, False, id_2),
     ]
-    assert wire.to_dialer() == [
-        ConnectAcknowledged(1, False, None),
-        ConnectionClosed(
-            "CONNACK 1 unacceptable protocol version",
-            False,
-            ReasonCode.UNSUPPORTED_PROTOCOL_VERSION,
-        ),
+    assert dialer_flows.outbound[id_1].topic == b"remote/b"
+    resent = decode(_resend(dialer), level)
+    assert [(p.topic, p.dup) for p in resent if isinstance(p, Publish)] == [
+        ("remote/b", True),
+        ("remote/c/d", True),
     ]
+
+
+def _resend(dialer: DialConnection) -> bytes:
+    dialer.resend_inflight(0.0)
+    return dialer.data_to_send()
+
+
+def test_split_frame_with_a_long_remaining_length() -> None:
+    """A shared frame whose remaining length takes two bytes is renamed whole."""
+    wire, _, _ = connected(MQTT_3_1_1, rename=_renamed)
+    payload = bytes(range(256)) * 2
+    wire.dialer.send_frame_qos0(encode_publish(b"local/x", payload, 0, False, False, 0))
+    assert arrivals(wire.to_server()) == [("remote/x", payload, 0, False, False, 0)]
 
 
 # ---------------------------------------------------------------------------

@@ -97,7 +97,7 @@ class Deliveries:
         if connection is None:
             return False
         if connection.peer5 is None:
-            connection.send_bytes(message.frame_qos0(retain))  # a no-op once closed
+            connection.send_frame_qos0(message.frame_qos0(retain))  # a no-op once closed
         else:
             properties = (
                 message.properties5(time.time()) if message.expiry_at else message.properties

@@ -61,7 +61,7 @@ from ..protocol.properties import read_message_properties
 from .client import Client
 from .config import ListenerConfig
 from .dialer import Backoff, DialTarget, keep_dialing
-from .network_config import LinkConfig
+from .network_config import LinkConfig, dial_secret
 from .proxies import ProxySubscriptions
 from .router import now_us
 from .session import Message
@@ -143,7 +143,7 @@ class Links:
             router.envelopes[sub_point] = closed_envelope(LinkInfo((self.own,), sub_point))
         deliveries = self._broker.deliveries
         for name, link in self.links.items():
-            session = self._sessions.ensure_link_session(name)
+            session = self._sessions.ensure_link_session(LINK_PREFIX + name)
             session.link = True
             session.flows.configured_inflight = link.config.max_inflight
             deliveries.link_limits[session.client_id] = (
@@ -197,7 +197,7 @@ class Links:
         """The client-role connection of a dialed link, with the CONNECT it opens with."""
         broker = self._broker
         config = link.config
-        password = config.secret()
+        password = dial_secret(config)
         connect = Connect(
             client_id=LINK_PREFIX + self.own,
             protocol_level=5,
@@ -305,7 +305,7 @@ class Links:
             )
             return
         sessions = self._sessions
-        session = sessions.ensure_link_session(link.config.name)
+        session = sessions.ensure_link_session(LINK_PREFIX + link.config.name)
         if session.client is not None and session.client is not client:
             session.client.close("link re-established", ReasonCode.SESSION_TAKEN_OVER)
         session.client = client

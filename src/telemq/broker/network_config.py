@@ -54,12 +54,6 @@ class LinkConfig:
     def dials(self) -> bool:
         return bool(self.host)
 
-    def secret(self) -> str | None:
-        """The password to log in with: `password`, or the first line of `password_file`."""
-        if self.password_file:
-            return Path(self.password_file).read_text(encoding="utf-8").splitlines()[0]
-        return self.password or None
-
 
 @dataclass(slots=True)
 class BridgeConfig:
@@ -69,7 +63,7 @@ class BridgeConfig:
     host: str = ""
     port: int = 1883
     protocol: str = "3.1.1"  # "3.1", "3.1.1" or "5"
-    client_id: str = ""  # default: <name>.<broker name>
+    client_id: str = ""  # default: <broker name>.<name>, as Mosquitto's hostname.name
     username: str = ""
     password: str = ""
     password_file: str = ""
@@ -88,6 +82,14 @@ class BridgeConfig:
 
     def rules(self) -> list[BridgeRule]:
         return [parse_rule(line) for line in self.topics]
+
+
+def dial_secret(entry: LinkConfig | BridgeConfig) -> str | None:
+    """The password a link or bridge logs in with: `password`, or the first line of
+    `password_file` (read at each connection, so a rotated file is picked up)."""
+    if entry.password_file:
+        return Path(entry.password_file).read_text(encoding="utf-8").splitlines()[0]
+    return entry.password or None
 
 
 def check_network(config: BrokerConfig, error: type[ValueError]) -> None:

@@ -59,6 +59,7 @@ from ..protocol import (
 from ..store import Store, SyncMode, open_store
 from ..subscriptions import Identity, Registry, Subscription
 from .auth import Action
+from .bridges import Bridges
 from .client import Client
 from .committer import Committer
 from .config import BrokerConfig, ListenerConfig, build_authorizer
@@ -133,6 +134,7 @@ class Broker:
         self.housekeeping: Housekeeping
         self.sys: SysReporter
         self.links: Links
+        self.bridges: Bridges
         self.event_handlers: dict[type, Callable[[Client, Any], None]] = {}
         self._paused_for_store: list[Client] = []  # see pause_for_store
         self.dirty_clients: list[Client] = []  # read by clients, changed by mark_dirty
@@ -216,6 +218,7 @@ class Broker:
         for listener in self.listeners:
             await listener.start(self._client_factory(listener.config))
             self.bound_ports.extend(listener.ports)
+        self.bridges.start()
         self.links.start()
         if config.sys.interval > 0:
             self._sys_task = self.loop.create_task(self.sys.run())
@@ -301,6 +304,8 @@ class Broker:
         self.event_handlers = self._event_handlers_by_type()
         self.links = Links(self, sessions, self.subscriptions)
         self.sys.sources.append(self.links.sys_values)
+        self.bridges = Bridges(self, sessions, self.subscriptions)
+        self.sys.sources.append(self.bridges.sys_values)
 
     def _client_factory(self, listener: ListenerConfig) -> Callable[[], Client]:
         return lambda: Client(self, listener)
@@ -321,6 +326,7 @@ class Broker:
                     await self._sys_task
             await self.housekeeping.stop()
             await self.links.stop()
+            await self.bridges.stop()
             self.wills.stop()
             for client in list(self.clients):
                 if client.transport is not None:

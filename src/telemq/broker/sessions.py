@@ -68,6 +68,9 @@ EMBEDDED_OWNER = "\x00embedded"
 # their sessions (`$link/<neighbour>`), which only the links room hands to a connection.
 LINK_PREFIX = LINK_QUEUE_PREFIX
 LINK_OWNER = "\x00link"
+# Bridges to other MQTT brokers (bridges.py): their local sessions, `$bridge/<name>`, also
+# owned by LINK_OWNER; no client may take such a client id.
+BRIDGE_PREFIX = "$bridge/"
 
 
 class LinkGate(Protocol):
@@ -264,6 +267,14 @@ class Sessions:
                 client.close(f"will refused: {too_large}", ReasonCode.TOPIC_NAME_INVALID)
                 return
         client_id = packet.client_id or f"telemq-{uuid.uuid4().hex[:16]}"
+        if client_id.startswith(BRIDGE_PREFIX):
+            self._refuse(
+                client,
+                ConnectReturnCode.IDENTIFIER_REJECTED,
+                f"client id {client_id!r}: {BRIDGE_PREFIX}... client ids are the bridges'",
+                ReasonCode.CLIENT_IDENTIFIER_NOT_VALID,
+            )
+            return
         link = client_id.startswith(LINK_PREFIX)
         if link:
             gate = self.link_gate
@@ -409,10 +420,10 @@ class Sessions:
         self.by_id[client_id] = session
         return session
 
-    def ensure_link_session(self, neighbour: str) -> Session:
-        """The persistent session of the link to `neighbour`: it holds the deliveries owed
-        to the neighbour while the link is down, and never expires."""
-        client_id = LINK_PREFIX + neighbour
+    def ensure_link_session(self, client_id: str) -> Session:
+        """The persistent session of a link (`$link/<neighbour>`) or a bridge
+        (`$bridge/<name>`): it holds what is owed to the other broker while the connection
+        is down, and never expires."""
         session = self.by_id.get(client_id)
         if session is None:
             session = self._new_persistent(client_id, "", LINK_OWNER)

@@ -183,6 +183,8 @@ class SubscriptionManager:
                 log.info("client %r: refused subscription: %s", session.client_id, problem)
                 codes.append(_refusal(connection, qos, code5))
                 continue
+            if connection.bridge and not share_name:  # a bridge's (0x83/0x84): see Connection
+                options |= NO_LOCAL | RETAIN_AS_PUBLISHED
             key = (identity, topic_filter, session.sub_point, "")
             subscription = registry.get(key)
             if subscription is None and self.quota_problem(session.client_id, 1) is not None:

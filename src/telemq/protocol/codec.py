@@ -72,6 +72,7 @@ __all__ = [  # with what moved to `wire` and is still imported from here
 ]
 
 _MQTT_5: Final = 5
+_PRIVATE_LEVELS: Final = (0x83, 0x84)  # 0x80 | 3.1 or 3.1.1: a bridge's CONNECT
 
 
 # ---------------------------------------------------------------------------
@@ -111,7 +112,8 @@ def _encode_connect(packet: Connect) -> bytes:
     if packet.password is not None:
         flags |= 0x40
         payload += _binary(packet.password)
-    variable = _string(name) + bytes((level, flags)) + packet.keepalive.to_bytes(2, "big")
+    level_byte = 0x80 | level if packet.bridge else level
+    variable = _string(name) + bytes((level_byte, flags)) + packet.keepalive.to_bytes(2, "big")
     body = variable + payload
     return b"\x10" + encode_remaining_length(len(body)) + body
 
@@ -210,6 +212,9 @@ def _read_connect(first: int, body: bytes, mqtt5: bool) -> Connect:
     protocol_level = reader.byte()
     if protocol_name not in ("MQTT", "MQIsdp"):
         raise MalformedPacket(f"CONNECT: unknown protocol name {protocol_name!r}")
+    bridge = protocol_level in _PRIVATE_LEVELS  # a bridge (Mosquitto, RSMB): 0x80 | level
+    if bridge:
+        protocol_level &= 0x7F
     if protocol_level == _MQTT_5 and protocol_name == "MQTT":
         if mqtt5:
             return decode_connect5(reader)
@@ -264,6 +269,7 @@ def _read_connect(first: int, body: bytes, mqtt5: bool) -> Connect:
         username=username,
         password=password,
         protocol_name=protocol_name,
+        bridge=bridge,
     )
 
 

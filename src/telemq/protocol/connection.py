@@ -112,6 +112,7 @@ class Connection:
         "_limits5",
         "_out",
         "_waiting",
+        "bridge",
         "bytes_received",
         "bytes_sent",
         "closed",
@@ -155,6 +156,10 @@ class Connection:
         self.retry_interval = retry_interval
         self.bytes_received = 0
         self.bytes_sent = 0
+        # The peer is a bridge (3.1/3.1.1 CONNECT level 0x80 | level): its subscriptions
+        # get No Local and Retain As Published, as Mosquitto gives them (no echo, RETAIN
+        # kept). On a dialer: this connection is a bridge's, and says so.
+        self.bridge = False
 
     # -- input ----------------------------------------------------------
 
@@ -380,6 +385,7 @@ class Connection:
             )
             return
         self.protocol_level = level
+        self.bridge = packet.bridge
         client_id = packet.client_id
         if level == ProtocolLevel.MQTT_3_1 and not 0 < len(client_id) <= MAX_CLIENT_ID_3_1:
             self._out.append(encode(ConnAck(ConnectReturnCode.IDENTIFIER_REJECTED)))
@@ -555,9 +561,15 @@ class Connection:
         self._out.append(peer.acknowledgement(packet_type, packet_id, reason_code))
 
     def send_bytes(self, data: bytes) -> None:
-        """Queue already encoded bytes (e.g. a QoS 0 PUBLISH shared by many subscribers)."""
+        """Queue already encoded bytes."""
         if not self.closed:
             self._out.append(data)
+
+    def send_frame_qos0(self, frame: bytes) -> None:
+        """A 3.1/3.1.1 QoS 0 PUBLISH already encoded, shared by many subscribers
+        (`Message.frame_qos0`). A bridge's dialer renames its topic (dialer.py)."""
+        if not self.closed:
+            self._out.append(frame)
 
     def deliver(
         self,

@@ -54,7 +54,9 @@ with a PUBLISH in flight, and so both need `attach` first.
 Private bridge levels: with `bridge=True` (3.1/3.1.1) the CONNECT's protocol level byte is
 0x80 | level, Mosquitto's `try_private`, and such a server treats the connection as a
 bridge's (no local echo, RETAIN kept). Only that byte changes. The connection speaks the
-level itself.
+level itself. A bridge's topics have other names on the remote broker: `rename` maps the
+topic of every PUBLISH the owner sends (`deliver`, `send_publish`, `send_frame_qos0`), and
+`outgoing_retain=False` clears RETAIN on them (Mosquitto's `bridge_outgoing_retain`).
 
 MQTT 5.0 (`mqtt5`, the dialer's own `ServerLimits5`, required at level 5): the CONNECT
 states the limits the dialer holds the server to. It takes Receive Maximum and Topic Alias
@@ -78,9 +80,9 @@ DISCONNECT, since the server is not answering.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from .codec import encode
+from .codec import encode, encode_publish
 from .connection import Connection, ConnectionState
 from .errors import LocalProtocolError, PacketIdsExhausted
 from .events import (
@@ -159,12 +161,13 @@ class DialConnection(Connection):
         "_clean_start",
         "_early",
         "_last_sent",
+        "_outgoing_retain",
         "_pinged_at",
+        "_rename",
         "_requests",
         "_seen_at",
         "_sent_mark",
         "_window",
-        "bridge",
         "connect",
         "maximum_qos",
         "retain_available",
@@ -180,6 +183,8 @@ class DialConnection(Connection):
         connect_timeout: float = 10.0,
         retry_interval: float = 20.0,
         mqtt5: ServerLimits5 | None = None,
+        rename: Callable[[bytes], bytes] | None = None,
+        outgoing_retain: bool = True,
     ) -> None:
         level = connect.protocol_level
         limits: ServerLimits5 | None = None
@@ -193,7 +198,7 @@ class DialConnection(Connection):
         elif level == ProtocolLevel.MQTT_3_1 or level == ProtocolLevel.MQTT_3_1_1:
             connect = dataclasses.replace(
                 connect,
-                protocol_level=(0x80 | level) if bridge else level,
+                bridge=bridge,
                 protocol_name=PROTOCOL_NAMES[level],
             )
         else:
@@ -212,6 +217,8 @@ class DialConnection(Connection):
         # The CONNECT as sent: with the limits it states (5.0), or the private level byte.
         self.connect = connect
         self.bridge = bridge
+        self._rename = rename
+        self._outgoing_retain = outgoing_retain
         # The server's Maximum QoS and Retain Available (5.0 CONNACK): for the owner.
         self.maximum_qos = 2
         self.retain_available = True
@@ -404,6 +411,43 @@ class DialConnection(Connection):
             return self.resend_inflight(now)
         return []
 
+    # -- what goes out: a bridge's renamed topics -------------------------
+
+    def deliver(
+        self,
+        topic: bytes,
+        payload: bytes,
+        qos: int,
+        retain: bool,
+        ref: object,
+        now: float,
+        send: bool = True,
+        properties: bytes = b"",
+    ) -> int:
+        """`Connection.deliver`, under the remote name of the topic (`rename`). The
+        in-flight copy keeps that name, so re-sends carry it too."""
+        rename = self._rename
+        if rename is not None:
+            topic = rename(topic)
+            retain = retain and self._outgoing_retain
+        return super().deliver(topic, payload, qos, retain, ref, now, send, properties)
+
+    def send_publish(self, topic: bytes, payload: bytes, retain: bool, properties: bytes) -> bool:
+        rename = self._rename
+        if rename is not None:
+            topic = rename(topic)
+            retain = retain and self._outgoing_retain
+        return super().send_publish(topic, payload, retain, properties)
+
+    def send_frame_qos0(self, frame: bytes) -> None:
+        rename = self._rename
+        if rename is None:
+            super().send_frame_qos0(frame)
+            return
+        topic, payload, retain = _split_frame_qos0(frame)
+        retain = retain and self._outgoing_retain
+        super().send_frame_qos0(encode_publish(rename(topic), payload, 0, retain, False, 0))
+
     def subscribe(
         self, filters: Sequence[tuple[str, int]], properties: Properties | None = None
     ) -> int:
@@ -573,6 +617,16 @@ def _packet_size(data: bytearray) -> int:
             return index + 1 + length
         shift += 7
     return -1 if len(data) >= 5 else 0
+
+
+def _split_frame_qos0(frame: bytes) -> tuple[bytes, bytes, bool]:
+    """Topic, payload and RETAIN of an encoded 3.1/3.1.1 QoS 0 PUBLISH."""
+    at = 1
+    while frame[at] & 0x80:  # the remaining length: 1 to 4 bytes
+        at += 1
+    at += 1
+    length = frame[at] << 8 | frame[at + 1]
+    return frame[at + 2 : at + 2 + length], frame[at + 2 + length :], bool(frame[0] & 0x01)
 
 
 def _check_filter(topic_filter: str) -> None:

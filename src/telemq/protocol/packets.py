@@ -87,6 +87,9 @@ class Connect:
     password: bytes | None = None  # 5.0 allows a password without a user name
     protocol_name: str = "MQTT"
     properties: Properties | None = None  # 5.0
+    # 3.1/3.1.1: the level byte had bit 7 set (0x83, 0x84), a bridge's private level
+    # (Mosquitto's try_private); `protocol_level` is the level itself.
+    bridge: bool = False
     packet_type = PacketType.CONNECT
 
 

@@ -1,0 +1,396 @@
+"""Bridges between telemq and Debian's `mosquitto`, both directions (docs/network.md §8).
+
+telemq's `[[bridges]]` dial a real `mosquitto` (3.1, 3.1.1 and 5.0): topics renamed by the
+rules' prefixes, QoS 1 and 2 both ways, `both` rules without echo, retained messages, a
+queue that waits for the remote broker across a cut and a SIGKILL, `$SYS` and Mosquitto's
+notifications. Then Mosquitto's own bridge into telemq (private level 0x84): its
+subscriptions get No Local, so nothing it sends comes back to it.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from testsupport.mosquitto import MosquittoProcess, mosquitto_binary
+from testsupport.paho import MQTT5, MQTT31, MQTT311, PahoClient
+from testsupport.process import HOST, BrokerProcess, connack_code, wait_until
+from testsupport.relay import Relay
+
+from .netsupport import sys_value
+
+pytestmark = pytest.mark.skipif(
+    mosquitto_binary() is None, reason="Debian's mosquitto is not installed"
+)
+
+PROTOCOLS = {MQTT31: "3.1", MQTT311: "3.1.1", MQTT5: "5"}
+SETTLE = 0.5  # seconds to wait for a copy that must not come
+
+
+class Bridged:
+    """A telemq broker named `edge` with one bridge, `cloud`, to a mosquitto."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.mosquitto = MosquittoProcess(tmp_path / "mosquitto")
+        self.relay: Relay | None = None
+        self.telemq: BrokerProcess | None = None
+        self.clients: list[PahoClient] = []
+
+    def start(
+        self,
+        topics: list[str],
+        protocol: str = "3.1.1",
+        extra: str = "",
+        relayed: bool = False,
+        wait: bool = True,
+    ) -> Bridged:
+        self.mosquitto.start()
+        port = self.mosquitto.port
+        if relayed:
+            self.relay = Relay(port)
+            port = self.relay.port
+        rules = ", ".join(f'"{rule}"' for rule in topics)
+        self.telemq = BrokerProcess(
+            self.tmp_path / "telemq",
+            config_text=(
+                'name = "edge"\nallow_anonymous = true\n[sys]\ninterval = 0.2\n'
+                f'[[bridges]]\nname = "cloud"\nhost = "{HOST}"\nport = {port}\n'
+                f'protocol = "{protocol}"\nreconnect_min = 0.1\nreconnect_max = 1.0\n'
+                f"topics = [{rules}]\n{extra}"
+            ),
+        ).start()
+        if wait:
+            assert self.wait_state("connected"), self.telemq.log_tail()
+        return self
+
+    def wait_state(self, state: str) -> bool:
+        assert self.telemq is not None
+        port = self.telemq.port
+        topic = "$SYS/broker/bridges/cloud/state"
+        return wait_until(lambda: sys_value(port, topic, 1.0) == state, 20.0, 0.2)
+
+    def local(self, version: int = MQTT311, **options: object) -> PahoClient:
+        assert self.telemq is not None
+        return self._client(self.telemq.port, version, **options)
+
+    def remote(self, version: int = MQTT311, **options: object) -> PahoClient:
+        return self._client(self.mosquitto.port, version, **options)
+
+    def _client(self, port: int, version: int, **options: object) -> PahoClient:
+        client = PahoClient(port, version=version, **options)  # type: ignore[arg-type]
+        client.connect()
+        self.clients.append(client)
+        return client
+
+    def finalize(self) -> None:
+        for client in self.clients:
+            client.close()
+        try:
+            if self.telemq is not None:
+                self.telemq.finalize()
+        finally:
+            self.mosquitto.finalize()
+            if self.relay is not None:
+                self.relay.close()
+
+
+@pytest.fixture
+def bridged(tmp_path: Path) -> Iterator[Bridged]:
+    setup = Bridged(tmp_path)
+    try:
+        yield setup
+    finally:
+        setup.finalize()
+
+
+def payloads(client: PahoClient, topic: str | None = None) -> list[bytes]:
+    return [m.payload for m in client.received(topic)]
+
+
+@pytest.mark.parametrize("version", [MQTT31, MQTT311, MQTT5])
+def test_out_and_in_with_prefixes(bridged: Bridged, version: int) -> None:
+    bridged.start(["sensors/# out 2 local/ remote/", "cmd/# in 2 edge/ cloud/"], PROTOCOLS[version])
+    remote = bridged.remote()
+    remote.subscribe("remote/sensors/#", qos=2)
+    local = bridged.local()
+    local.subscribe("edge/cmd/#", qos=2)
+    publisher = bridged.local()
+    for qos in (0, 1, 2):
+        publisher.publish(f"local/sensors/t{qos}", f"out {qos}", qos=qos)
+    got = remote.wait_messages(3)
+    assert sorted((m.topic, m.payload, m.qos) for m in got) == [
+        ("remote/sensors/t0", b"out 0", 0),
+        ("remote/sensors/t1", b"out 1", 1),
+        ("remote/sensors/t2", b"out 2", 2),
+    ]
+    remote_publisher = bridged.remote()
+    for qos in (0, 1, 2):
+        remote_publisher.publish(f"cloud/cmd/c{qos}", f"in {qos}", qos=qos)
+    got = local.wait_messages(3)
+    assert sorted((m.topic, m.payload, m.qos) for m in got) == [
+        ("edge/cmd/c0", b"in 0", 0),
+        ("edge/cmd/c1", b"in 1", 1),
+        ("edge/cmd/c2", b"in 2", 2),
+    ]
+    # Nothing outside the rules crosses.
+    publisher.publish("other/x", "no", qos=1)
+    remote_publisher.publish("cloud/other", "no", qos=1)
+    time.sleep(SETTLE)
+    assert len(remote.received()) == 3 and len(local.received()) == 3
+
+
+@pytest.mark.parametrize("version", [MQTT311, MQTT5])
+def test_both_does_not_echo(bridged: Bridged, version: int) -> None:
+    """Private level 0x84 (3.1.1) or No Local (5.0): one copy each side, each way."""
+    bridged.start(["chat/# both 2"], PROTOCOLS[version])
+    local = bridged.local()
+    local.subscribe("chat/#", qos=2)
+    remote = bridged.remote()
+    remote.subscribe("chat/#", qos=2)
+    bridged.local().publish("chat/here", "from telemq", qos=2)
+    bridged.remote().publish("chat/there", "from mosquitto", qos=2)
+    local.wait_messages(2)
+    remote.wait_messages(2)
+    time.sleep(SETTLE)
+    assert sorted(payloads(local)) == [b"from mosquitto", b"from telemq"]
+    assert sorted(payloads(remote)) == [b"from mosquitto", b"from telemq"]
+
+
+def test_without_private_mode_an_echo_comes_back_once(bridged: Bridged) -> None:
+    """The documented 3.1.1 behaviour without `try_private`: the remote sends a `both`
+    copy back, local subscribers see it twice, and it never goes out again (no loop)."""
+    bridged.start(["chat/# both 1"], extra="try_private = false\n")
+    local = bridged.local()
+    local.subscribe("chat/#", qos=1)
+    remote = bridged.remote()
+    remote.subscribe("chat/#", qos=1)
+    bridged.local().publish("chat/here", "from telemq", qos=1)
+    local.wait_messages(2)
+    time.sleep(SETTLE)
+    assert payloads(local) == [b"from telemq", b"from telemq"]
+    assert payloads(remote) == [b"from telemq"]
+
+
+def test_retained_messages_cross(bridged: Bridged) -> None:
+    bridged.start(["state/# out 1", "config/# in 1"])
+    bridged.local().publish("state/door", "open", qos=1, retain=True)
+    bridged.remote().publish("config/rate", "10", qos=1, retain=True)
+    time.sleep(SETTLE)
+    remote = bridged.remote()
+    remote.subscribe("state/#", qos=1)
+    (door,) = remote.wait_messages(1)
+    assert (door.topic, door.payload, door.retain) == ("state/door", b"open", True)
+    local = bridged.local()
+    local.subscribe("config/#", qos=1)
+    (rate,) = local.wait_messages(1)
+    assert (rate.topic, rate.payload, rate.retain) == ("config/rate", b"10", True)
+
+
+def test_outgoing_retain_false_clears_retain(bridged: Bridged) -> None:
+    bridged.start(["state/# out 1"], extra="outgoing_retain = false\n")
+    remote = bridged.remote(version=MQTT5)
+    from paho.mqtt.subscribeoptions import SubscribeOptions
+
+    remote.subscribe("state/#", options=SubscribeOptions(qos=1, retainAsPublished=True))
+    bridged.local().publish("state/door", "open", qos=1, retain=True)
+    (door,) = remote.wait_messages(1)
+    assert not door.retain
+    late = bridged.remote()
+    late.subscribe("state/#", qos=1)
+    time.sleep(SETTLE)
+    assert late.received() == []  # mosquitto kept nothing retained
+
+
+def test_the_queue_waits_for_the_remote_across_a_cut_and_a_sigkill(bridged: Bridged) -> None:
+    """QoS 1 copies queue in the bridge's persistent session while the remote is out of
+    reach, survive SIGKILL of telemq, and all arrive, in order, once it is back."""
+    bridged.start(["jobs/# out 1"], relayed=True)
+    relay = bridged.relay
+    telemq = bridged.telemq
+    assert relay is not None and telemq is not None
+    remote = bridged.remote(client_id="worker", clean=False)
+    remote.subscribe("jobs/#", qos=1)
+    relay.blocked = True
+    relay.cut()
+    assert bridged.wait_state("down")
+    publisher = bridged.local()
+    for number in range(10):
+        publisher.publish("jobs/a", f"{number}", qos=1)
+    telemq.kill()
+    telemq.start()
+    publisher = bridged.local()
+    for number in range(10, 20):
+        publisher.publish("jobs/a", f"{number}", qos=1)
+    assert remote.received() == []
+    relay.blocked = False
+    got = remote.wait_messages(20, timeout=30.0)
+    assert [m.payload for m in got] == [f"{n}".encode() for n in range(20)]
+
+
+def test_sys_and_notifications(bridged: Bridged) -> None:
+    bridged.start(["a/# both 0"])
+    telemq = bridged.telemq
+    assert telemq is not None
+    topic = "$SYS/broker/connection/edge.cloud/state"
+    assert sys_value(telemq.port, topic) == "1"
+    assert sys_value(bridged.mosquitto.port, topic) == "1"
+    assert sys_value(telemq.port, "$SYS/broker/bridges/cloud/queued") == "0"
+    bridged.mosquitto.stop()
+    assert bridged.wait_state("down") or bridged.wait_state("connecting")
+    assert wait_until(lambda: sys_value(telemq.port, topic, 1.0) == "0", 10.0)
+
+
+def test_bridge_client_ids_are_reserved(bridged: Bridged) -> None:
+    bridged.start(["a/# out 0"])
+    assert bridged.telemq is not None
+    client = PahoClient(bridged.telemq.port, client_id="$bridge/cloud")
+    client.client.connect(HOST, bridged.telemq.port)
+    client.client.loop_start()
+    try:
+        assert wait_until(lambda: bool(client.connacks), 5.0)
+        assert client.connacks[-1][1] != 0
+    finally:
+        client.client.loop_stop()
+
+
+def test_a_bridge_removed_from_the_configuration_leaves_nothing(bridged: Bridged) -> None:
+    bridged.start(["jobs/# out 1"], relayed=True)
+    telemq, relay = bridged.telemq, bridged.relay
+    assert telemq is not None and relay is not None
+    relay.blocked = True
+    relay.cut()
+    assert bridged.wait_state("down")
+    bridged.local().publish("jobs/x", "queued", qos=1)
+    telemq.stop()
+    text = telemq.config_path.read_text(encoding="utf-8")
+    without = text[: text.index("[[bridges]]")] + text[text.index("\n[[listeners]]") :]
+    telemq.config_path.write_text(without, encoding="utf-8")
+    telemq.start()
+    assert "bridge 'cloud' is no longer configured" in telemq.log_text()
+    local = bridged.local()
+    local.subscribe("jobs/#", qos=1)
+    local.publish("jobs/y", "still routed", qos=1)
+    assert [m.payload for m in local.wait_messages(1)] == [b"still routed"]
+
+
+def _refusing_server(levels: list[int]) -> tuple[socket.socket, Callable[[], None]]:
+    """A server that answers a private level (0x84) with CONNACK 1, as a broker without
+    bridge support does, and a plain CONNECT with CONNACK 0; it records the level bytes."""
+    server = socket.create_server((HOST, 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(5)
+                data = conn.recv(256)
+                if len(data) < 9:
+                    continue
+                levels.append(data[8])  # after 0x10, length, 00 04 MQTT
+                conn.sendall(b"\x20\x02\x00" + (b"\x01" if data[8] & 0x80 else b"\x00"))
+                if not data[8] & 0x80:
+                    while not stop.is_set():  # hold the connection; drain
+                        try:
+                            if not conn.recv(256):
+                                break
+                        except TimeoutError:
+                            continue
+                        except OSError:
+                            break
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+
+    def close() -> None:
+        stop.set()
+        thread.join(5)
+        server.close()
+
+    return server, close
+
+
+def test_try_private_falls_back_to_the_plain_level(tmp_path: Path) -> None:
+    levels: list[int] = []
+    server, close = _refusing_server(levels)
+    telemq = BrokerProcess(
+        tmp_path / "telemq",
+        config_text=(
+            'name = "edge"\nallow_anonymous = true\n'
+            f'[[bridges]]\nname = "old"\nhost = "{HOST}"\nport = {server.getsockname()[1]}\n'
+            'reconnect_min = 0.1\nreconnect_max = 0.5\nnotifications = false\ntopics = ["a/#"]\n'
+        ),
+    )
+    try:
+        telemq.start()
+        assert wait_until(lambda: len(levels) >= 2, 15.0), levels
+        assert levels[:2] == [0x84, 0x04]
+    finally:
+        telemq.finalize()
+        close()
+
+
+def test_mosquitto_bridges_into_telemq(tmp_path: Path) -> None:
+    """Mosquitto's bridge (3.1.1, try_private) into telemq: loop-safe both ways."""
+    telemq = BrokerProcess(tmp_path / "telemq", config_text="allow_anonymous = true\n").start()
+    mosquitto = MosquittoProcess(
+        tmp_path / "mosquitto",
+        extra=(
+            "connection tq\n"
+            f"address {HOST}:{telemq.port}\n"
+            "bridge_protocol_version mqttv311\n"
+            "try_private true\n"
+            "cleansession false\n"
+            "restart_timeout 1\n"
+            "topic mq/# both 2\n"
+        ),
+    )
+    clients: list[PahoClient] = []
+    try:
+        mosquitto.start()
+        at_telemq = PahoClient(telemq.port)
+        at_telemq.connect()
+        at_mosquitto = PahoClient(mosquitto.port)
+        at_mosquitto.connect()
+        clients += [at_telemq, at_mosquitto]
+        at_telemq.subscribe("mq/#", qos=2)
+        at_mosquitto.subscribe("mq/#", qos=2)
+        # The bridge is up once a probe published at telemq reaches mosquitto.
+        probe = PahoClient(telemq.port)
+        probe.connect()
+        clients.append(probe)
+
+        def crossed() -> bool:
+            probe.publish("mq/probe", "p", qos=0)
+            return bool(at_mosquitto.received("mq/probe"))
+
+        assert wait_until(crossed, 20.0, 0.3), mosquitto.log()
+        time.sleep(SETTLE)
+        at_telemq.messages.clear()
+        at_mosquitto.messages.clear()
+        probe.publish("mq/a", "from telemq", qos=2)
+        sender = PahoClient(mosquitto.port)
+        sender.connect()
+        clients.append(sender)
+        sender.publish("mq/b", "from mosquitto", qos=2)
+        at_telemq.wait_messages(2)
+        at_mosquitto.wait_messages(2)
+        time.sleep(SETTLE)
+        assert sorted(payloads(at_telemq)) == [b"from mosquitto", b"from telemq"]
+        assert sorted(payloads(at_mosquitto)) == [b"from mosquitto", b"from telemq"]
+        assert connack_code(telemq.port) == 0  # telemq still serves everyone
+    finally:
+        for client in clients:
+            client.close()
+        mosquitto.finalize()
+        telemq.finalize()
