@@ -20,7 +20,7 @@ import pytest
 from telemq.broker import committer as committer_module
 from telemq.broker.committer import Committer
 from telemq.store import SessionRecord, SqliteStore, SyncMode, WriteBatch
-from telemq.store.base import JOURNAL_CHUNK_ROWS
+from telemq.store.base import JOURNAL_CHUNK_ROWS, JOURNAL_FIELDS
 
 
 class HeldStore(SqliteStore):
@@ -44,8 +44,8 @@ class HeldStore(SqliteStore):
         super().commit(batch)
 
 
-def row(seq: int) -> tuple[int, int, str, str, int, bool, bytes, str, str, int]:
-    return (seq, seq, "t", "", 0, False, b"p", "c", "", 0)  # 0: no properties (JournalRow)
+def row(seq: int) -> tuple[int, int, str, str, int, bool, bytes, str, str, int, str]:
+    return (seq, seq, "t", "", 0, False, b"p", "c", "", 0, "b")  # 0: no properties (JournalRow)
 
 
 async def until(predicate: object, timeout: float = 10.0) -> None:
@@ -138,7 +138,7 @@ def test_journal_rows_waiting_for_the_writer_are_sealed(tmp_path: Path) -> None:
         for seq in range(1, JOURNAL_CHUNK_ROWS + 6):
             committer.pending.append_journal_row(row(seq))
         await until(lambda: len(committer.pending.journal_chunks) == 1)
-        assert len(committer.pending.journal) == 5 * 10
+        assert len(committer.pending.journal) == 5 * JOURNAL_FIELDS
         store.release.set()
         await committer.drain()
         assert store.stats().journal_rows == JOURNAL_CHUNK_ROWS + 5

@@ -103,7 +103,7 @@ class FakeHost:
     def retained_topics(self, sub_point: str, topic_filter: str) -> list[str]:
         return [t for (point, t) in self.retained if point == sub_point and t == topic_filter]
 
-    def delete_retained(self, sub_point: str, topic: str) -> bool:
+    def delete_retained(self, sub_point: str, topic: str, local: bool = False) -> bool:
         self.calls.append(("delete_retained", sub_point, topic))
         return self.retained.pop((sub_point, topic), None) is not None
 

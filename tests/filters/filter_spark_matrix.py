@@ -10,7 +10,7 @@ from telemq.filters.spark import document_column, to_columns
 JOURNAL_SCHEMA = (
     "id int, payload binary, topic string, qos int, retain boolean, client_id string,"
     " user_id string, sub_point string, content_type string,"
-    " user_properties map<string,string>"
+    " user_properties map<string,string>, broker string"
 )
 
 Message = tuple[bytes, Mapping[str, object] | None]
@@ -40,6 +40,7 @@ def journal_frame(spark: Any, messages: Sequence[Message]) -> Any:
                 p.get("SubPoint"),
                 p.get("ContentType"),
                 user_property_map(p),
+                p.get("Broker"),
             )
         )
     return spark.createDataFrame(rows, JOURNAL_SCHEMA)

@@ -43,6 +43,7 @@ PROPERTIES = [
     "UserId",
     "SubPoint",
     "ContentType",
+    "Broker",
     "User.a",
     "User.b",
     "User.in",  # a keyword after the dot
@@ -248,6 +249,8 @@ base_properties = st.fixed_dictionaries(
         "SubPoint": st.sampled_from(["", "a", "5"]),
         # MQTT 5.0; absent for every 3.1.1 publication
         "ContentType": st.sampled_from(["a", "ab", "", "application/json", "é"]),
+        # The origin broker (docs/network.md §6); absent in journal rows before schema 6
+        "Broker": st.sampled_from(["telemq", "edge-1", "a"]),
     },
 )
 user_properties = st.one_of(

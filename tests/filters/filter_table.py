@@ -395,6 +395,13 @@ PROPERTIES5 = [
     Case("Properties.ContentType IS NULL", b"{}", T, PROPS),  # e.g. MQTT 3.1.1
     Case("Properties.ContentType = 'application/json'", b"{}", U, PROPS),
     Case("Properties.ContentType IS NOT NULL", b"{}", F, None),
+    # The origin broker (networks of brokers): a plain string, NULL where unknown.
+    Case("Properties.Broker = 'edge-1'", b"{}", T, {**PROPS, "Broker": "edge-1"}),
+    Case("Properties.Broker <> 'edge-1'", b"{}", T, {**PROPS, "Broker": "hub"}),
+    Case("Properties.Broker LIKE 'edge-%'", b"{}", T, {**PROPS, "Broker": "edge-2"}),
+    Case("Properties.Broker IN ('hub', 'edge-1')", b"{}", F, {**PROPS, "Broker": "edge-2"}),
+    Case("Properties.Broker = 'edge-1'", b"{}", U, PROPS),
+    Case("Properties.Broker IS NULL", b"{}", T, PROPS),
     Case("Properties.User.site = 'lab-1'", b"{}", T, PROPS5),
     Case("Properties.User.site IN ('lab-1', 'lab-2')", b"{}", T, PROPS5),
     Case("Properties.User.site <> 'lab-1'", b"{}", F, PROPS5),

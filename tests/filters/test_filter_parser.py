@@ -292,7 +292,7 @@ CHECK_ERRORS = [
     ("Properties.ContentType", 0, "found Properties.ContentType, a string"),
     ("Properties.ContentType.x = 'a'", 23, "Properties.ContentType has no fields"),
     ("Properties.contentType = 'x'", 11, "did you mean 'ContentType'?"),
-    ("Properties.Color = 'x'", 11, "ContentType and User.<name>"),
+    ("Properties.Color = 'x'", 11, "ContentType, Broker and User.<name>"),
     ("NOT Properties.User.site", 4, "found Properties.User.site, a string"),
     ("Properties.User", 11, "Properties.User must be followed by the name of a user property"),
     ("Properties.User = 'x'", 11, "Properties.User.<name>"),

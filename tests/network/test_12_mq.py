@@ -10,8 +10,9 @@ import pytest
 
 from mq.helpers import MQClient, assert_ok, connected
 from telemq.cli.main import main
+from telemq.store import JournalReader
 from testsupport.paho import PahoClient
-from testsupport.process import unique, users_and_acl
+from testsupport.process import unique, users_and_acl, wait_until
 
 from .netsupport import Network, wait_link_state
 from .test_11_forwarding import wait_proxies
@@ -60,6 +61,37 @@ def test_a_content_filter_runs_at_the_subscribers_broker(chain: Network) -> None
     assert [m.payload for m in subscriber.deliveries(base)] == [b'{"temp": 35}']
     subscriber.close()
     publisher.close()
+
+
+def test_the_origin_broker_is_journaled_and_read_by_filters(chain: Network) -> None:
+    """`Properties.Broker` is the broker a publication was made at, in the filters of
+    every broker it reaches and in each one's journal (`origin`, docs/network.md §6)."""
+    base = unique("origin")
+    subscriber = connected(chain.ports["C"])
+    assert_ok(
+        subscriber.command(
+            {"Command": "RegSub", "Topic": f"{base}/#", "Filter": "Properties.Broker = 'A'"}
+        )
+    )
+    publishers = {name: connected(chain.ports[name]) for name in ("A", "B", "C")}
+    # Each client's reply and sentinel subscriptions at B and C, and the filtered one.
+    wait_proxies(chain, "A", "B", 7)
+    for name, publisher in publishers.items():
+        publisher.publish(f"{base}/t", f"from {name}".encode())
+    for publisher in publishers.values():
+        barrier(subscriber, publisher)
+    assert [m.payload for m in subscriber.deliveries(base)] == [b"from A"]
+
+    def journaled() -> dict[bytes, str | None]:
+        with JournalReader(chain.brokers["C"].data_dir) as reader:
+            first, last = reader.bounds()
+            rows = reader.rows(first, last)
+        return {row[6]: row[10] for row in rows if row[2] == f"{base}/t"}
+
+    expected = {b"from A": "A", b"from B": "B", b"from C": "C"}
+    assert wait_until(lambda: journaled() == expected, 10.0), journaled()
+    for client in (subscriber, *publishers.values()):
+        client.close()
 
 
 def test_publish_with_pubopt_local_stays_at_its_broker(chain: Network) -> None:

@@ -37,6 +37,7 @@ class Pub:
     client_id: str = "c1"
     user_id: str = ""
     sub_point: str = ""
+    origin: str = "telemq"  # the broker it was made at; "": a row older than schema 6
 
 
 def append_journal(
@@ -60,6 +61,7 @@ def append_journal(
                 pub.payload,
                 pub.client_id,
                 pub.user_id,
+                origin=pub.origin,
             )
             batch.append_journal(record)
             records.append(record)
@@ -95,7 +97,17 @@ def telemetry(count: int, *, topics: int = 5, seed: int = 1) -> list[Pub]:
                     "ok": i % 2 == 0,
                 }
             ).encode()
-        pubs.append(Pub(topic, payload, qos=i % 3, retain=i % 7 == 0, client_id=f"dev{i % 4}"))
+        origin = ("telemq", "edge-1", "")[i % 3 if i % 5 == 0 else 0]  # "": before schema 6
+        pubs.append(
+            Pub(
+                topic,
+                payload,
+                qos=i % 3,
+                retain=i % 7 == 0,
+                client_id=f"dev{i % 4}",
+                origin=origin,
+            )
+        )
     return pubs
 
 

@@ -86,7 +86,7 @@ def expected(first_seq: int = 1) -> list[tuple[object, ...]]:
 
 
 def test_the_schema_has_the_two_columns() -> None:
-    assert JOURNAL_SCHEMA.names[-2:] == ["content_type", "user_properties"]
+    assert JOURNAL_SCHEMA.names[-3:] == ["content_type", "user_properties", "broker"]
     assert JOURNAL_SCHEMA.field("content_type").type == pa.string()
     assert JOURNAL_SCHEMA.field("user_properties").type == pa.map_(pa.string(), pa.string())
 

@@ -32,8 +32,12 @@ def _read(data: Path, first: int, last: int, **kwargs: object) -> list[tuple[obj
 
 
 def plain_rows(records: Sequence[JournalRecord]) -> list[tuple[object, ...]]:
-    """Rows of records without properties: `content_type` and `user_properties` NULL."""
-    return [(*row, None, None) for row in journal_rows(records)]
+    """Rows of records without properties: `content_type` and `user_properties` NULL; then
+    `broker`, NULL for a row without an origin."""
+    return [
+        (*row, None, None, record.origin or None)
+        for row, record in zip(journal_rows(records), records, strict=True)
+    ]
 
 
 def test_read_range_equals_the_store(tmp_path: Path) -> None:
@@ -143,3 +147,22 @@ def test_the_floor_of_offsets_kept_by_the_broker() -> None:
     assert consumers.offsets_floor([offset(120), offset(80, running=False)], now) == 120
     assert consumers.offsets_floor([offset(120), offset(5, at=stale)], now) == 120
     assert consumers.offsets_floor([offset(5, at=stale)], now) is None
+
+
+def test_a_journal_older_than_origins_reads_null_brokers(tmp_path: Path) -> None:
+    """Rows written before store schema 6 have no origin: `broker` is NULL for them, on
+    both read paths, before and after a broker adds the column."""
+    records = append_journal(tmp_path, telemetry(20))
+    conn = sqlite3.connect(tmp_path / "telemq.db")
+    conn.executescript("ALTER TABLE journal DROP COLUMN origin; PRAGMA user_version = 5;")
+    conn.close()
+    old = [(*row[:-1], None) for row in plain_rows(records)]
+    for chunk in (7, 50_000):
+        assert _read(tmp_path, 1, 20, chunk_rows=chunk) == old  # no column at all
+    records += append_journal(tmp_path, [Pub("a/new", b"{}", origin="edge-1")])
+    with JournalReader(tmp_path) as reader:
+        assert [row[10] for row in reader.rows(19, 21)] == [None, None, "edge-1"]
+    assert _read(tmp_path, 1, 21) == [*old, *plain_rows(records[20:])]
+    odd = [Pub("b", b"x\x00y", client_id="nul\x00inside")]  # the row path
+    records += append_journal(tmp_path, odd)
+    assert _read(tmp_path, 20, 22) == [old[19], *plain_rows(records[20:])]

@@ -32,15 +32,16 @@ PROPS = b"\x03\x00\x03a/b" + b"\x26\x00\x01k\x00\x01v" + b"\x26\x00\x01k\x00\x01
 OTHER = b"\x01\x01"  # Payload Format Indicator 1
 
 
-def record(seq: int, properties: bytes = b"") -> JournalRecord:
+def record(seq: int, properties: bytes = b"", origin: str = "") -> JournalRecord:
     return JournalRecord(
-        seq, 1_000 + seq, "t/a", "", 1, False, b"p%d" % seq, "pub", "u", properties
+        seq, 1_000 + seq, "t/a", "", 1, False, b"p%d" % seq, "pub", "u", properties, origin
     )
 
 
 def row(seq: int, properties: bytes | bytearray | int | None) -> JournalRow:
     """A row as the broker appends it (`Router.accept`): bytearrays, retain as an int."""
-    return (seq, 1_000 + seq, "t/a", "", 1, 0, bytearray(b"p%d" % seq), "pub", "u", properties)
+    payload = bytearray(b"p%d" % seq)
+    return (seq, 1_000 + seq, "t/a", "", 1, 0, payload, "pub", "u", properties, "telemq")
 
 
 def raw(path: Path) -> sqlite3.Connection:
@@ -58,7 +59,11 @@ def test_properties_round_trip_and_none_reads_back_empty(harness: Harness) -> No
     batch.append_journal_row(row(4, 0))  # what the broker writes for none
     batch.append_journal_row(row(5, None))
     harness.store.commit(batch)
-    expected = [record(1, PROPS), record(2), record(3, OTHER), record(4), record(5)]
+    expected = [
+        record(1, PROPS),
+        record(2),
+        *(record(s, p, "telemq") for s, p in ((3, OTHER), (4, b""), (5, b""))),
+    ]
     assert harness.store.read_journal(1, 10) == expected
     again = harness.reopen().read_journal(1, 10)
     assert again == expected
@@ -154,9 +159,9 @@ def test_a_schema_4_journal_gains_the_column_and_keeps_its_rows(tmp_path: Path) 
     try:
         conn = store._conn
         assert conn is not None
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
         assert _journal_columns(path) == _journal_columns(tmp_path / "new.db")
-        assert _journal_columns(path)[-1] == "properties"
+        assert _journal_columns(path)[-2:] == ["properties", "origin"]
         state = store.load()
         assert (state.next_seq, state.quarantined) == (3, 0)
         assert store.read_journal(1, 10) == [record(1), record(2)]
@@ -168,7 +173,12 @@ def test_a_schema_4_journal_gains_the_column_and_keeps_its_rows(tmp_path: Path) 
         store.close()
     again = SqliteStore(path)
     try:
-        assert again.read_journal(1, 10) == [record(1), record(2), record(3, PROPS), record(4)]
+        assert again.read_journal(1, 10) == [
+            record(1),
+            record(2),
+            record(3, PROPS),
+            record(4, origin="telemq"),
+        ]
     finally:
         again.close()
     with raw(path) as conn:
@@ -177,9 +187,9 @@ def test_a_schema_4_journal_gains_the_column_and_keeps_its_rows(tmp_path: Path) 
     conn.close()
 
 
-def test_a_schema_3_file_upgrades_in_order_to_5(tmp_path: Path) -> None:
+def test_a_schema_3_file_upgrades_in_order_to_6(tmp_path: Path) -> None:
     """Every step's columns at once: the held, stored and retained messages' (4) and the
-    journal's (5); the old rows stay."""
+    journal's (5, 6); the old rows stay."""
     path = tmp_path / "telemq.db"
     conn = raw(path)
     conn.executescript(_SCHEMA_3 + _JOURNAL_4)
@@ -192,7 +202,7 @@ def test_a_schema_3_file_upgrades_in_order_to_5(tmp_path: Path) -> None:
         assert store.read_journal(1, 10) == [record(1), record(2)]
         live = store._conn
         assert live is not None
-        assert live.execute("PRAGMA user_version").fetchone()[0] == 5
+        assert live.execute("PRAGMA user_version").fetchone()[0] == 6
         for table in ("messages", "retained", "incoming", "journal"):
             columns = [r[1] for r in live.execute(f"PRAGMA table_info({table})")]
             with raw(tmp_path / "new.db") as fresh:

@@ -222,7 +222,7 @@ def test_a_schema_3_file_gains_the_columns_and_keeps_its_rows(tmp_path: Path) ->
     try:
         conn = store._conn
         assert conn is not None
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
         for table in TABLES:
             assert _columns(conn, table) == new_file[table], table  # same columns, same order
         assert new_file["messages"][-2:] == new_file["incoming"][-2:] == ["properties", "expiry_at"]

@@ -136,7 +136,7 @@ def test_a_schema_1_file_moves_its_held_messages_to_the_keyed_table(tmp_path: Pa
     try:
         conn = connection(store)
         assert _incoming_layout(conn) == (True, [])
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
         columns = {row[1] for row in conn.execute("PRAGMA table_info(incoming)")}
         assert {"properties", "expiry_at"} <= columns
         state = store.load()
@@ -565,11 +565,13 @@ def test_the_journal_reader_reads_ranges_packed_and_row_by_row(tmp_path: Path) -
     batch = WriteBatch()
     for seq in range(1, 6):
         props = b"\x03\x00\x01%d" % seq if seq in (3, 4) else b""  # Content Type "3", "4"
+        origin = "edge" if seq == 4 else ""  # "": as a row written before schema 6
         batch.append_journal(
             JournalRecord(
                 seq, 1000 + seq, f"t/{seq}", "", seq % 3, seq == 2, b"p%d" % seq, "c", "u", props
             )
         )
+        batch.journal[-1] = origin
     batch.put_subscription(SubscriptionRecord("q1", "7", {"topic": "a/#", "queue": "q1"}))
     store.commit(batch)
     store.trim_journal(2)  # seq 1 goes
@@ -583,6 +585,7 @@ def test_the_journal_reader_reads_ranges_packed_and_row_by_row(tmp_path: Path) -
         assert packed.flags == b"502"  # qos * 2 + retain per row
         assert packed.lengths == b"2,2,2" and packed.payload == b"p2p3p4"
         assert packed.ts_us == b"1002,1003,1004"
+        assert packed.origin.split(b"\x00") == [b"", b"", b"edge"]
         assert reader.packed(10, 20).count == 0
         # Properties only for the rows that have them: their seqs, lengths and bytes.
         assert (packed.property_seqs, packed.property_lengths) == (b"3,4", b"4,4")
@@ -590,8 +593,8 @@ def test_the_journal_reader_reads_ranges_packed_and_row_by_row(tmp_path: Path) -
         assert reader.packed(5, 5).property_seqs == b""
         assert reader.seqs(1, 9) == b"2,3,4,5"
         assert reader.rows(4, 5) == [
-            (4, 1004, "t/4", "", 1, 0, b"p4", "c", "u", b"\x03\x00\x014"),
-            (5, 1005, "t/5", "", 2, 0, b"p5", "c", "u", None),
+            (4, 1004, "t/4", "", 1, 0, b"p4", "c", "u", b"\x03\x00\x014", "edge"),
+            (5, 1005, "t/5", "", 2, 0, b"p5", "c", "u", None, ""),
         ]
         (row,) = reader.subscriptions()
         assert (row.client_id, row.key) == ("q1", "7") and '"a/#"' in row.data

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from ..network.control import (
     CONTROL_TOPIC,
     ControlError,
+    DeleteRetained,
     ProxyChange,
     Reach,
     Sync,
@@ -63,6 +64,7 @@ from .config import ListenerConfig
 from .dialer import Backoff, DialTarget, keep_dialing
 from .network_config import LinkConfig, dial_secret
 from .proxies import ProxySubscriptions
+from .retained_sync import RetainedSync
 from .router import now_us
 from .session import Message
 from .sessions import LINK_OWNER, LINK_PREFIX, Sessions
@@ -109,6 +111,15 @@ class Links:
             for link in config.links
         }
         self.topology = Topology(self.own, list(self.links))
+        self.retained_sync = RetainedSync(
+            self.own,
+            broker.retained,
+            broker.deliveries,
+            sessions.by_id,
+            broker.committer,
+            self.topology.next_hop,
+            lambda: list(self.links),
+        )
         self.proxies = ProxySubscriptions(
             self.own,
             list(self.links),
@@ -117,13 +128,14 @@ class Links:
             broker.sub_points,
             broker.topic_limits,
             self._send_to,
+            self.retained_sync.answer,
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._ended: dict[Client, asyncio.Future[None]] = {}  # dialed connections' ends
         self._announced: dict[Client, object] = {}  # accepted CONNECTs' reach, until CONNACK
-        # (path, sub point) of arriving copies -> the envelope of their copies onward: the
-        # same few paths come again and again.
-        self._onward: dict[tuple[tuple[str, ...], str], bytes] = {}
+        # (path, sub point, sync tag) of arriving copies -> the envelope of their copies
+        # onward: the same few paths come again and again.
+        self._onward: dict[tuple[tuple[str, ...], str, str], bytes] = {}
         self.handlers: dict[type, Callable[[Client, Any], None]] = dict(broker.event_handlers)
         self.handlers[MessageReceived] = self.on_publish
         self.handlers[MessageReleased] = self.on_release
@@ -324,6 +336,11 @@ class Links:
         publish = event.publish
         if publish.topic == CONTROL_TOPIC:
             self._control(client, publish.payload)
+            if publish.qos == 1:  # a stored one (delete-retained): acknowledged once applied
+                packet_id = publish.packet_id
+                committer = self._broker.committer
+                committer.after(lambda: client.acknowledge(PacketType.PUBACK, packet_id))
+                committer.schedule()
             return
         link = self.links[client.client_id[len(LINK_PREFIX) :]]
         link.messages_received += 1
@@ -356,7 +373,7 @@ class Links:
         """Take the envelope off the properties of a copy that came over `link` (`props`,
         as decoded) and give `message` the rest, its sub point, and the envelope its copies
         to further links carry. False when the copy has been here before (a loop: dropped,
-        logged once per link)."""
+        logged once per link), or is a retained answer this broker already holds."""
         pairs = props.user_properties if props is not None else []
         try:
             info, rest = split_user_properties(pairs)
@@ -367,7 +384,7 @@ class Links:
             info, rest = None, pairs
         if info is None:
             info = LinkInfo((link.config.name,))
-        key = (info.path, info.sub_point)
+        key = (info.path, info.sub_point, info.sync)
         onward = self._onward.get(key)
         if onward is None:
             if loops(info, self.own):
@@ -389,6 +406,10 @@ class Links:
         if info.sub_point and info.sub_point in self._broker.sub_points:
             message.sub_point = info.sub_point
         message.net = onward
+        message.origin = info.path[0]
+        if info.sync:  # a retained answer: passed on only if it is news here
+            message.sync = True
+            return self.retained_sync.is_news(message)
         return True
 
     def on_closed(self, client: Client, event: ConnectionClosed) -> None:
@@ -435,6 +456,12 @@ class Links:
             self._reach(link, client, message.paths)
         elif isinstance(message, (Sync, ProxyChange)):
             self.proxies.received(name, message)
+        elif isinstance(message, DeleteRetained):
+            if message.sub_point in self._broker.sub_points:
+                self._broker.retained.delete(message.sub_point, message.topic)
+            self.retained_sync.delete_everywhere(
+                message.sub_point, message.topic, message.origin, came_by=name
+            )
 
     def _send_to(self, neighbour: str, message: Sync | ProxyChange) -> bool:
         """A control message to a neighbour whose link is up (the proxies room's `send`)."""

@@ -151,8 +151,8 @@ class CommandHost:
     def retained_topics(self, sub_point: str, topic_filter: str) -> list[str]:
         return [m.topic for m in self.broker.matching_retained(sub_point, topic_filter)]
 
-    def delete_retained(self, sub_point: str, topic: str) -> bool:
-        return self.broker.delete_retained(sub_point, topic)
+    def delete_retained(self, sub_point: str, topic: str, local: bool = False) -> bool:
+        return self.broker.delete_retained(sub_point, topic, network=not local)
 
     def put_to_queue(
         self, requester: Requester, queue: str, topic: str, body: bytes, qos: int

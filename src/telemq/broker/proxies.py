@@ -46,13 +46,17 @@ class ProxySubscriptions:
         sub_points: set[str],
         topic_limits: TopicLimits,
         send: Callable[[str, Sync | ProxyChange], bool],
+        answer: Callable[[str, str, str], object] | None = None,
     ) -> None:
+        """`answer(neighbour, sub_point, filter)`: called for each new proxy a neighbour
+        asks for (retained_sync.py sends it the matching retained messages)."""
         self._own = own
         self._registry = registry
         self._subscriptions = subscriptions
         self._sub_points = sub_points
         self._topic_limits = topic_limits
         self._send = send
+        self._answer = answer
         self.table = ProxyTable(neighbours)
         self._incoming: dict[str, list[tuple[str, str]]] = {}  # a `sync` being received
 
@@ -152,6 +156,8 @@ class ProxySubscriptions:
         registry.add(subscription)
         self._subscriptions.saved(subscription)
         log.debug("link %r: proxy %r (sub point %r) added", neighbour, topic_filter, sub_point)
+        if self._answer is not None:
+            self._answer(neighbour, sub_point, topic_filter)
 
     def _remove(self, neighbour: str, sub_point: str, topic_filter: str) -> None:
         identity = Identity(self._own, LINK_QUEUE_PREFIX + neighbour)

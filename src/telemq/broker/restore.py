@@ -123,6 +123,7 @@ def restore_state(
             record.ts_us,
         )
         kept.expiry_at = float(record.data.get("expiry_at", 0.0) or 0.0)
+        kept.origin = str(record.data.get("origin", ""))
         kept.properties = record.properties
         beyond = retained.restore(kept)
         if beyond is not None:

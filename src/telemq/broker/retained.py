@@ -228,11 +228,7 @@ class RetainedMessages:
                     message.payload,
                     message.qos,
                     message.ts_us,
-                    {
-                        "client_id": message.client_id,
-                        "user_id": message.user_id,
-                        "expiry_at": message.expiry_at,
-                    },
+                    _record_data(message),
                     message.properties,
                 )
             )
@@ -252,6 +248,11 @@ class RetainedMessages:
         self._committer.pending.delete_retained(sub_point, topic)
         self._committer.schedule()
         return True
+
+    def get(self, sub_point: str, topic: str) -> Message | None:
+        """The retained message of one topic, if any."""
+        retained = self._by_point.get(sub_point)
+        return None if retained is None else retained.get(topic)
 
     def matching(self, sub_point: str, topic_filter: str) -> list[Message]:
         """The retained messages of `sub_point` on the topics `topic_filter` matches."""
@@ -284,3 +285,16 @@ class RetainedMessages:
     def count(self) -> int:
         """Retained messages outside `$SYS/` (what `$SYS/broker/retained messages/count` says)."""
         return self._count
+
+
+def _record_data(message: Message) -> dict[str, object]:
+    """What a retained record keeps besides its columns: the publisher, the expiry, and
+    the broker it was made at when not this one (no schema change: `data` is JSON)."""
+    data: dict[str, object] = {
+        "client_id": message.client_id,
+        "user_id": message.user_id,
+        "expiry_at": message.expiry_at,
+    }
+    if message.origin:
+        data["origin"] = message.origin
+    return data

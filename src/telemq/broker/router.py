@@ -103,6 +103,7 @@ class Router:
         "commands",
         "envelopes",
         "next_seq",
+        "own",
         "shares",
     )
 
@@ -119,7 +120,9 @@ class Router:
         commands: CommandHost,
         topic_limits: TopicLimits,
         cache_bytes: int,
+        own: str = "",
     ) -> None:
+        self.own = own  # this broker's name: the origin of the publications made here
         self._committer = committer
         self._topic_limits = topic_limits
         self._journal_cache_limit = cache_bytes  # 0 = no bound
@@ -226,9 +229,7 @@ class Router:
             self.commands.run_for(client, message.topic, message.payload, 2, props)
             committer.after(lambda: client.acknowledge(PacketType.PUBCOMP, packet_id))
             return
-        hand_offs = (
-            self.accept(message, hand_off_now=False, exclude_queue=exclude_queue) if route else []
-        )
+        hand_offs = self.accept(message, False, not message.sync, exclude_queue) if route else []
         # The release is durable once this commit ends. Until then a crash leaves the stored
         # message unreleased, and it is released again (at restart for a clean publisher, on
         # the PUBREL it re-sends for a persistent one): a persistent subscriber must not have
@@ -276,7 +277,7 @@ class Router:
                 )
             committer.after(lambda: client.acknowledge(PacketType.PUBREC, packet_id))
             return
-        self.accept(message, hand_off_now=True, exclude_queue=session.client_id)
+        self.accept(message, True, not message.sync, session.client_id)
         if qos == 1:
             committer.after(lambda: client.acknowledge(PacketType.PUBACK, packet_id))
         elif committer.pending:
@@ -421,6 +422,7 @@ class Router:
                     message.client_id,
                     message.user_id,
                     bytearray(message.properties) if message.properties else 0,  # 0: none
+                    message.origin or self.own,
                 )
         if self._on_accepted:
             self._hooks.notify(self._on_accepted, message)
@@ -454,6 +456,7 @@ class Router:
             message.user_id,
             message.properties,
             bool(message.net),
+            message.origin or self.own,
         )
         registry = self._registry
         shares: dict[str, str] | None = None  # queue -> the shared group it was picked for
@@ -467,6 +470,7 @@ class Router:
         sessions = self._sessions
         deliveries = self._deliveries
         later: list[tuple[Session, Delivery]] = []
+        sync = message.sync  # a retained answer: RETAIN set for every subscriber
         for queue, (granted, rank) in targets.items():
             if queue == exclude_queue:
                 continue
@@ -474,14 +478,14 @@ class Router:
             session = sessions.get(queue)
             if session is None:
                 continue
-            retain = False  # a live copy: RETAIN is for retained messages [MQTT-3.3.1-9]
+            retain = sync  # a live copy: RETAIN is for retained messages [MQTT-3.3.1-9]
             extra = b""  # MQTT 5.0: the Subscription Identifiers
             if options5 is not None:
                 options = options5.get(queue)
                 if options is not None:
                     if options.no_local and queue == message.client_id:
                         continue
-                    retain = message.retain and options.retain_as_published
+                    retain = (message.retain and options.retain_as_published) or sync
                     extra = options.properties
                     if session.link:  # a proxy subscription: the copy crosses a link
                         if message.local_only:

@@ -263,6 +263,7 @@ class Broker:
             self.command_host,
             self.topic_limits,
             config.limits.max_topic_cache_bytes,
+            config.name,
         )
         self.subscriptions = SubscriptionManager(
             config.name,
@@ -504,8 +505,13 @@ class Broker:
     def matching_retained(self, sub_point: str, topic_filter: str) -> list[Message]:
         return self.retained.matching(sub_point, topic_filter)
 
-    def delete_retained(self, sub_point: str, topic: str) -> bool:
-        return self.retained.delete(sub_point, topic)
+    def delete_retained(self, sub_point: str, topic: str, network: bool = False) -> bool:
+        """Delete a retained message; with `network`, at every broker of the network too
+        (MQ DeletePub without DelOpt Local: retained_sync.py)."""
+        deleted = self.retained.delete(sub_point, topic)
+        if network and self.links.links:
+            self.links.retained_sync.delete_everywhere(sub_point, topic)
+        return deleted
 
     def subscribe(
         self,

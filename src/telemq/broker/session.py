@@ -32,6 +32,7 @@ class Message:
         "expiry_at",
         "local_only",
         "net",
+        "origin",
         "payload",
         "properties",
         "qos",
@@ -40,6 +41,7 @@ class Message:
         "size",
         "store_id",
         "sub_point",
+        "sync",
         "topic",
         "topic_bytes",
         "ts_us",
@@ -82,7 +84,13 @@ class Message:
         # to further links start with (the path so far and this broker; links.py). b"":
         # made here.
         self.net = b""
+        # The broker it was made at, when not this one (a link's copy: the first of its
+        # path). Journaled, and `Properties.Broker` to filters (docs/network.md §6).
+        self.origin = ""
         self.local_only = False  # MQ PubOpt Local: not for the other brokers
+        # A retained copy answering a new proxy subscription (retained_sync.py): delivered
+        # with RETAIN set, not journaled again.
+        self.sync = False
         self._frames: list[bytes | None] = [frame_qos0, None]
 
     def frame_qos0(self, retain: bool) -> bytes:

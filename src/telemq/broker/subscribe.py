@@ -380,6 +380,7 @@ class SubscriptionManager:
                     "ClientId": message.client_id,
                     "UserId": message.user_id,
                     "SubPoint": message.sub_point,
+                    "Broker": message.origin or self._qmgr_name,
                     **filter_properties(message.properties),
                 },
             ):

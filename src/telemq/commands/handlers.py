@@ -137,7 +137,8 @@ class Host(Protocol):
 
     def retained_topics(self, sub_point: str, topic_filter: str) -> list[str]: ...
 
-    def delete_retained(self, sub_point: str, topic: str) -> bool: ...
+    def delete_retained(self, sub_point: str, topic: str, local: bool = False) -> bool:
+        """`local`: DelOpt Local, at this broker only (not the network's)."""
 
     def put_to_queue(
         self, requester: Requester, queue: str, topic: str, body: bytes, qos: int
@@ -795,7 +796,7 @@ def publish(command: Command, requester: Requester, registry: Registry, host: Ho
 
 
 def delete_pub(command: Command, requester: Requester, registry: Registry, host: Host) -> Reply:
-    _options(command, "DelOpt", DEL_OPTIONS, ReasonCode.DEL_OPTIONS_ERROR)
+    local = "Local" in _options(command, "DelOpt", DEL_OPTIONS, ReasonCode.DEL_OPTIONS_ERROR)
     topics = command.all("Topic")
     _check_filters(topics, host)
     sub_point = _sub_point(command, requester, host)
@@ -808,7 +809,7 @@ def delete_pub(command: Command, requester: Requester, registry: Registry, host:
         refused = False
         for name in names:
             if host.may_publish(requester, name):
-                host.delete_retained(sub_point, name)
+                host.delete_retained(sub_point, name, local)
             else:
                 refused = True
         if refused:

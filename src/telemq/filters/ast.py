@@ -50,7 +50,16 @@ ADDITIVE = frozenset({"+", "-"})
 MULTIPLICATIVE = frozenset({"*", "/", "%"})
 COMPARISONS = ("=", "<>", "<", "<=", ">", ">=")
 
-PROPERTY_NAMES = ("Topic", "QoS", "Retain", "ClientId", "UserId", "SubPoint", "ContentType")
+PROPERTY_NAMES = (
+    "Topic",
+    "QoS",
+    "Retain",
+    "ClientId",
+    "UserId",
+    "SubPoint",
+    "ContentType",
+    "Broker",
+)
 """The fixed message properties a filter can read as ``Properties.<name>``."""
 
 USER_PROPERTY_PREFIX = "User."

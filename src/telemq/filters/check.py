@@ -33,6 +33,7 @@ _PROPERTY_TYPES = {
     "ClientId": "a string",
     "UserId": "a string",
     "SubPoint": "a string",
+    "Broker": "a string",
     "ContentType": "a string",
 }
 _USER = "User"  # Properties.User.<name>

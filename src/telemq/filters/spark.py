@@ -37,11 +37,11 @@ cheap; ``schema_of_variant`` and the VARIANT cast to DOUBLE cost more per row th
 
 Properties map to columns: ``Topic`` -> ``topic``, ``QoS`` -> ``qos``, ``Retain`` ->
 ``retain``, ``ClientId`` -> ``client_id``, ``UserId`` -> ``user_id``, ``SubPoint`` ->
-``sub_point``, ``ContentType`` -> ``content_type``; ``User.<name>`` is the value of key
-``<name>`` in the ``map<string,string>`` column ``user_properties`` (``try_element_at``:
-NULL when the key or the whole map is absent, never an error, ANSI mode or not); the payload
-is ``payload``. The result is a nullable BOOLEAN column (NULL is UNKNOWN);
-``df.filter(column)`` keeps the rows where the filter is TRUE.
+``sub_point``, ``ContentType`` -> ``content_type``, ``Broker`` -> ``broker``;
+``User.<name>`` is the value of key ``<name>`` in the ``map<string,string>`` column
+``user_properties`` (``try_element_at``: NULL when the key or the whole map is absent, never
+an error, ANSI mode or not); the payload is ``payload``. The result is a nullable BOOLEAN
+column (NULL is UNKNOWN); ``df.filter(column)`` keeps the rows where the filter is TRUE.
 """
 
 from __future__ import annotations
@@ -96,6 +96,7 @@ PROPERTY_COLUMNS: dict[str, str] = {
     "UserId": "user_id",
     "SubPoint": "sub_point",
     "ContentType": "content_type",
+    "Broker": "broker",
 }
 """``Properties.<name>`` -> journal column, for the fixed names (`ast.PROPERTY_NAMES`)."""
 

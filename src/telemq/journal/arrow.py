@@ -20,6 +20,10 @@ have properties are decoded, each distinct value once per chunk (with the protoc
 decoder, `protocol.properties.read_message_properties`); a chunk without any (every MQTT
 3.1.1 message) gets two all-null arrays and decodes nothing.
 
+`broker` is the journal's `origin`: the broker the publication was made at (this broker's
+name for its own, another's for one that came over a link; docs/network.md §6), NULL for a
+row written before store schema 6.
+
 Each chunk is one short read transaction of a read-only connection (WAL): the broker never
 waits for a reader, and the WAL checkpoints between chunks. Chunks start small and grow to
 about `_TARGET_CHUNK_BYTES` of payload once the average row size is known, so a batch is a
@@ -59,6 +63,7 @@ JOURNAL_COLUMNS = (
     "user_id",
     "content_type",
     "user_properties",
+    "broker",
 )
 
 USER_PROPERTIES_TYPE = pa.map_(pa.string(), pa.string())
@@ -77,6 +82,7 @@ JOURNAL_SCHEMA = pa.schema(
         ("user_id", pa.string()),
         ("content_type", pa.string()),
         ("user_properties", USER_PROPERTIES_TYPE),
+        ("broker", pa.string()),
     ]
 )
 """The journal rows as Arrow: exactly what Spark makes of the data source's DDL schema
@@ -87,7 +93,7 @@ _TARGET_CHUNK_BYTES = 32 << 20  # payload bytes per chunk once the average row s
 _FIRST_CHUNK_ROWS = 1024  # before that: small, in case payloads are large
 _MAX_BINARY = 2**31 - 1  # Arrow `binary` has 32-bit offsets
 
-_TEXT_COLUMNS = ("topic", "sub_point", "client_id", "user_id")
+_TEXT_COLUMNS = ("topic", "sub_point", "client_id", "user_id", "broker")
 
 
 class TopicMatcher:
@@ -170,6 +176,11 @@ def _packed_properties(packed: PackedRange, seq: pa.Array) -> list[pa.Array] | N
     return _property_columns(packed.count, found)
 
 
+def _null_if_empty(texts: pa.Array) -> pa.Array:
+    """NULL for "" (a row written before the journal had origins: no broker is unnamed)."""
+    return pc.if_else(pc.equal(texts, ""), pa.scalar(None, pa.string()), texts)
+
+
 def _split(data: bytes, separator: bytes) -> pa.Array:
     return pc.split_pattern(pa.array([data], pa.binary()), pattern=separator).flatten()
 
@@ -184,7 +195,7 @@ def _chunk_fast(reader: JournalReader, a: int, b: int) -> pa.RecordBatch | None:
     count, low, high = packed.count, packed.low, packed.high
     if not count:
         return _empty_batch()
-    texts = (packed.topic, packed.sub_point, packed.client_id, packed.user_id)
+    texts = (packed.topic, packed.sub_point, packed.client_id, packed.user_id, packed.origin)
     flags, ts, lengths, payload = packed.flags, packed.ts_us, packed.lengths, packed.payload
     columns: dict[str, pa.Array] = {}
     for name, data in zip(_TEXT_COLUMNS, texts, strict=True):
@@ -221,6 +232,7 @@ def _chunk_fast(reader: JournalReader, a: int, b: int) -> pa.RecordBatch | None:
             columns["client_id"],
             columns["user_id"],
             *properties,
+            _null_if_empty(columns["broker"]),
         ],
         schema=JOURNAL_SCHEMA,
     )
@@ -255,6 +267,7 @@ def _chunk_rows(reader: JournalReader, a: int, b: int) -> Iterator[pa.RecordBatc
                     if found
                     else _no_property_columns(len(part))
                 ),
+                pa.array([origin or None for origin in cols[10]], pa.string()),
             ],
             schema=JOURNAL_SCHEMA,
         )

@@ -35,11 +35,12 @@ __all__ = [
 JOURNAL_DDL = (
     "seq bigint, ts timestamp, topic string, sub_point string, qos int, retain boolean,"
     " payload binary, client_id string, user_id string, content_type string,"
-    " user_properties map<string, string>"
+    " user_properties map<string, string>, broker string"
 )
 """The Spark schema of journal rows (design section 8); `journal.arrow.JOURNAL_SCHEMA` is
 the same as Arrow. `content_type` and `user_properties` (name -> first value) come from the
-MQTT 5.0 properties, NULL when absent (always for MQTT 3.1.1)."""
+MQTT 5.0 properties, NULL when absent (always for MQTT 3.1.1). `broker` is the broker the
+publication was made at (docs/network.md §6), NULL in rows older than store schema 6."""
 
 _COLUMNS_OF_PROPERTIES = (
     ("Topic", "topic"),
@@ -49,6 +50,7 @@ _COLUMNS_OF_PROPERTIES = (
     ("UserId", "user_id"),
     ("SubPoint", "sub_point"),
     ("ContentType", "content_type"),
+    ("Broker", "broker"),
 )
 _USER = "User."  # ``Properties.User.<name>`` is the property ``User.<name>`` of a filter
 

@@ -39,7 +39,8 @@ COLUMNS: dict[str, tuple[str, ...]] = {
         # The held message's columns in `messages` order (from message_id on), then released.
         "incoming": "client_id packet_id message_id topic payload qos retain sub_point"
         " msg_client_id user_id ts_us properties expiry_at released",
-        "journal": "seq ts_us topic sub_point qos retain payload client_id user_id properties",
+        "journal": "seq ts_us topic sub_point qos retain payload client_id user_id properties"
+        " origin",
     }.items()
 }
 
@@ -163,6 +164,7 @@ def check_journal(row: Row) -> None:
     _check(row[5] in (0, 1), "journal", "retain", row)
     _check(type(row[6]) is bytes, "journal", "payload", row)
     _check(_blob_or_null(row[9]), "journal", "properties", row)
+    _check(row[10] is None or type(row[10]) is str, "journal", "origin", row)
 
 
 # -- rows -> records (load: validate everything) --------------------------------------------
@@ -292,9 +294,20 @@ def incoming_from_row(row: Sequence[object]) -> IncomingRecord:
 
 def journal_from_trusted_row(row: Row) -> JournalRecord:
     """A journal row as `read_journal` returns it: not validated (the journal is not loaded
-    at start-up, and CHECK constraints guard what goes in); NULL properties are b""."""
+    at start-up, and CHECK constraints guard what goes in); NULL properties are b"", a NULL
+    origin (a row written before schema 6) ""."""
     return JournalRecord(
-        row[0], row[1], row[2], row[3], row[4], bool(row[5]), row[6], row[7], row[8], row[9] or b""
+        row[0],
+        row[1],
+        row[2],
+        row[3],
+        row[4],
+        bool(row[5]),
+        row[6],
+        row[7],
+        row[8],
+        row[9] or b"",
+        row[10] or "",
     )
 
 

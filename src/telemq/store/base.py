@@ -80,20 +80,33 @@ class JournalRecord:
     client_id: str
     user_id: str
     properties: bytes = b""
+    # The broker the publication was made at (docs/network.md §6): this broker's name for
+    # its own; "" in rows written before schema 6.
+    origin: str = ""
 
 
 JournalRow = tuple[
-    int, int, str, str, int, int, bytes | bytearray, str, str, bytes | bytearray | int | None
+    int,
+    int,
+    str,
+    str,
+    int,
+    int,
+    bytes | bytearray,
+    str,
+    str,
+    bytes | bytearray | int | None,
+    str,
 ]
 """A journal record's fields in column order: seq, ts_us, topic, sub_point, qos, retain,
-payload, client_id, user_id, properties (as in `JournalRecord`; 0 or None for none). For
+payload, client_id, user_id, properties (as in `JournalRecord`; 0 or None for none), origin. For
 the fastest commit, retain is 0 or 1, the payload and properties bytearrays and no
 properties 0: the sqlite3 module binds exact ints and bytearrays directly, a bool, bytes or
 None only after looking up an adapter (which, at one row per publication, costs about half
 of what the writer thread spends holding the GIL; a None alone would cost three times what
 the column costs). The store writes 0 as NULL, and `Store.read_journal` gives payloads back
 as bytes and no properties as b""."""
-JOURNAL_FIELDS = 10  # values per row in `WriteBatch.journal`
+JOURNAL_FIELDS = 11  # values per row in `WriteBatch.journal`
 JOURNAL_CHUNK_ROWS = 2048  # rows per sealed chunk of `WriteBatch.journal_chunks`
 
 
@@ -301,6 +314,7 @@ class WriteBatch:
             record.client_id,
             record.user_id,
             bytearray(record.properties) if record.properties else 0,
+            record.origin,
         )
 
     def append_journal_row(self, row: JournalRow) -> None:

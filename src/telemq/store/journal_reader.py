@@ -13,8 +13,9 @@ than everything else a reader does per row. `packed` therefore fetches a range a
 of aggregates, every column concatenated by SQLite in C (`group_concat`), for the caller to
 split in bulk (the pipeline does it with pyarrow):
 
-- text columns (`topic`, `sub_point`, `client_id`, `user_id`) joined by U+0000, which MQTT
-  forbids in UTF-8 strings (a count that does not match tells the caller to use `rows`);
+- text columns (`topic`, `sub_point`, `client_id`, `user_id`, `origin`) joined by U+0000,
+  which MQTT forbids in UTF-8 strings (a count that does not match tells the caller to use
+  `rows`); a NULL `origin` (a row older than schema 6) as "";
 - `payload` (any bytes) concatenated as is, with the lengths as decimal text beside it;
 - `ts_us` as decimal text; `qos * 2 + retain` as one digit per row;
 - `seq` as min and max (no gap when max - min + 1 == count), else `seqs` gives them;
@@ -25,7 +26,8 @@ split in bulk (the pipeline does it with pyarrow):
   cost a range without any about 7% more.)
 
 A file of schema 4 (an offline copy, or one an older broker still writes) has no
-`properties` column: the reader then reads NULL in its place, so every row has none.
+`properties` column, and one older than schema 6 no `origin`: the reader then reads NULL in
+their place, so every row has none.
 
 Every aggregate sees the rows in the same order, ascending `seq`, because the plan is a range
 search on the integer primary key; `packed_in_order` checks the plan once per reader, and
@@ -40,22 +42,23 @@ from typing import Any
 
 from .sqlite import open_journal_reader
 
-# `{p}`: the properties column, or NULL in a file that has none (`_sql`).
+# `{p}`, `{o}`: the properties and origin columns, or NULL in a file without (`_sql`).
 _PACKED_SQL = """SELECT count(*), min(seq), max(seq), group_concat(ts_us, ','),
  group_concat(qos * 2 + retain, ''), group_concat(topic, char(0)),
  group_concat(sub_point, char(0)), group_concat(client_id, char(0)),
- group_concat(user_id, char(0)), group_concat(length(payload), ','), group_concat(payload, ''),
+ group_concat(user_id, char(0)), group_concat(ifnull({o}, ''), char(0)),
+ group_concat(length(payload), ','), group_concat(payload, ''),
  count({p}) FROM journal WHERE seq >= ? AND seq <= ?"""
 _PROPERTIES_SQL = """SELECT group_concat(seq, ','), group_concat(length(properties), ','),
  group_concat(properties, '') FROM journal
  WHERE seq >= ? AND seq <= ? AND properties IS NOT NULL"""
 _SEQS_SQL = "SELECT group_concat(seq, ',') FROM journal WHERE seq >= ? AND seq <= ?"
 _ROWS_SQL = """SELECT seq, ts_us, topic, sub_point, qos, retain, payload, client_id, user_id,
- {p} FROM journal WHERE seq >= ? AND seq <= ? ORDER BY seq"""
+ {p}, {o} FROM journal WHERE seq >= ? AND seq <= ? ORDER BY seq"""
 
-JournalRowValues = tuple[int, int, str, str, int, int, bytes, str, str, bytes | None]
+JournalRowValues = tuple[int, int, str, str, int, int, bytes, str, str, bytes | None, str | None]
 """seq, ts_us, topic, sub_point, qos, retain, payload, client_id, user_id, properties (None
-for none)."""
+for none), origin (None before schema 6)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +74,7 @@ class PackedRange:
     sub_point: bytes
     client_id: bytes
     user_id: bytes
+    origin: bytes  # U+0000-separated; "" for a row older than schema 6
     lengths: bytes  # payload lengths, decimal, comma-separated
     payload: bytes  # the payloads, concatenated
     property_seqs: bytes = b""  # seqs of the rows with properties, decimal, comma-separated
@@ -94,7 +98,7 @@ class JournalReader:
         """`path`: a data directory or its store file; `StoreError` when it holds none."""
         self._conn = open_journal_reader(path)
         self._in_order: bool | None = None
-        self._properties: str | None = None  # the properties column, or "NULL" (`_sql`)
+        self._columns: dict[str, str] | None = None  # `_sql`'s placeholders
 
     def close(self) -> None:
         self._conn.close()
@@ -143,7 +147,7 @@ class JournalReader:
         finally:
             conn.execute("COMMIT")
         if not count:
-            return PackedRange(0, 0, 0, b"", b"", b"", b"", b"", b"", b"", b"")
+            return PackedRange(0, 0, 0, b"", b"", b"", b"", b"", b"", b"", b"", b"")
         return PackedRange(int(count), int(low), int(high), *(bytes(v or b"") for v in columns))
 
     def seqs(self, first: int, last: int) -> bytes:
@@ -160,13 +164,16 @@ class JournalReader:
         return [SubscriptionRow(str(c), str(k), str(d or "")) for c, k, d in rows]
 
     def _sql(self, template: str) -> str:
-        """`template` for this file: with its properties column, or NULL in a schema 4 file
-        (looked up once per reader, which lives for a range or so; a broker adds the column
-        when it starts)."""
-        if self._properties is None:
-            columns = {str(r[1]) for r in self._conn.execute("PRAGMA table_info(journal)")}
-            self._properties = "properties" if "properties" in columns else "NULL"
-        return template.format(p=self._properties)
+        """`template` for this file: with its properties and origin columns, or NULL where
+        an older file has none (looked up once per reader, which lives for a range or so; a
+        broker adds the columns when it starts)."""
+        if self._columns is None:
+            present = {str(r[1]) for r in self._conn.execute("PRAGMA table_info(journal)")}
+            self._columns = {
+                key: column if column in present else "NULL"
+                for key, column in (("p", "properties"), ("o", "origin"))
+            }
+        return template.format(**self._columns)
 
     def _bytes_query(self, sql: str, first: int, last: int) -> tuple[Any, ...]:
         """One row, text as bytes (what the packed columns are split from)."""

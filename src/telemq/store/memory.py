@@ -328,7 +328,7 @@ class MemoryStore(Store):
             properties = None
         if type(payload) is bytearray:
             payload = bytes(payload)
-        row = (*row[:6], payload, row[7], row[8], properties)
+        row = (*row[:6], payload, row[7], row[8], properties, row[10])
         _codec.check_journal(row)
         seq: int = row[0]
         c = self._c

@@ -70,12 +70,13 @@ from .base import (
 log = logging.getLogger("telemq.store")
 
 DB_FILENAME = "telemq.db"
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 # 2: `incoming` keyed by (client_id, packet_id) itself (WITHOUT ROWID).
 # 3: `incoming.released`: released QoS 2 messages are remembered (`_add_released_column`).
 # 4: MQTT 5.0: `properties` in messages, retained, incoming; `expiry_at` in messages,
-#    incoming (`_add_mqtt5_columns`).
-# 5: `journal.properties` (`_add_mqtt5_columns`).
+#    incoming (`_add_columns`).
+# 5: `journal.properties` (`_add_columns`).
+# 6: `journal.origin`, the broker a publication was made at (`_add_columns`).
 _BUSY_TIMEOUT_S = 5.0  # only another writer (an operator's sqlite3 shell) can make us wait
 _CORRUPTION = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
 _WAL_SIZE_LIMIT = 64 << 20
@@ -105,8 +106,9 @@ _CREATE_INCOMING = """CREATE TABLE IF NOT EXISTS incoming (
 # The CHECK constraints have twins in `_codec.check_*`, which the memory store applies.
 # `properties` (messages, retained, incoming, journal): an MQTT 5.0 PUBLISH property block
 # without its length, opaque to the store; NULL for none. `expiry_at` (messages, incoming):
-# the MQTT 5.0 message expiry, UTC seconds; NULL for never. Last in each table, in the order
-# in which `_add_mqtt5_columns` adds them to an older file.
+# the MQTT 5.0 message expiry, UTC seconds; NULL for never. `origin` (journal): the name of
+# the broker the publication was made at; NULL in rows older than schema 6. Last in each
+# table, in the order in which `_add_columns` adds them to an older file.
 _SCHEMA = f"""
 BEGIN IMMEDIATE;
 CREATE TABLE IF NOT EXISTS meta (
@@ -171,7 +173,8 @@ CREATE TABLE IF NOT EXISTS journal (
     payload BLOB NOT NULL CHECK (typeof(payload) = 'blob'),
     client_id TEXT NOT NULL,
     user_id TEXT NOT NULL,
-    properties BLOB CHECK (typeof(properties) IN ('blob', 'null'))
+    properties BLOB CHECK (typeof(properties) IN ('blob', 'null')),
+    origin TEXT
 );
 -- Offsets of journal readers over the network (the journal service), for retention.
 CREATE TABLE IF NOT EXISTS consumers (
@@ -419,11 +422,11 @@ def _write_rows(conn: sqlite3.Connection, sql: str, params: list[Any]) -> int:
 
 
 # No properties (0, `JournalRow`) go in as NULL: in SQL, as the rows are bound flat.
-_INSERT_JOURNAL = _insert("journal", "INSERT").removesuffix("?)") + "NULLIF(?, 0))"
+_INSERT_JOURNAL = _insert("journal", "INSERT").removesuffix("?, ?)") + "NULLIF(?, 0), ?)"
 # Journal rows come by the thousand under load. While the event loop keeps the GIL busy,
 # the writer gets it back once per statement, after up to a switch interval (see
 # `telemq.broker.tuning.SWITCH_INTERVAL`): to keep up it must insert many rows a statement.
-# A sealed chunk (`WriteBatch.seal_journal`, 20,480 parameters: within SQLite's default
+# A sealed chunk (`WriteBatch.seal_journal`, 22,528 parameters: within SQLite's default
 # limit of 32,766) is one statement as it is; the loose rows after it take a few more.
 _JOURNAL_INSERTS = tuple(
     (rows * JOURNAL_FIELDS, _multi_row(_INSERT_JOURNAL, rows) or _INSERT_JOURNAL)
@@ -651,19 +654,20 @@ def _add_released_column(conn: sqlite3.Connection) -> None:
     conn.execute("COMMIT")
 
 
-# Schema 4's and 5's columns, per table, in the order of a new file's tables.
-_MQTT5_COLUMNS = {
+# Schema 4's, 5's and 6's columns, per table, in the order of a new file's tables.
+_ADDED_COLUMNS = {
     "messages": (("properties", "BLOB"), ("expiry_at", "REAL")),
     "retained": (("properties", "BLOB"),),
     "incoming": (("properties", "BLOB"), ("expiry_at", "REAL")),
-    "journal": (("properties", "BLOB"),),
+    "journal": (("properties", "BLOB"), ("origin", "TEXT")),
 }
 
 
-def _add_mqtt5_columns(conn: sqlite3.Connection) -> None:
-    """Schema 3 -> 4 -> 5: stored messages, retained messages and held QoS 2 messages gain
-    `properties`, and stored and held messages `expiry_at` (4); the journal gains
-    `properties` (5). NULL for every existing row (no properties, never expires), each
+def _add_columns(conn: sqlite3.Connection) -> None:
+    """Schema 3 -> 4 -> 5 -> 6: stored messages, retained messages and held QoS 2 messages
+    gain `properties`, and stored and held messages `expiry_at` (4); the journal gains
+    `properties` (5) and `origin` (6). NULL for every existing row (no properties, never
+    expires, origin unknown), each
     where missing (an unreleased schema 4 file may have only `properties`), in one
     transaction that rewrites no row (a long journal costs nothing). Without the CHECKs of a
     new file's columns, for the reason `_add_released_column` gives: loading validates the
@@ -674,7 +678,7 @@ def _add_mqtt5_columns(conn: sqlite3.Connection) -> None:
     }
     missing = [
         (table, column, kind)
-        for table, columns in _MQTT5_COLUMNS.items()
+        for table, columns in _ADDED_COLUMNS.items()
         if table in existing
         for present in [_columns_in(conn, table)]
         for column, kind in columns
@@ -1001,7 +1005,7 @@ class SqliteStore(Store):
                 )
             _rebuild_incoming(conn, self.path)
             _add_released_column(conn)
-            _add_mqtt5_columns(conn)
+            _add_columns(conn)
             conn.executescript(_SCHEMA)
             self._quarantined = conn.execute("SELECT COUNT(*) FROM quarantine").fetchone()[0]
             self._marks = self._read_marks(conn)

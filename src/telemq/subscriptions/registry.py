@@ -153,7 +153,7 @@ class Subscription:
 
     def admits(self, payload: bytes, properties: dict[str, object]) -> bool:
         """Does the content filter (if any) select this message? `properties`: the
-        message's Topic, QoS, Retain, ClientId, UserId and SubPoint."""
+        message's Topic, QoS, Retain, ClientId, UserId, SubPoint and Broker."""
         compiled = self.compiled
         return compiled is None or compiled.evaluate(payload, properties) is True
 
@@ -505,11 +505,13 @@ class Registry:
         user_id: str,
         properties: bytes = b"",
         from_network: bool = False,
+        broker: str = "",
     ) -> dict[str, tuple[int, int]] | None:
         """The queues one publication goes to: queue -> (highest granted QoS, highest
         persistence rank), content filters evaluated (the payload parsed once for all).
         `properties`: the publication's MQTT 5.0 properties, as `Message.properties`;
-        `from_network`: it was made at another broker (`Local` subscriptions do not get it).
+        `from_network`: it was made at another broker (`Local` subscriptions do not get it);
+        `broker`: the broker it was made at (`Properties.Broker`).
 
         Without filtered subscriptions this is the cached `Route.plain`: read it, never
         change it.
@@ -529,6 +531,7 @@ class Registry:
             "ClientId": client_id,
             "UserId": user_id,
             "SubPoint": sub_point,
+            "Broker": broker,
         }
         if properties:
             seen.update(filter_properties(properties))
