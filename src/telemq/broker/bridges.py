@@ -37,7 +37,6 @@ subscriptions it reads belong to their rooms.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import time
@@ -69,12 +68,11 @@ from ..protocol.peer5 import NO_EXPIRY
 from ..subscriptions import Identity, Subscription
 from .client import Client
 from .config import ListenerConfig
-from .dialer import Backoff, DialTarget, keep_dialing
+from .dialer import Backoff, cancel_all, dial_target, keep_dialing
 from .network_config import BRIDGE_PROTOCOLS, BridgeConfig, dial_secret
 from .router import now_us
 from .session import Message
 from .sessions import BRIDGE_PREFIX, LINK_OWNER, Sessions
-from .tls import client_context
 
 if TYPE_CHECKING:
     from .server import Broker
@@ -155,11 +153,7 @@ class Bridges:
             self._tasks.append(loop.create_task(self._dial(bridge)))
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_all(self._tasks)
 
     def _forget_removed(self) -> None:
         """A bridge taken out of the configuration leaves nothing behind: its session
@@ -239,14 +233,8 @@ class Bridges:
 
     def _dial(self, bridge: BridgeState) -> Coroutine[Any, Any, None]:
         config = bridge.config
-        where = f"bridges[{list(self.bridges).index(config.name)}]"
-        target = DialTarget(
-            f"bridge {config.name!r}",
-            config.host,
-            config.port,
-            client_context(config, where),
-            config.server_name,
-        )
+        index = list(self.bridges).index(config.name)
+        target = dial_target(f"bridge {config.name!r}", config, index, "bridges")
 
         def attempt() -> None:
             bridge.state = "connecting"
@@ -337,17 +325,7 @@ class Bridges:
                 "bridge %r refused by %s:%d: %s", config.name, config.host, config.port, reason
             )
             return
-        sessions = self._sessions
-        session = sessions.ensure_link_session(bridge.session_id)
-        if session.client is not None and session.client is not client:
-            session.client.close("bridge re-established")
-        session.client = client
-        client.session = session
-        sessions.connected += 1
-        deliveries = self._broker.deliveries
-        oversized = connection.attach(session.flows, self._broker.loop.time())
-        if oversized:
-            deliveries.drop_too_large(oversized)
+        session = self._sessions.attach_dialed(client, connection)
         bridge.client = client
         bridge.state = "connected"
         bridge.backoff.connected()
@@ -355,7 +333,7 @@ class Bridges:
         self._subscribe_remotely(bridge, connection)
         if config.notifications:
             self._notify(bridge, connection, b"1")
-        deliveries.pump(session)  # what waited while the bridge was down
+        self._broker.deliveries.pump(session)  # what waited while the bridge was down
         client.mark_dirty()
 
     def _subscribe_remotely(self, bridge: BridgeState, connection: DialConnection) -> None:

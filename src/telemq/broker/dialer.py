@@ -1,5 +1,5 @@
-"""Outbound connections the broker keeps up itself: links to neighbour brokers (links.py),
-and the bridges to come.
+"""Outbound connections the broker keeps up itself: links to neighbour brokers (links.py)
+and bridges to other MQTT brokers (bridges.py).
 
 Theory of operation
 -------------------
@@ -16,6 +16,7 @@ starts the count again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import random
@@ -23,8 +24,13 @@ import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .client import Client
+from .tls import client_context
+
+if TYPE_CHECKING:
+    from .network_config import BridgeConfig, LinkConfig
 
 log = logging.getLogger("telemq.broker")
 
@@ -63,6 +69,29 @@ class DialTarget:
     port: int
     ssl: ssl.SSLContext | None = None
     server_name: str = ""
+
+
+def dial_target(
+    name: str, entry: LinkConfig | BridgeConfig, index: int, table: str = "links"
+) -> DialTarget:
+    """Where a `[[links]]` or `[[bridges]]` entry dials, with its TLS context (`index`:
+    its place in `table`, for errors)."""
+    return DialTarget(
+        name,
+        entry.host,
+        entry.port,
+        client_context(entry, f"{table}[{index}]"),
+        entry.server_name,
+    )
+
+
+async def cancel_all(tasks: list[asyncio.Task[None]]) -> None:
+    """Stop the dialing tasks and wait for them to end."""
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 async def keep_dialing(

@@ -25,7 +25,6 @@ client's events go.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import json
 import logging
@@ -61,14 +60,13 @@ from ..protocol.peer5 import NO_EXPIRY
 from ..protocol.properties import read_message_properties
 from .client import Client
 from .config import ListenerConfig
-from .dialer import Backoff, DialTarget, keep_dialing
+from .dialer import Backoff, cancel_all, dial_target, keep_dialing
 from .network_config import LinkConfig, dial_secret
 from .proxies import ProxySubscriptions
 from .retained_sync import RetainedSync
 from .router import now_us
 from .session import Message
 from .sessions import LINK_OWNER, LINK_PREFIX, Sessions
-from .tls import client_context
 
 if TYPE_CHECKING:
     from .server import Broker
@@ -168,25 +166,14 @@ class Links:
                 self._tasks.append(asyncio.get_running_loop().create_task(self._dial(link)))
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_all(self._tasks)
 
     # -- dialing --------------------------------------------------------------
 
     def _dial(self, link: LinkState) -> Coroutine[Any, Any, None]:
         """Keep the link up (dialer.py); a refusal stays its state until it ends."""
         config = link.config
-        where = f"links[{list(self.links).index(config.name)}]"
-        target = DialTarget(
-            f"link {config.name!r}",
-            config.host,
-            config.port,
-            client_context(config, where),
-            config.server_name,
-        )
+        target = dial_target(f"link {config.name!r}", config, list(self.links).index(config.name))
 
         def attempt() -> None:
             if not link.state.startswith("refused"):
@@ -316,18 +303,8 @@ class Links:
                 reason,
             )
             return
-        sessions = self._sessions
-        session = sessions.ensure_link_session(LINK_PREFIX + link.config.name)
-        if session.client is not None and session.client is not client:
-            session.client.close("link re-established", ReasonCode.SESSION_TAKEN_OVER)
-        session.client = client
-        client.session = session
-        sessions.connected += 1
-        deliveries = self._broker.deliveries
-        oversized = connection.attach(session.flows, self._broker.loop.time())
-        if oversized:
-            deliveries.drop_too_large(oversized)
-        deliveries.pump(session)  # what waited while the link was down
+        session = self._sessions.attach_dialed(client, connection)
+        self._broker.deliveries.pump(session)  # what waited while the link was down
         # The neighbour's reach comes as its first control message; until then its paths
         # are not known here (the acceptor checked this broker's at CONNECT).
         self._up(link, client, reach_known=False)

@@ -37,6 +37,7 @@ from ..protocol import (
     ConnectionClosed,
     ConnectRequested,
     ConnectReturnCode,
+    DialConnection,
     DisconnectRequested,
     ReasonCode,
     TopicLimits,
@@ -427,6 +428,21 @@ class Sessions:
         session = self.by_id.get(client_id)
         if session is None:
             session = self._new_persistent(client_id, "", LINK_OWNER)
+        return session
+
+    def attach_dialed(self, client: Client, connection: DialConnection) -> Session:
+        """A connection this broker dialed (a link, a bridge; `client.client_id` names its
+        session) was accepted: it becomes its persistent session's connection, taking over
+        one still there, with the session's flows (what was in flight is re-sent)."""
+        session = self.ensure_link_session(client.client_id)
+        if session.client is not None and session.client is not client:
+            session.client.close("connection re-established", ReasonCode.SESSION_TAKEN_OVER)
+        session.client = client
+        client.session = session
+        self.connected += 1
+        oversized = connection.attach(session.flows, self._loop.time())
+        if oversized:
+            self.deliveries.drop_too_large(oversized)
         return session
 
     def ensure_queue(self, queue: str, owner: str) -> None:
