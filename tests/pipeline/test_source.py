@@ -36,8 +36,11 @@ def test_batch_read_equals_the_journal_in_parallel_partitions(spark: Any, tmp_pa
         "user_id",
         "content_type",
         "user_properties",
+        "broker",
     ]
     assert {r["content_type"] for r in frame.select("content_type").collect()} == {None}
+    # The origin broker; NULL for rows written before the journal had one.
+    assert {r["broker"] for r in frame.select("broker").collect()} == {"telemq", "edge-1", None}
     # The plain format, a seq range, topics (comma list), and a replayed range: same rows.
     ranged = (
         spark.read.format("telemq")

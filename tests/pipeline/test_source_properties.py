@@ -98,6 +98,9 @@ def test_ingest_carries_the_properties_into_the_lake(
         ("Properties.User.site = 'lab'", ["m/five"]),
         ("Properties.ContentType = 'application/json' AND temp < 22", ["m/five"]),
         ("Properties.User.site IS NULL", ["m/five/plain", "m/three"]),
+        # The broker the publication was made at: the default name, on both sources.
+        ("Properties.Broker = 'telemq' AND temp > 21", ["m/five/plain", "m/three"]),
+        ("Properties.Broker <> 'telemq'", []),
         (
             "Properties.User.unit = 'C' OR Properties.ContentType IS NULL",
             ["m/five", "m/five/plain", "m/three"],
