@@ -44,8 +44,8 @@ class HeldStore(SqliteStore):
         super().commit(batch)
 
 
-def row(seq: int) -> tuple[int, int, str, str, int, bool, bytes, str, str, int, str]:
-    return (seq, seq, "t", "", 0, False, b"p", "c", "", 0, "b")  # 0: no properties (JournalRow)
+def row(seq: int) -> tuple[int, int, str, str, int, bool, bytes, str, str, int]:
+    return (seq, seq, "t", "", 0, False, b"p", "c", "", 0)  # 0: no properties (JournalRow)
 
 
 async def until(predicate: object, timeout: float = 10.0) -> None:

@@ -23,6 +23,7 @@ from telemq.store import (
     SqliteStore,
     StoreError,
     WriteBatch,
+    open_store,
 )
 from telemq.store.base import JOURNAL_CHUNK_ROWS, JournalRow
 from telemq.store.sqlite import SCHEMA_VERSION
@@ -40,8 +41,7 @@ def record(seq: int, properties: bytes = b"", origin: str = "") -> JournalRecord
 
 def row(seq: int, properties: bytes | bytearray | int | None) -> JournalRow:
     """A row as the broker appends it (`Router.accept`): bytearrays, retain as an int."""
-    payload = bytearray(b"p%d" % seq)
-    return (seq, 1_000 + seq, "t/a", "", 1, 0, payload, "pub", "u", properties, "telemq")
+    return (seq, 1_000 + seq, "t/a", "", 1, 0, bytearray(b"p%d" % seq), "pub", "u", properties)
 
 
 def raw(path: Path) -> sqlite3.Connection:
@@ -59,11 +59,7 @@ def test_properties_round_trip_and_none_reads_back_empty(harness: Harness) -> No
     batch.append_journal_row(row(4, 0))  # what the broker writes for none
     batch.append_journal_row(row(5, None))
     harness.store.commit(batch)
-    expected = [
-        record(1, PROPS),
-        record(2),
-        *(record(s, p, "telemq") for s, p in ((3, OTHER), (4, b""), (5, b""))),
-    ]
+    expected = [record(1, PROPS), record(2), record(3, OTHER), record(4), record(5)]
     assert harness.store.read_journal(1, 10) == expected
     again = harness.reopen().read_journal(1, 10)
     assert again == expected
@@ -177,7 +173,7 @@ def test_a_schema_4_journal_gains_the_column_and_keeps_its_rows(tmp_path: Path) 
             record(1),
             record(2),
             record(3, PROPS),
-            record(4, origin="telemq"),
+            record(4),
         ]
     finally:
         again.close()
@@ -229,3 +225,32 @@ def test_the_reader_reads_a_schema_4_file_as_it_is(tmp_path: Path) -> None:
         assert (packed.count, packed.payload, packed.property_seqs) == (2, b"p1p2", b"")
         assert [r[-1] for r in reader.rows(1, 2)] == [None, None]
     assert "properties" not in _journal_columns(tmp_path / "telemq.db")
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_the_origin_is_the_stores_name_or_the_rows_own(tmp_path: Path, kind: str) -> None:
+    """A store opened with the broker's name writes it as the origin of the broker's own
+    rows (without binding it per row); a row of another broker's publication keeps its."""
+    store = open_store(kind, tmp_path, "off", origin="edge-1")
+    store.load()
+    batch = WriteBatch()
+    batch.append_journal_row(row(1, 0))
+    batch.append_journal(record(2))
+    batch.append_journal(record(3, PROPS, origin="hub"))
+    batch.append_foreign_journal_row((*row(4, 0), "far"))
+    store.commit(batch)
+    assert [r.origin for r in store.read_journal(1, 10)] == ["edge-1", "edge-1", "hub", "far"]
+    assert store.read_journal(3, 4)[0] == record(3, PROPS, origin="hub")
+    store.close()
+    if kind == "sqlite":
+        with raw(tmp_path / "telemq.db") as conn:
+            origins = conn.execute("SELECT origin FROM journal ORDER BY seq").fetchall()
+        conn.close()
+        assert [o for (o,) in origins] == ["edge-1", "edge-1", "hub", "far"]
+        unnamed = SqliteStore(tmp_path / "telemq.db")  # a tool that opens the file: NULL
+        unnamed.load()
+        batch = WriteBatch()
+        batch.append_journal_row(row(5, 0))
+        unnamed.commit(batch)
+        assert unnamed.read_journal(5, 6)[0].origin == ""
+        unnamed.close()

@@ -565,13 +565,22 @@ def test_the_journal_reader_reads_ranges_packed_and_row_by_row(tmp_path: Path) -
     batch = WriteBatch()
     for seq in range(1, 6):
         props = b"\x03\x00\x01%d" % seq if seq in (3, 4) else b""  # Content Type "3", "4"
-        origin = "edge" if seq == 4 else ""  # "": as a row written before schema 6
+        origin = "edge" if seq == 4 else ""  # "": this broker's own (the store has no name)
         batch.append_journal(
             JournalRecord(
-                seq, 1000 + seq, f"t/{seq}", "", seq % 3, seq == 2, b"p%d" % seq, "c", "u", props
+                seq,
+                1000 + seq,
+                f"t/{seq}",
+                "",
+                seq % 3,
+                seq == 2,
+                b"p%d" % seq,
+                "c",
+                "u",
+                props,
+                origin,
             )
         )
-        batch.journal[-1] = origin
     batch.put_subscription(SubscriptionRecord("q1", "7", {"topic": "a/#", "queue": "q1"}))
     store.commit(batch)
     store.trim_journal(2)  # seq 1 goes
@@ -594,7 +603,7 @@ def test_the_journal_reader_reads_ranges_packed_and_row_by_row(tmp_path: Path) -
         assert reader.seqs(1, 9) == b"2,3,4,5"
         assert reader.rows(4, 5) == [
             (4, 1004, "t/4", "", 1, 0, b"p4", "c", "u", b"\x03\x00\x014", "edge"),
-            (5, 1005, "t/5", "", 2, 0, b"p5", "c", "u", None, ""),
+            (5, 1005, "t/5", "", 2, 0, b"p5", "c", "u", None, None),
         ]
         (row,) = reader.subscriptions()
         assert (row.client_id, row.key) == ("q1", "7") and '"a/#"' in row.data

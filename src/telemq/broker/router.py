@@ -410,8 +410,7 @@ class Router:
             if journaled:
                 seq = self.next_seq
                 self.next_seq = seq + 1
-                # WriteBatch.append_journal_row, inlined: once per publication.
-                self._committer.pending.journal += (
+                row = (
                     seq,
                     message.ts_us,
                     message.topic,
@@ -422,8 +421,11 @@ class Router:
                     message.client_id,
                     message.user_id,
                     bytearray(message.properties) if message.properties else 0,  # 0: none
-                    message.origin or self.own,
                 )
+                if message.origin:  # made at another broker
+                    self._committer.pending.append_foreign_journal_row((*row, message.origin))
+                else:  # WriteBatch.append_journal_row, inlined: once per publication.
+                    self._committer.pending.journal += row
         if self._on_accepted:
             self._hooks.notify(self._on_accepted, message)
         return self._route(message, hand_off_now, exclude_queue)

@@ -170,7 +170,10 @@ class Broker:
         config = self.config
         if self._store is None:
             self._store = open_store(
-                config.store.kind, config.store.data_dir, SyncMode(config.store.sync)
+                config.store.kind,
+                config.store.data_dir,
+                SyncMode(config.store.sync),
+                config.name,
             )
         state = await self.loop.run_in_executor(None, self.store.load)
         if config.store.kind != "memory":

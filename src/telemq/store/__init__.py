@@ -38,6 +38,7 @@ from .base import (
     ConsumerOffset,
     DeliveryRecord,
     DeliveryState,
+    ForeignJournalRow,
     IncomingRecord,
     JournalRecord,
     JournalRow,
@@ -63,6 +64,7 @@ __all__ = [
     "ConsumerOffset",
     "DeliveryRecord",
     "DeliveryState",
+    "ForeignJournalRow",
     "IncomingRecord",
     "JournalReader",
     "JournalRecord",
@@ -91,9 +93,13 @@ STORE_KINDS = ("sqlite", "memory")
 
 
 def open_store(
-    kind: str, data_dir: str | os.PathLike[str] | None, sync: SyncMode | str = "full"
+    kind: str,
+    data_dir: str | os.PathLike[str] | None,
+    sync: SyncMode | str = "full",
+    origin: str = "",
 ) -> Store:
-    """The store a configuration asks for.
+    """The store a configuration asks for; `origin`, the broker's name, is the origin of
+    its own journal rows.
 
     `kind` is "sqlite" (the default of the configuration: `<data_dir>/telemq.db`, creating
     the directory) or "memory" (`data_dir` and `sync` are ignored). Raises ValueError for an
@@ -105,7 +111,7 @@ def open_store(
         choices = ", ".join(repr(m.value) for m in SyncMode)
         raise ValueError(f"unknown store sync mode {sync!r}; expected one of {choices}") from None
     if kind == "memory":
-        return MemoryStore()
+        return MemoryStore(origin=origin)
     if kind != "sqlite":
         raise ValueError(f"unknown store kind {kind!r}; expected one of {STORE_KINDS}")
     if data_dir is None:
@@ -115,4 +121,4 @@ def open_store(
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise StoreError(f"cannot create data directory {directory}: {exc}") from exc
-    return SqliteStore(directory / DB_FILENAME, mode)
+    return SqliteStore(directory / DB_FILENAME, mode, origin)

@@ -80,33 +80,29 @@ class JournalRecord:
     client_id: str
     user_id: str
     properties: bytes = b""
-    # The broker the publication was made at (docs/network.md §6): this broker's name for
-    # its own; "" in rows written before schema 6.
+    # The broker the publication was made at (docs/network.md §6). Written: "" for this
+    # broker's own (the store writes its name). Read: "" for rows older than schema 6.
     origin: str = ""
 
 
 JournalRow = tuple[
-    int,
-    int,
-    str,
-    str,
-    int,
-    int,
-    bytes | bytearray,
-    str,
-    str,
-    bytes | bytearray | int | None,
-    str,
+    int, int, str, str, int, int, bytes | bytearray, str, str, bytes | bytearray | int | None
 ]
 """A journal record's fields in column order: seq, ts_us, topic, sub_point, qos, retain,
-payload, client_id, user_id, properties (as in `JournalRecord`; 0 or None for none), origin. For
+payload, client_id, user_id, properties (as in `JournalRecord`; 0 or None for none): a
+publication made at this broker, whose `origin` the store writes itself (its own name,
+given when it is opened: nothing to bind per row). For
 the fastest commit, retain is 0 or 1, the payload and properties bytearrays and no
 properties 0: the sqlite3 module binds exact ints and bytearrays directly, a bool, bytes or
 None only after looking up an adapter (which, at one row per publication, costs about half
 of what the writer thread spends holding the GIL; a None alone would cost three times what
 the column costs). The store writes 0 as NULL, and `Store.read_journal` gives payloads back
 as bytes and no properties as b""."""
-JOURNAL_FIELDS = 11  # values per row in `WriteBatch.journal`
+ForeignJournalRow = tuple[
+    int, int, str, str, int, int, bytes | bytearray, str, str, bytes | bytearray | int | None, str
+]
+"""A `JournalRow` and the name of the broker the publication was made at."""
+JOURNAL_FIELDS = 10  # values per row in `WriteBatch.journal`
 JOURNAL_CHUNK_ROWS = 2048  # rows per sealed chunk of `WriteBatch.journal_chunks`
 
 
@@ -224,22 +220,31 @@ class WriteBatch:
     go in the batch does not matter.
     """
 
-    __slots__ = ("journal", "journal_chunks", "ops")
+    __slots__ = ("journal", "journal_chunks", "journal_foreign", "ops")
 
     def __init__(self) -> None:
         self.ops: list[tuple[Op, tuple[Any, ...]]] = []
         self.journal: list[Any] = []
         self.journal_chunks: list[tuple[Any, ...]] = []
+        # Rows of publications made at other brokers (`JournalRow` + their origin): few,
+        # and written by a statement of their own.
+        self.journal_foreign: list[ForeignJournalRow] = []
 
     def __len__(self) -> int:
         return (
             len(self.ops)
             + len(self.journal) // JOURNAL_FIELDS
             + len(self.journal_chunks) * JOURNAL_CHUNK_ROWS
+            + len(self.journal_foreign)
         )
 
     def __bool__(self) -> bool:
-        return bool(self.ops) or bool(self.journal) or bool(self.journal_chunks)
+        return (
+            bool(self.ops)
+            or bool(self.journal)
+            or bool(self.journal_chunks)
+            or bool(self.journal_foreign)
+        )
 
     def seal_journal(self) -> None:
         """Move whole chunks of journal rows into tuples (see the class docstring)."""
@@ -303,7 +308,8 @@ class WriteBatch:
         self.ops.append((Op.RELEASE_INCOMING, (client_id, packet_id)))
 
     def append_journal(self, record: JournalRecord) -> None:
-        self.journal += (
+        """A record; with an `origin`, a foreign row (else the store writes its own name)."""
+        row: JournalRow = (
             record.seq,
             record.ts_us,
             record.topic,
@@ -314,12 +320,19 @@ class WriteBatch:
             record.client_id,
             record.user_id,
             bytearray(record.properties) if record.properties else 0,
-            record.origin,
         )
+        if record.origin:
+            self.journal_foreign.append((*row, record.origin))
+        else:
+            self.journal += row
 
     def append_journal_row(self, row: JournalRow) -> None:
         """`append_journal` without a record object (the broker's hottest write)."""
         self.journal += row
+
+    def append_foreign_journal_row(self, row: ForeignJournalRow) -> None:
+        """The row of a publication made at the broker `row[-1]` (a link's copy)."""
+        self.journal_foreign.append(row)
 
 
 @dataclass(slots=True)

@@ -24,7 +24,6 @@ from .base import (
     DeliveryRecord,
     IncomingRecord,
     JournalRecord,
-    JournalRow,
     Op,
     RetainedRecord,
     SessionRecord,
@@ -95,13 +94,15 @@ class _Contents:
 class MemoryStore(Store):
     """Keeps the durable state in dicts; see the module docstring."""
 
-    def __init__(self, contents: _Contents | None = None) -> None:
+    def __init__(self, contents: _Contents | None = None, origin: str = "") -> None:
+        """`origin`: the broker's name, the origin of its own journal rows."""
         self._c = _Contents() if contents is None else contents
         self._closed = False
+        self._origin = origin or None
 
     def reopen(self) -> MemoryStore:
         """A new store over the same contents, as a broker restart would see them (tests)."""
-        return MemoryStore(self._c)
+        return MemoryStore(self._c, self._origin or "")
 
     # -- Store API ------------------------------------------------------------------------
 
@@ -156,7 +157,9 @@ class MemoryStore(Store):
             for op, args in batch.ops:
                 self._APPLY[op](self, args, undo)
             for row in batch.journal_rows():
-                self._append_journal(row, undo)
+                self._append_journal((*row, self._origin), undo)
+            for foreign in batch.journal_foreign:
+                self._append_journal(foreign, undo)
         except Exception as exc:
             for step in reversed(undo):
                 step()
@@ -319,7 +322,8 @@ class MemoryStore(Store):
         if rows is not None and row is not None:
             _put(rows, packet_id, (*row[:-1], 1), undo)  # released: the last column
 
-    def _append_journal(self, row: JournalRow, undo: Undo) -> None:
+    def _append_journal(self, row: tuple[Any, ...], undo: Undo) -> None:
+        """A `ForeignJournalRow` (origin None: none)."""
         # Kept as the SQLite store writes them: bytes, and NULL for no properties (0).
         payload, properties = row[6], row[9]
         if type(properties) is bytearray:

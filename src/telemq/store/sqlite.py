@@ -337,7 +337,7 @@ _CACHED_STATEMENTS = 1024  # every multi-row form of every statement stays prepa
 # Tables without a rowid, and the key that names one of their rows instead.
 _ROW_KEYS = {"incoming": ("client_id", "packet_id")}
 
-# An INSERT's value list, whose terms may be function calls (`_INSERT_JOURNAL`).
+# An INSERT's value list, whose terms may be function calls (`_JournalStatements`).
 _VALUES = re.compile(r" VALUES (\((?:[^()]|\([^()]*\))*\))")
 # `FROM table WHERE a = ? [AND b = ?]` as DELETEs and high-water-mark UPDATEs write it.
 _KEYED = re.compile(r"FROM (\w+) WHERE (\w+ = \?(?: AND \w+ = \?)*)(?=\)|$)")
@@ -421,32 +421,55 @@ def _write_rows(conn: sqlite3.Connection, sql: str, params: list[Any]) -> int:
     return changed
 
 
-# No properties (0, `JournalRow`) go in as NULL: in SQL, as the rows are bound flat.
-_INSERT_JOURNAL = _insert("journal", "INSERT").removesuffix("?, ?)") + "NULLIF(?, 0), ?)"
-# Journal rows come by the thousand under load. While the event loop keeps the GIL busy,
-# the writer gets it back once per statement, after up to a switch interval (see
-# `telemq.broker.tuning.SWITCH_INTERVAL`): to keep up it must insert many rows a statement.
-# A sealed chunk (`WriteBatch.seal_journal`, 22,528 parameters: within SQLite's default
-# limit of 32,766) is one statement as it is; the loose rows after it take a few more.
-_JOURNAL_INSERTS = tuple(
-    (rows * JOURNAL_FIELDS, _multi_row(_INSERT_JOURNAL, rows) or _INSERT_JOURNAL)
-    for rows in (JOURNAL_CHUNK_ROWS, 512, 128, 32, 8, 2, 1)
-)
+# No properties (0, `JournalRow`) go in as NULL: in SQL, as the rows are bound flat. The
+# rows of this broker's own publications do not bind their origin: the statement holds
+# the store's name (`_JournalStatements`), so the column costs the writer nothing per row
+# (binding is done holding the GIL). Rows of publications made elsewhere bind it.
+_INSERT_FOREIGN = _insert("journal", "INSERT").removesuffix("?, ?)") + "NULLIF(?, 0), ?)"
 
 
-def _write_journal(conn: sqlite3.Connection, batch: WriteBatch) -> None:
+class _JournalStatements(NamedTuple):
+    """The INSERTs of this store's own journal rows, its name written in (NULL: none)."""
+
+    single: str
+    # Journal rows come by the thousand under load. While the event loop keeps the GIL
+    # busy, the writer gets it back once per statement, after up to a switch interval (see
+    # `telemq.broker.tuning.SWITCH_INTERVAL`): to keep up it must insert many rows a
+    # statement. A sealed chunk (`WriteBatch.seal_journal`, 20,480 parameters: within
+    # SQLite's default limit of 32,766) is one statement as it is; the loose rows after it
+    # take a few more.
+    runs: tuple[tuple[int, str], ...]
+
+    @classmethod
+    def of(cls, origin: str) -> _JournalStatements:
+        # As hex: any name is safe in SQL text, and `_multi_row` reads the value list.
+        literal = f"CAST(x'{origin.encode('utf-8').hex()}' AS TEXT)" if origin else "NULL"
+        single = _INSERT_FOREIGN.removesuffix("?)") + literal + ")"
+        runs = tuple(
+            (rows * JOURNAL_FIELDS, _multi_row(single, rows) or single)
+            for rows in (JOURNAL_CHUNK_ROWS, 512, 128, 32, 8, 2, 1)
+        )
+        return cls(single, runs)
+
+
+def _write_journal(
+    conn: sqlite3.Connection, batch: WriteBatch, statements: _JournalStatements
+) -> None:
     """Insert a batch's journal rows (given flat), a few statements per batch."""
+    single = statements.single
     for values in batch.journal_values():
         end = len(values)
         if end <= _EXACT_ROWS * JOURNAL_FIELDS:
             rows = end // JOURNAL_FIELDS
-            conn.execute(_INSERT_JOURNAL if rows == 1 else _exact(_INSERT_JOURNAL, rows), values)
+            conn.execute(single if rows == 1 else _exact(single, rows), values)
             continue
         start = 0
-        for width, sql in _JOURNAL_INSERTS:
+        for width, sql in statements.runs:
             while end - start >= width:
                 conn.execute(sql, values if width == end else values[start : start + width])
                 start += width
+    if batch.journal_foreign:
+        conn.executemany(_INSERT_FOREIGN, batch.journal_foreign)
 
 
 _READ_JOURNAL = (
@@ -745,9 +768,13 @@ def open_journal_reader(path: str | os.PathLike[str]) -> sqlite3.Connection:
 class SqliteStore(Store):
     """The durable state in one SQLite file; see the module docstring."""
 
-    def __init__(self, path: str | os.PathLike[str], sync: SyncMode | str = SyncMode.FULL) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], sync: SyncMode | str = SyncMode.FULL, origin: str = ""
+    ) -> None:
+        """`origin`: the broker's name, written as the origin of its own journal rows."""
         self.path = Path(path)
         self.sync = SyncMode(sync)
+        self._journal_statements = _JournalStatements.of(origin)
         self._conn: sqlite3.Connection | None = None
         self._unreported = 0  # damaged files set aside that no load() has reported yet
         self._quarantined = 0  # rows in the quarantine table
@@ -816,7 +843,7 @@ class SqliteStore(Store):
                         top = max(map(itemgetter(column), params)) + 1
                         if top > self._marks[key] and top > raised.get(key, 0):
                             raised[key] = top
-            _write_journal(conn, batch)
+            _write_journal(conn, batch, self._journal_statements)
             if raised:
                 conn.executemany(_RAISE_MARK, [(top, key) for key, top in raised.items()])
             conn.execute("COMMIT")
