@@ -1,21 +1,23 @@
 """Fan-out over linked brokers (not a test): the same subscribers on one broker, or spread
-over two linked brokers, fed by one publisher (docs/network.md §14).
+over two or three linked brokers, fed by one publisher (docs/network.md §14).
 
-``python bench/bench_network.py [--brokers 1,2] [--subscribers 20] [--seconds 5] [--reps 3]``
+``python bench/bench_network.py [--brokers 1,2,3] [--subscribers 20] [--seconds 5] [--reps 3]``
 
-Each run starts fresh brokers (SQLite, journal on, temporary data directories): A alone, or
-A and B with B dialing A. One publisher process at A sends QoS 0 PUBLISHes on `bench/t`
-(32-byte payload) as fast as its socket takes them; one subscriber process per broker holds
-its share of the subscribers (all at A in the one-broker run, the same two processes), each
-subscribed to `bench/t` at QoS 0. Every QoS 0 PUBLISH on that topic has the same length, so
+Each run starts fresh brokers (SQLite, journal on, temporary data directories): A alone; A
+and B with B dialing A; or the chain A - B - C, C dialing B. One publisher process at A
+sends QoS 0 PUBLISHes on `bench/t` (32-byte payload) as fast as its socket takes them; one
+subscriber process per broker of the largest run holds its share of the subscribers (with
+fewer brokers, the same processes connect to A, or to A and B), each subscribed to
+`bench/t` at QoS 0. Every QoS 0 PUBLISH on that topic has the same length, so
 the subscribers count bytes (whole frames, checked at the end), which leaves the CPU to the
 brokers. After a warm-up second, the delivered messages per second over `--seconds` are
 measured, with each broker's CPU seconds (`/proc`). Runs of one and two brokers alternate;
-the ratio is the median of the paired ratios, as in docs/performance.md.
+each ratio to one broker is the median of the paired ratios, as in docs/performance.md.
 
 QoS 0 is dropped for a subscriber that is not reading (as Mosquitto does), so the delivered
 rate is what the brokers can push: the fan-out capacity. Output: a Markdown table and
-``KEY network: fanout2/fanout1=...``.
+``KEY network: fanout2/fanout1=... fanout3/fanout1=...``. The latency each hop adds is
+`bench_network_latency.py`'s.
 """
 
 from __future__ import annotations
@@ -121,27 +123,38 @@ def publisher(port: int, stop: Event) -> None:
             sock.sendall(batch)
 
 
-def run(brokers: int, total_subscribers: int, seconds: float, base: Path) -> dict[str, float]:
-    ports = {"A": free_port()}
-    ports["B"] = free_port()
-    while ports["B"] == ports["A"]:  # a port just released may be handed out again
-        ports["B"] = free_port()
-    accept_b = '[[links]]\nname = "B"\nuser = "link"\n' if brokers == 2 else ""
-    processes = [start_broker(base / "A", "A", ports["A"], accept_b)]
-    if brokers == 2:
-        links = (
-            f'[[links]]\nname = "A"\nhost = "{HOST}"\nport = {ports["A"]}\n'
+def run(
+    brokers: int, total_subscribers: int, seconds: float, base: Path, processes_count: int
+) -> dict[str, float]:
+    names = "ABC"[:brokers]
+    ports: dict[str, int] = {}
+    for name in "ABC":  # distinct: a port just released may be handed out again
+        port = free_port()
+        while port in ports.values():
+            port = free_port()
+        ports[name] = port
+
+    def dial(neighbour: str) -> str:
+        return (
+            f'[[links]]\nname = "{neighbour}"\nhost = "{HOST}"\nport = {ports[neighbour]}\n'
             'username = "link"\npassword = "secret"\n'
         )
-        processes.append(start_broker(base / "B", "B", ports["B"], links))
+
+    def accept(neighbour: str) -> str:
+        return f'[[links]]\nname = "{neighbour}"\nuser = "link"\n' if neighbour in names else ""
+
+    links = {"A": accept("B"), "B": dial("A") + accept("C"), "C": dial("B")}
+    processes = [start_broker(base / name, name, ports[name], links[name]) for name in names]
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     start, stop, stop_publisher = context.Event(), context.Event(), context.Event()
     workers = []
-    for index in range(2):
-        port = ports["A"] if brokers == 1 or index == 0 else ports["B"]
+    for index in range(processes_count):
+        port = ports[names[index % brokers]]
         ready = context.Event()
-        share = total_subscribers // 2 + (total_subscribers % 2 if index == 0 else 0)
+        share = total_subscribers // processes_count + (
+            total_subscribers % processes_count if index == 0 else 0
+        )
         worker = context.Process(
             target=subscribers, args=(port, share, ready, start, stop, results)
         )
@@ -151,7 +164,7 @@ def run(brokers: int, total_subscribers: int, seconds: float, base: Path) -> dic
         for _, ready in workers:
             if not ready.wait(30):
                 raise RuntimeError("subscribers did not connect")
-        time.sleep(1.5)  # B's proxy subscription reaches A
+        time.sleep(1.5 * brokers)  # the proxy subscriptions reach A
         sender = context.Process(target=publisher, args=(ports["A"], stop_publisher))
         sender.start()
         time.sleep(1.0)  # warm-up
@@ -167,8 +180,8 @@ def run(brokers: int, total_subscribers: int, seconds: float, base: Path) -> dic
         sender.join(10)
         if any(stray for _, stray in counts):
             raise RuntimeError(f"frames of an unexpected length arrived: {counts}")
-        if brokers == 2 and min(frames for frames, _ in counts) == 0:
-            raise RuntimeError("nothing crossed the link: is it up?")
+        if brokers > 1 and min(frames for frames, _ in counts) == 0:
+            raise RuntimeError("nothing crossed a link: is it up?")
         delivered = sum(frames for frames, _ in counts) / elapsed
         return {"delivered": delivered, "cpu": sum(cpu), "per_cpu": delivered * elapsed / sum(cpu)}
     finally:
@@ -183,19 +196,20 @@ def run(brokers: int, total_subscribers: int, seconds: float, base: Path) -> dic
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--brokers", default="1,2")
+    parser.add_argument("--brokers", default="1,2,3")
     parser.add_argument("--subscribers", type=int, default=20)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--reps", type=int, default=3)
     args = parser.parse_args()
     counts = [int(n) for n in args.brokers.split(",")]
-    if not set(counts) <= {1, 2}:
-        parser.error("--brokers takes 1 and/or 2")
+    if not set(counts) <= {1, 2, 3}:
+        parser.error("--brokers takes 1, 2 and/or 3")
     table: dict[int, list[dict[str, float]]] = {n: [] for n in counts}
     with tempfile.TemporaryDirectory(prefix="telemq-bench-network-") as tmp:
         for rep in range(args.reps):
             for n in counts if rep % 2 == 0 else reversed(counts):
-                result = run(n, args.subscribers, args.seconds, Path(tmp) / f"r{rep}n{n}")
+                base = Path(tmp) / f"r{rep}n{n}"
+                result = run(n, args.subscribers, args.seconds, base, max(counts))
                 table[n].append(result)
                 print(f"rep {rep} brokers {n}: {result['delivered']:,.0f} msg/s", flush=True)
     print("\n| brokers | delivered msg/s (median) | broker CPU s | deliveries per CPU s |")
@@ -207,13 +221,18 @@ def main() -> int:
             f"| {statistics.median(r['cpu'] for r in rows):.2f} "
             f"| {statistics.median(r['per_cpu'] for r in rows):,.0f} |"
         )
-    if counts == [1, 2] or counts == [2, 1]:
-        pairs = zip(table[1], table[2], strict=True)
-        ratios = [two["delivered"] / one["delivered"] for one, two in pairs]
-        print(
-            f"\nKEY network: fanout2/fanout1={statistics.median(ratios):.3f} "
-            f"(runs: {', '.join(f'{r:.2f}' for r in ratios)})"
-        )
+    if 1 in counts and len(counts) > 1:
+        keys = []
+        for n in counts:
+            if n == 1:
+                continue
+            pairs = zip(table[1], table[n], strict=True)
+            ratios = [many["delivered"] / one["delivered"] for one, many in pairs]
+            keys.append(
+                f"fanout{n}/fanout1={statistics.median(ratios):.3f} "
+                f"(runs: {', '.join(f'{r:.2f}' for r in ratios)})"
+            )
+        print(f"\nKEY network: {' '.join(keys)}")
     return 0
 
 

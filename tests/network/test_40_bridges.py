@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from mq.helpers import assert_ok, connected
 from testsupport.mosquitto import MosquittoProcess, mosquitto_binary
 from testsupport.paho import MQTT5, MQTT31, MQTT311, PahoClient
 from testsupport.process import HOST, BrokerProcess, connack_code, wait_until
@@ -175,6 +176,30 @@ def test_without_private_mode_an_echo_comes_back_once(bridged: Bridged) -> None:
     time.sleep(SETTLE)
     assert payloads(local) == [b"from telemq", b"from telemq"]
     assert payloads(remote) == [b"from telemq"]
+
+
+def test_an_mq_publish_with_pubopt_local_stays_here(bridged: Bridged) -> None:
+    """PubOpt Local keeps a publication at its broker: off the links, and off the bridges."""
+    bridged.start(["mq/# out 1"])
+    assert bridged.telemq is not None
+    remote = bridged.remote()
+    remote.subscribe("mq/#", qos=1)
+    local = bridged.local()
+    local.subscribe("mq/#", qos=1)
+    publisher = connected(bridged.telemq.port)
+    try:
+        assert_ok(
+            publisher.command(
+                {"Command": "Publish", "Topic": "mq/local", "PubOpt": "Local"}, body=b"here"
+            )
+        )
+        assert_ok(publisher.command({"Command": "Publish", "Topic": "mq/all"}, body=b"all"))
+    finally:
+        publisher.close()
+    local.wait_messages(2)
+    remote.wait_messages(1)
+    time.sleep(SETTLE)
+    assert [m.topic for m in remote.received()] == ["mq/all"]
 
 
 def test_retained_messages_cross(bridged: Bridged) -> None:

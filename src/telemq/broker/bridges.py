@@ -145,6 +145,7 @@ class Bridges:
         loop = asyncio.get_running_loop()
         for bridge in self.bridges.values():
             session = self._sessions.ensure_link_session(bridge.session_id)
+            session.bridge = True
             self._subscribe_locally(bridge)
             rename = functools.partial(self._remote_name, bridge)
             for inflight in session.flows.outbound.values():  # restored: local names

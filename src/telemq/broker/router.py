@@ -493,6 +493,8 @@ class Router:
                         if message.local_only:
                             continue
                         extra = message.net or self.envelopes[message.sub_point]
+                    elif message.local_only and session.bridge:  # nor a bridge (PubOpt Local)
+                        continue
             durable = session.persistent and durable_rank(rank, qos)
             if durable and qos == 0:
                 qos = 1  # Pers / PersAsQueue: kept until acknowledged

@@ -201,6 +201,7 @@ class Session:
     """
 
     __slots__ = (
+        "bridge",
         "client",
         "client_id",
         "created_us",
@@ -241,3 +242,4 @@ class Session:
         self.target: DeliveryTarget | None = None
         self.dropped = 0
         self.link = False  # the session of a link to a neighbour broker (links.py)
+        self.bridge = False  # the session of a bridge to another MQTT broker (bridges.py)
