@@ -19,7 +19,9 @@ together are resolved the same way by every broker on the cycle (`Topology.drops
 The room owns the topology, each link's state and counters, and the dialing tasks. It reads
 sessions from `Sessions` and hands link connections' events to its own handler table
 (`Client.handlers`): control messages are consumed here, everything else goes where a
-client's events go.
+client's events go. Proxy subscriptions are proxies.py's; retained answers to new proxies
+and DeletePub across the network are retained_sync.py's (a retained answer that arrives is
+passed on only if it is news here, `_open_envelope`).
 """
 
 from __future__ import annotations
