@@ -123,12 +123,11 @@ def publisher(port: int, stop: Event) -> None:
             sock.sendall(batch)
 
 
-def run(
-    brokers: int, total_subscribers: int, seconds: float, base: Path, processes_count: int
-) -> dict[str, float]:
-    names = "ABC"[:brokers]
+def start_chain(base: Path, names: str) -> tuple[dict[str, int], list[subprocess.Popen[bytes]]]:
+    """Fresh brokers `names` (a prefix of "ABC") linked as the chain A - B - C, each dialing
+    the one before it; returns their ports and processes."""
     ports: dict[str, int] = {}
-    for name in "ABC":  # distinct: a port just released may be handed out again
+    for name in names:  # distinct: a port just released may be handed out again
         port = free_port()
         while port in ports.values():
             port = free_port()
@@ -143,8 +142,19 @@ def run(
     def accept(neighbour: str) -> str:
         return f'[[links]]\nname = "{neighbour}"\nuser = "link"\n' if neighbour in names else ""
 
-    links = {"A": accept("B"), "B": dial("A") + accept("C"), "C": dial("B")}
-    processes = [start_broker(base / name, name, ports[name], links[name]) for name in names]
+    links = {
+        "A": lambda: accept("B"),
+        "B": lambda: dial("A") + accept("C"),
+        "C": lambda: dial("B"),
+    }
+    return ports, [start_broker(base / name, name, ports[name], links[name]()) for name in names]
+
+
+def run(
+    brokers: int, total_subscribers: int, seconds: float, base: Path, processes_count: int
+) -> dict[str, float]:
+    names = "ABC"[:brokers]
+    ports, processes = start_chain(base, names)
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     start, stop, stop_publisher = context.Event(), context.Event(), context.Event()

@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_network import HOST, free_port, start_broker
+from bench_network import HOST, start_chain
 
 from telemq.protocol import Decoder, Publish
 from telemq.protocol.codec import encode
@@ -77,24 +77,7 @@ async def publish(port: int, qos: int, messages: int, rate: float) -> None:
 
 
 def run(messages: int, rate: float, qos: int, base: Path) -> dict[str, list[float]]:
-    ports = {name: free_port() for name in "ABC"}
-    while len(set(ports.values())) < 3:  # a port just released may be handed out again
-        ports = {name: free_port() for name in "ABC"}
-
-    def dial(neighbour: str) -> str:
-        return (
-            f'[[links]]\nname = "{neighbour}"\nhost = "{HOST}"\nport = {ports[neighbour]}\n'
-            'username = "link"\npassword = "secret"\n'
-        )
-
-    def accept(neighbour: str) -> str:
-        return f'[[links]]\nname = "{neighbour}"\nuser = "link"\n'
-
-    processes = [
-        start_broker(base / "A", "A", ports["A"], accept("B")),
-        start_broker(base / "B", "B", ports["B"], dial("A") + accept("C")),
-        start_broker(base / "C", "C", ports["C"], dial("B")),
-    ]
+    ports, processes = start_chain(base, "ABC")
 
     async def main() -> dict[str, list[float]]:
         tasks = {}

@@ -36,14 +36,7 @@ FIELD_PATHS: list[tuple[str | int, ...]] = [
     ("in",),
 ]
 PROPERTIES = [
-    "Topic",
-    "QoS",
-    "Retain",
-    "ClientId",
-    "UserId",
-    "SubPoint",
-    "ContentType",
-    "Broker",
+    *A.PROPERTY_NAMES,
     "User.a",
     "User.b",
     "User.in",  # a keyword after the dot
