@@ -42,6 +42,7 @@ COMPILED = [
     "src/telemq/broker/committer.py",
     "src/telemq/broker/delivery.py",
     "src/telemq/broker/links.py",
+    "src/telemq/broker/remote_queues.py",
     "src/telemq/broker/retained.py",
     "src/telemq/broker/router.py",
     "src/telemq/broker/server.py",

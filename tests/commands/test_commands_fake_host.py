@@ -44,9 +44,13 @@ class FakeHost:
     sub_points: set[str] = field(default_factory=lambda: {""})
     admins: set[str] = field(default_factory=set)
     queue_grants: set[tuple[str, str]] = field(default_factory=set)  # (user, queue)
+    network: set[str] = field(default_factory=set)  # the other brokers it reaches
 
     def now(self) -> float:
         return 1_000_000.0
+
+    def broker_known(self, name: str) -> bool:
+        return name in self.network
 
     def sub_point_declared(self, name: str) -> bool:
         return name in self.sub_points
@@ -143,6 +147,28 @@ def test_regsub_creates_the_queue_registers_and_sends_retained() -> None:
     ]
     (subscription,) = registry.of_queue("q1")
     assert (subscription.identity.qmgr, subscription.owner) == ("QM.FAKE", "alice")
+
+
+def test_a_queue_on_another_broker_of_the_network_waits_in_its_remote_session() -> None:
+    """QMgrName of a broker the network reaches: the identity names it, the deliveries go to
+    `$remote/<broker>/<queue>` here (docs/network.md §7), and it is kept as such."""
+    host, registry = FakeHost(network={"QM.FAR"}), Registry()
+    psc = {"Command": "RegSub", "Topic": ["a"], "QMgrName": "QM.FAR", "QName": "q1"}
+    assert run(host, registry, psc).completion == "ok"
+    assert host.calls[0] == ("ensure_queue", "$remote/QM.FAR/q1")
+    (subscription,) = registry.of_queue("$remote/QM.FAR/q1")
+    assert (subscription.identity.qmgr, subscription.identity.queue) == ("QM.FAR", "q1")
+    assert Subscription.from_data(subscription.to_data()).queue == "$remote/QM.FAR/q1"
+    assert registry.of_queue("q1") == []
+    listed = run(host, registry, {"Command": "ListSubs"}).subscriptions
+    assert [(s["QMgrName"], s["QName"]) for s in listed] == [(["QM.FAR"], ["q1"])]
+    host.calls.clear()
+    psc["Command"] = "DeregSub"
+    assert run(host, registry, psc).completion == "ok"
+    assert host.calls == [("removed", "$remote/QM.FAR/q1", "a")]
+    # Still 3074 for a name the network does not know.
+    psc = {"Command": "RegSub", "Topic": ["a"], "QMgrName": "QM.NONE", "QName": "q1"}
+    assert codes(run(host, registry, psc)) == [3074]
 
 
 def test_deregsub_removes_and_reports_what_was_not_registered() -> None:

@@ -232,7 +232,9 @@ class Deliveries:
         if target is None:
             return False
         try:
-            taken = target.take(delivery.message, delivery.qos, delivery.retain)
+            taken = target.take(
+                delivery.message, delivery.qos, delivery.retain, delivery.properties
+            )
         except Exception:
             log.exception("delivery target of %r failed; the message is dropped", session.client_id)
             taken = True  # never offered again: a failing target must not loop on it

@@ -44,7 +44,7 @@ class CallbackTarget:
     def __init__(self, callback: Callable[[Received], None]) -> None:
         self._callback = callback
 
-    def take(self, message: Message, qos: int, retain: bool) -> bool:
+    def take(self, message: Message, qos: int, retain: bool, properties: bytes) -> bool:
         self._callback(Received(message.topic, message.payload, qos, retain))
         return True
 

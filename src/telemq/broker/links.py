@@ -65,6 +65,7 @@ from .config import ListenerConfig
 from .dialer import Backoff, cancel_all, dial_target, keep_dialing
 from .network_config import LinkConfig, dial_secret
 from .proxies import ProxySubscriptions
+from .remote_queues import RemoteQueues
 from .retained_sync import RetainedSync
 from .router import now_us
 from .session import Message
@@ -129,6 +130,15 @@ class Links:
             broker.topic_limits,
             self._send_to,
             self.retained_sync.answer,
+        )
+        self.remote_queues = RemoteQueues(
+            self.own,
+            self.topology.next_hop,
+            sessions,
+            broker.deliveries,
+            broker.committer,
+            lambda user, queue: broker.may_use_queue(user, "", queue),
+            broker.stats,
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._ended: dict[Client, asyncio.Future[None]] = {}  # dialed connections' ends
@@ -327,32 +337,45 @@ class Links:
         message = Message(
             publish.topic, publish.payload, publish.qos, publish.retain, "", "", "", now_us()
         )
+        deliver = None
         if publish.qos == 2:
             # Held as it came, envelope included, and opened at PUBREL (`on_release`), so
             # that a restart in between finds the path in the stored message.
             if props is not None:
                 message.take_properties(props)
-        elif not self._open_envelope(link, props, message):
-            if publish.qos == 1:  # dropped (a loop): acknowledged, or it comes again
-                client.acknowledge(PacketType.PUBACK, publish.packet_id)
-            return
-        self._broker.router.on_link_publish(client, event, message)
+        else:
+            info = self._open_envelope(link, props, message)
+            if info is None:
+                if publish.qos == 1:  # dropped (a loop): acknowledged, or it comes again
+                    client.acknowledge(PacketType.PUBACK, publish.packet_id)
+                return
+            if info.to:  # for a queue (remote_queues.py): put there or passed on
+                deliver = self.remote_queues.deliver_for(info)
+        self._broker.router.on_link_publish(client, event, message, deliver)
 
     def on_release(self, client: Client, event: MessageReleased) -> None:
         """A QoS 2 copy's PUBREL: its envelope is opened now (see `on_publish`)."""
         link = self.links[client.client_id[len(LINK_PREFIX) :]]
         message = event.message
         route = True
+        deliver = None
         if isinstance(message, Message):
             props = read_message_properties(message.properties) if message.properties else None
-            route = self._open_envelope(link, props, message)
-        self._broker.router.release(client, event, client.client_id, route)
+            info = self._open_envelope(link, props, message)
+            route = info is not None
+            if info is not None and info.to:
+                deliver = self.remote_queues.deliver_for(info)
+        self._broker.router.release(client, event, client.client_id, route, deliver)
 
-    def _open_envelope(self, link: LinkState, props: Properties | None, message: Message) -> bool:
+    def _open_envelope(
+        self, link: LinkState, props: Properties | None, message: Message
+    ) -> LinkInfo | None:
         """Take the envelope off the properties of a copy that came over `link` (`props`,
         as decoded) and give `message` the rest, its sub point, and the envelope its copies
-        to further links carry. False when the copy has been here before (a loop: dropped,
-        logged once per link), or is a retained answer this broker already holds."""
+        to further links carry; the envelope is returned. None when the copy has been here
+        before (a loop: dropped, logged once per link), or is a retained answer this broker
+        already holds. A copy for a queue (`telemq-to`) is not routed: remote_queues.py
+        makes its envelope onward."""
         pairs = props.user_properties if props is not None else []
         try:
             info, rest = split_user_properties(pairs)
@@ -363,6 +386,20 @@ class Links:
             info, rest = None, pairs
         if info is None:
             info = LinkInfo((link.config.name,))
+        if info.to:
+            if loops(info, self.own):
+                log.error(
+                    "link %r: a publication for queue %s came back (path %s): dropped",
+                    link.config.name,
+                    info.to,
+                    ",".join(info.path),
+                )
+                return None
+            if props is not None:
+                props.user_properties = rest
+                message.take_properties(props)
+            message.origin = info.path[0]
+            return info
         key = (info.path, info.sub_point, info.sync)
         onward = self._onward.get(key)
         if onward is None:
@@ -375,7 +412,7 @@ class Links:
                         link.config.name,
                         ",".join(info.path),
                     )
-                return False
+                return None
             if len(self._onward) >= ONWARD_CACHE:
                 self._onward.clear()
             onward = self._onward[key] = closed_envelope(extend(info, self.own))
@@ -388,8 +425,9 @@ class Links:
         message.origin = info.path[0]
         if info.sync:  # a retained answer: passed on only if it is news here
             message.sync = True
-            return self.retained_sync.is_news(message)
-        return True
+            if not self.retained_sync.is_news(message):
+                return None
+        return info
 
     def on_closed(self, client: Client, event: ConnectionClosed) -> None:
         name = client.client_id[len(LINK_PREFIX) :]
@@ -421,6 +459,7 @@ class Links:
         if reach_known:
             self.proxies.send_sync(link.config.name)
             self._announce_all()
+            self.remote_queues.pump_all()
 
     def _control(self, client: Client, payload: bytes) -> None:
         name = client.client_id[len(LINK_PREFIX) :]
@@ -496,6 +535,7 @@ class Links:
             if link.state != "connected":
                 return
         self._announce_all()
+        self.remote_queues.pump_all()  # a broker behind this link may be reachable now
 
     def _drop_for_cycle(self, link: LinkState, message: str, client: Client | None = None) -> None:
         link.state = "refused: cycle"
@@ -543,4 +583,7 @@ class Links:
                 self._broker.registry.count_of_queue(LINK_PREFIX + name)
             )
             values[prefix + "proxy subscriptions/out"] = str(self.proxies.asked_of(name))
+        if self.links:
+            # Deliveries for queues on other brokers waiting here for a way there.
+            values["remote queues/queued"] = str(self.remote_queues.queued())
         return values

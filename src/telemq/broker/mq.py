@@ -103,6 +103,9 @@ class CommandHost:
     def now(self) -> float:
         return time.time()
 
+    def broker_known(self, name: str) -> bool:
+        return self.broker.links.topology.known(name)
+
     def sub_point_declared(self, name: str) -> bool:
         return name in self.broker.sub_points
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..commands import COMMAND_TOPICS, PutResult, Requester
@@ -67,6 +68,11 @@ if TYPE_CHECKING:
     from .stats import BrokerStats
 
 log = logging.getLogger("telemq.broker")
+
+# What takes a copy that came over a link instead of the router (a copy for a queue,
+# remote_queues.py): `(message, hand_off_now)`, returning the deliveries to hand off after
+# the commit when `hand_off_now` is False, as `Router.accept` does.
+Deliver = Callable[[Message, bool], list[tuple[Session, Delivery]]]
 
 # Seconds within which a clean session's QoS 2 release (its journal row) is committed when
 # nothing waits for it: soon, and usually sooner with the next publication's commit.
@@ -210,9 +216,11 @@ class Router:
         event: MessageReleased,
         exclude_queue: str | None,
         route: bool = True,
+        deliver: Deliver | None = None,
     ) -> None:
         """A QoS 2 publication released by its PUBREL; `exclude_queue` gets no copy (the
-        link it came by); with `route` False it only completes (a copy that looped)."""
+        link it came by); with `route` False it only completes (a copy that looped); a
+        `deliver` takes it instead of routing (a copy for a queue, remote_queues.py)."""
         session = client.session
         if session is None:
             return
@@ -229,7 +237,12 @@ class Router:
             self.commands.run_for(client, message.topic, message.payload, 2, props)
             committer.after(lambda: client.acknowledge(PacketType.PUBCOMP, packet_id))
             return
-        hand_offs = self.accept(message, False, not message.sync, exclude_queue) if route else []
+        if not route:
+            hand_offs = []
+        elif deliver is not None:
+            hand_offs = deliver(message, False)
+        else:
+            hand_offs = self.accept(message, False, not message.sync, exclude_queue)
         # The release is durable once this commit ends. Until then a crash leaves the stored
         # message unreleased, and it is released again (at restart for a clean publisher, on
         # the PUBREL it re-sends for a persistent one): a persistent subscriber must not have
@@ -257,9 +270,16 @@ class Router:
             else:
                 committer.schedule_lazy(RELEASE_COMMIT_WITHIN)
 
-    def on_link_publish(self, client: Client, event: MessageReceived, message: Message) -> None:
+    def on_link_publish(
+        self,
+        client: Client,
+        event: MessageReceived,
+        message: Message,
+        deliver: Deliver | None = None,
+    ) -> None:
         """A publication that came over a link (links.py made `message`): as `on_publish`,
-        without commands or the hooks (a link is trusted), and never back to its link."""
+        without commands or the hooks (a link is trusted), and never back to its link; or,
+        with `deliver`, taken by it instead of routed (QoS 2: at `release`)."""
         publish = event.publish
         session = client.session
         if session is None:
@@ -277,7 +297,10 @@ class Router:
                 )
             committer.after(lambda: client.acknowledge(PacketType.PUBREC, packet_id))
             return
-        self.accept(message, True, not message.sync, session.client_id)
+        if deliver is None:
+            self.accept(message, True, not message.sync, session.client_id)
+        else:
+            deliver(message, True)
         if qos == 1:
             committer.after(lambda: client.acknowledge(PacketType.PUBACK, packet_id))
         elif committer.pending:

@@ -181,14 +181,17 @@ class Delivery:
 
 class DeliveryTarget(Protocol):
     """Something other than a client connection that takes a session's deliveries: an
-    in-process subscriber (`embedded.py`), later a link to another broker.
+    in-process subscriber (`embedded.py`), or the way to a queue on another broker
+    (`remote_queues.py`).
 
-    `take` returns True when the message is delivered (for QoS 1/2: acknowledged), False when
-    the target cannot take it now; it then stays queued until the session is pumped again
-    (`Deliveries.pump`). It runs on the event loop and must not block.
+    `take` returns True when the message is delivered (for QoS 1/2: acknowledged, or handed
+    on durably in the same commit), False when the target cannot take it now; it then stays
+    queued until the session is pumped again (`Deliveries.pump`). `properties`: the copy's
+    own MQTT 5.0 properties (`Delivery.properties`: a CorrelAsId subscription's Correlation
+    Data, an envelope). It runs on the event loop and must not block.
     """
 
-    def take(self, message: Message, qos: int, retain: bool) -> bool: ...
+    def take(self, message: Message, qos: int, retain: bool, properties: bytes) -> bool: ...
 
 
 class Session:

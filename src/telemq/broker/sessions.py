@@ -29,6 +29,7 @@ import logging
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from ..protocol import (
@@ -45,7 +46,13 @@ from ..protocol import (
 from ..protocol.flows import InflightState
 from ..protocol.peer5 import NO_EXPIRY
 from ..store import SessionRecord
-from ..subscriptions import LINK_QUEUE_PREFIX, Registry
+from ..subscriptions import (
+    BRIDGE_QUEUE_PREFIX,
+    LINK_QUEUE_PREFIX,
+    REMOTE_QUEUE_PREFIX,
+    RESERVED_QUEUE_PREFIXES,
+    Registry,
+)
 from .auth import Action
 from .authentication import Authentications
 from .committer import Committer
@@ -71,7 +78,9 @@ LINK_PREFIX = LINK_QUEUE_PREFIX
 LINK_OWNER = "\x00link"
 # Bridges to other MQTT brokers (bridges.py): their local sessions, `$bridge/<name>`, also
 # owned by LINK_OWNER; no client may take such a client id.
-BRIDGE_PREFIX = "$bridge/"
+BRIDGE_PREFIX = BRIDGE_QUEUE_PREFIX
+# Deliveries on their way to queues on other brokers (remote_queues.py): `$remote/C/Q`.
+REMOTE_PREFIX = REMOTE_QUEUE_PREFIX
 
 
 class LinkGate(Protocol):
@@ -121,6 +130,9 @@ class Sessions:
             ),
         )
         self.link_gate: LinkGate | None = None  # set by the links room, when configured
+        # Sessions named with one of these prefixes deliver to a target made for them when
+        # they are made or restored (the links room's `$remote/` sessions).
+        self.queue_targets: dict[str, Callable[[Session], DeliveryTarget]] = {}
         self.router: Router  # see attach
         self.subscriptions: SubscriptionManager
         self.wills: Wills
@@ -268,11 +280,12 @@ class Sessions:
                 client.close(f"will refused: {too_large}", ReasonCode.TOPIC_NAME_INVALID)
                 return
         client_id = packet.client_id or f"telemq-{uuid.uuid4().hex[:16]}"
-        if client_id.startswith(BRIDGE_PREFIX):
+        if client_id.startswith(RESERVED_QUEUE_PREFIXES) and not client_id.startswith(LINK_PREFIX):
             self._refuse(
                 client,
                 ConnectReturnCode.IDENTIFIER_REJECTED,
-                f"client id {client_id!r}: {BRIDGE_PREFIX}... client ids are the bridges'",
+                f"client id {client_id!r}: {BRIDGE_PREFIX}... and {REMOTE_PREFIX}... client ids"
+                " are the network's",
                 ReasonCode.CLIENT_IDENTIFIER_NOT_VALID,
             )
             return
@@ -445,15 +458,25 @@ class Sessions:
             self.deliveries.drop_too_large(oversized)
         return session
 
-    def ensure_queue(self, queue: str, owner: str) -> None:
+    def ensure_queue(self, queue: str, owner: str) -> Session:
         """An MQ queue = a session: RegSub for a queue with no session creates a durable one,
         owned by the user who asked."""
-        if queue not in self.by_id:
-            self._new_persistent(queue, "", owner)
+        session = self.by_id.get(queue)
+        if session is None:
+            session = self._new_persistent(queue, "", owner)
+            self._give_target(session)
+        return session
 
     def restore(self, session: Session) -> None:
         """A persistent session loaded from the store."""
         self.by_id[session.client_id] = session
+        self._give_target(session)
+
+    def _give_target(self, session: Session) -> None:
+        for prefix, make in self.queue_targets.items():
+            if session.client_id.startswith(prefix):
+                session.target = make(session)
+                return
 
     def _recheck(self, session: Session, client: Client) -> None:
         """A session resumed: keep only what its user may read, so neither a subscription

@@ -19,6 +19,7 @@ from typing import Protocol
 from ..filters import Filter, FilterError, compile_filter
 from ..protocol.topics import TopicLimits, is_wildcard_filter
 from ..subscriptions.registry import (
+    RESERVED_QUEUE_PREFIXES,
     STORED_OPTIONS,
     Identity,
     Persistence,
@@ -97,6 +98,10 @@ class Host(Protocol):
     max_filter_size_per_user: int  # of all of one user's filters (3150; 0: no bound)
 
     def now(self) -> float: ...
+
+    def broker_known(self, name: str) -> bool:
+        """Is `name` another broker of this broker's network (a `QMgrName` it can reach)?"""
+        ...
 
     def sub_point_declared(self, name: str) -> bool: ...
 
@@ -186,17 +191,29 @@ def _sub_point(command: Command, requester: Requester, host: Host) -> str:
 
 
 def _check_queue_name(queue: str) -> None:
-    """A queue is an MQTT session: its name must be usable as a client id and a topic level."""
+    """A queue is an MQTT session: its name must be usable as a client id and a topic level,
+    and not be one of the sessions the network keeps for itself."""
     if not queue or "\x00" in queue or "+" in queue or "#" in queue or len(queue) > 65535:
         raise CommandFailed(ReasonCode.Q_NAME_ERROR, f"invalid queue name {queue!r}", QName=queue)
+    if queue.startswith(RESERVED_QUEUE_PREFIXES):
+        raise CommandFailed(
+            ReasonCode.Q_NAME_ERROR,
+            f"queue name {queue!r}: names beginning {', '.join(RESERVED_QUEUE_PREFIXES)}"
+            " are the network's",
+            QName=queue,
+        )
 
 
 def _identity(command: Command, requester: Requester, host: Host, correl: bool) -> Identity:
+    """The identity a command names. A `QMgrName` of another broker of the network makes a
+    remote identity: its deliveries cross the links to queue `QName` there."""
     qmgr = command.first("QMgrName") or command.mqmd.reply_to_qmgr or host.qmgr_name
-    if qmgr != host.qmgr_name:
+    remote = qmgr != host.qmgr_name
+    if remote and not host.broker_known(qmgr):
         raise CommandFailed(
             ReasonCode.Q_MGR_NAME_ERROR,
-            f"queue manager {qmgr!r} is not this broker ({host.qmgr_name!r})",
+            f"queue manager {qmgr!r} is neither this broker ({host.qmgr_name!r}) nor a broker"
+            " of its network",
             QMgrName=qmgr,
         )
     queue = command.first("QName") or command.mqmd.reply_to_q or requester.client_id
@@ -208,7 +225,7 @@ def _identity(command: Command, requester: Requester, host: Host, correl: bool) 
                 ReasonCode.CORREL_ID_ERROR, "CorrelAsId needs a non-zero <mqmd><CorrelId>"
             )
         correl_id = command.mqmd.correl_id
-    return Identity(qmgr, queue, correl_id)
+    return Identity(qmgr, queue, correl_id, remote)
 
 
 def _queue_owner(queue: str, requester: Requester, host: Host) -> str:
@@ -378,9 +395,12 @@ def reg_sub(command: Command, requester: Requester, registry: Registry, host: Ho
         requester, name, member, options, persistence, stored, user_data, expiry_at, now
     )
 
-    owner = _queue_owner(identity.queue, requester, host)
+    # The queue the deliveries go to here: the queue itself, or for a queue on another
+    # broker the session that holds them on their way (`Identity.delivery_queue`).
+    queue = identity.delivery_queue
+    owner = _queue_owner(queue, requester, host)
     # Deliveries to a queue are what its owner may read, whoever registers them.
-    reader = Requester(identity.queue, owner, requester.sub_point)
+    reader = Requester(queue, owner, requester.sub_point)
     warnings: list[Reason] = []
     permitted: list[str] = []
     for topic in topics:
@@ -391,7 +411,7 @@ def reg_sub(command: Command, requester: Requester, registry: Registry, host: Ho
         else:
             warnings.append(Reason(ReasonCode.NOT_AUTHORIZED, {"Topic": topic}))
     # Identity ownership [seed: one user id per identity].
-    for other in registry.of_queue(identity.queue):
+    for other in registry.of_queue(queue):
         if (
             other.identity == identity
             and other.owner != requester.user_id
@@ -419,7 +439,7 @@ def reg_sub(command: Command, requester: Requester, registry: Registry, host: Ho
             plans.append(
                 _plan_repoint(named, identity, topic, filter_text, compiled, registry, host, update)
             )
-            if named.queue != identity.queue:
+            if named.queue != queue:
                 arriving += 1
             continue
         if named is not None and existing is not None and existing is not named:
@@ -446,12 +466,12 @@ def reg_sub(command: Command, requester: Requester, registry: Registry, host: Ho
                 " (limits.max_filter_size_per_user)",
                 Filter=filter_text,
             )
-    over_quota = host.reserve_subscriptions(identity.queue, arriving) if arriving else None
+    over_quota = host.reserve_subscriptions(queue, arriving) if arriving else None
     if over_quota is not None:
         raise CommandFailed(ReasonCode.BROKER_COMMAND_FAILED, over_quota, QName=identity.queue)
 
     if plans:
-        host.ensure_queue(identity.queue, owner)
+        host.ensure_queue(queue, owner)
     applied = [plan() for plan in plans]
     for subscription in applied:
         host.subscription_changed(subscription)
@@ -599,7 +619,7 @@ def _plan_repoint(
 
     def apply() -> Subscription:
         registry.remove(named)
-        if identity.queue != named.queue:
+        if identity.delivery_queue != named.queue:
             host.subscription_removed(named)  # its stored copy is filed under the old queue
         named.identity = identity
         named.topic = topic
@@ -673,7 +693,7 @@ def dereg_sub(command: Command, requester: Requester, registry: Registry, host: 
             any_correl = "CorrelAsId" not in options
             targets = [
                 s
-                for s in registry.of_queue(identity.queue)
+                for s in registry.of_queue(identity.delivery_queue)
                 if (s.identity == identity or (any_correl and s.identity.qmgr == identity.qmgr))
                 and not s.mqtt
                 and (not topics or s.topic in topics)

@@ -5,8 +5,11 @@ Pure data and policy, no I/O. See `registry` for the theory of operation.
 
 from .options5 import DeliveryOptions, delivery_options, filter_properties
 from .registry import (
+    BRIDGE_QUEUE_PREFIX,
     LINK_QUEUE_PREFIX,
     PERSISTENCE_RANK,
+    REMOTE_QUEUE_PREFIX,
+    RESERVED_QUEUE_PREFIXES,
     STORED_OPTIONS,
     Identity,
     Persistence,
@@ -18,8 +21,11 @@ from .registry import (
 from .topic_tree import SubscriptionTree
 
 __all__ = [
+    "BRIDGE_QUEUE_PREFIX",
     "LINK_QUEUE_PREFIX",
     "PERSISTENCE_RANK",
+    "REMOTE_QUEUE_PREFIX",
+    "RESERVED_QUEUE_PREFIXES",
     "STORED_OPTIONS",
     "DeliveryOptions",
     "Identity",

@@ -78,17 +78,34 @@ STORED_OPTIONS = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class Identity:
-    """The traditional MQ subscriber identity: where deliveries go."""
+    """The traditional MQ subscriber identity: where deliveries go. `remote`: `qmgr` is
+    another broker of the network (docs/network.md §7), so the deliveries wait here in the
+    session `$remote/<qmgr>/<queue>` (`delivery_queue`) on their way to it. It follows from
+    `qmgr` and this broker's name, so it takes no part in comparisons."""
 
     qmgr: str
-    queue: str  # the session (client id) that receives the deliveries
+    queue: str  # the queue (a session's client id) at broker `qmgr`
     correl_id: str = ""  # hex; only with CorrelAsId
+    remote: bool = field(default=False, compare=False)
+
+    @property
+    def delivery_queue(self) -> str:
+        """The session of this broker that the subscription's deliveries go to."""
+        if self.remote:
+            return f"{REMOTE_QUEUE_PREFIX}{self.qmgr}/{self.queue}"
+        return self.queue
 
 
 SubscriptionKey = tuple[Identity, str, str, str]  # identity, topic, sub point, filter text
 # The queues of links to neighbour brokers (`$link/<neighbour>`): their subscriptions are the
 # proxy subscriptions the neighbour asked for (docs/network.md).
 LINK_QUEUE_PREFIX = "$link/"
+# The sessions holding deliveries for queues on other brokers (`$remote/<broker>/<queue>`).
+REMOTE_QUEUE_PREFIX = "$remote/"
+# The local sessions of bridges to other MQTT brokers (`$bridge/<name>`).
+BRIDGE_QUEUE_PREFIX = "$bridge/"
+# Sessions only the network makes: no client id, MQ queue or remote queue may name one.
+RESERVED_QUEUE_PREFIXES = (LINK_QUEUE_PREFIX, BRIDGE_QUEUE_PREFIX, REMOTE_QUEUE_PREFIX)
 
 
 @dataclass(slots=True)
@@ -140,7 +157,8 @@ class Subscription:
 
     @property
     def queue(self) -> str:
-        return self.identity.queue
+        """The session its deliveries go to (`Identity.delivery_queue`)."""
+        return self.identity.delivery_queue
 
     @property
     def proxy_for(self) -> str:
@@ -184,6 +202,7 @@ class Subscription:
             "created_at": self.created_at,
             "mqtt": self.mqtt,
             **self._options5_data(),
+            **({"remote": True} if self.identity.remote else {}),
         }
 
     def _options5_data(self) -> dict[str, Any]:
@@ -207,7 +226,10 @@ class Subscription:
         subscription = cls(
             id=int(data["id"]),
             identity=Identity(
-                str(data.get("qmgr", "")), str(data["queue"]), str(data.get("correl_id", ""))
+                str(data.get("qmgr", "")),
+                str(data["queue"]),
+                str(data.get("correl_id", "")),
+                bool(data.get("remote", False)),
             ),
             topic=str(data["topic"]),
             sub_point=str(data.get("sub_point", "")),
