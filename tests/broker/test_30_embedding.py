@@ -136,7 +136,7 @@ def test_a_target_that_cannot_take_a_message_keeps_it_queued_in_order() -> None:
             self.open = False
             self.taken: list[bytes] = []
 
-        def take(self, message: Message, qos: int, retain: bool) -> bool:
+        def take(self, message: Message, qos: int, retain: bool, properties: bytes) -> bool:
             if self.open:
                 self.taken.append(message.payload)
             return self.open
