@@ -15,8 +15,10 @@ client id; message properties through the broker at each QoS, and 3.1.1 and 5.0 
 mixed; topic aliases from a publisher and toward a subscriber; reason codes in SUBACK,
 UNSUBACK and PUBACK, and the server's DISCONNECT (invalid payload format, session taken
 over); the Session Expiry Interval; delayed wills and DISCONNECT 0x04; the client's Maximum
-Packet Size and Receive Maximum; enhanced authentication with SCRAM-SHA-256 (the client
-checks the server's signature; a wrong password gets 0x86).
+Packet Size and Receive Maximum; subscription options (No Local, Retain As Published, Retain
+Handling) and subscription identifiers; message expiry of queued messages; enhanced
+authentication with SCRAM-SHA-256 (the client checks the server's signature; a wrong
+password gets 0x86).
 """
 
 from __future__ import annotations
@@ -726,3 +728,62 @@ def test_mq_commands_use_response_topic_and_correlation_data(
     props = from_buffers(delivered["properties"])
     assert props["correlationData"] == correl
     assert props["userProperties"] == {"a": "b"}
+
+
+def test_subscription_options_no_local_retain_as_published_and_retain_handling(
+    broker: BrokerProcess, mqttjs: MqttJsMaker
+) -> None:
+    """No Local (`nl`), Retain As Published (`rap`) and Retain Handling 2 (`rh`), as MQTT.js
+    sends them in SUBSCRIBE."""
+    topic = f"mqttjs5/{unique('options')}"
+    retained = connected5(mqttjs, broker.port, "retainer")
+    retained.publish(topic + "/kept", b"kept", qos=1, retain=True)
+    client = connected5(mqttjs, broker.port, "self")
+    client.subscribe({topic + "/#": {"qos": 1, "nl": True, "rap": True, "rh": 2}})
+    client.expect_none("message", within=0.3)  # rh 2: no retained message on subscribing
+    client.publish(topic + "/own", b"own", qos=1)  # nl: not sent back to its publisher
+    other = connected5(mqttjs, broker.port, "other")
+    other.publish(topic + "/live", b"live", qos=1, retain=True)
+    [message] = client.messages(1)
+    assert (message["topic"], payload(message)) == (topic + "/live", b"live")
+    assert message["retain"] is True  # rap: RETAIN as published on a live message
+    client.expect_none("message", within=0.3)
+
+
+def test_subscription_identifiers_on_deliveries(broker: BrokerProcess, mqttjs: MqttJsMaker) -> None:
+    """Each delivery carries the identifiers of the client's matching subscriptions."""
+    topic = f"mqttjs5/{unique('subid')}"
+    client = connected5(mqttjs, broker.port, "subid")
+    client.subscribe({topic + "/#": {"qos": 1}}, properties={"subscriptionIdentifier": 7})
+    client.subscribe({topic + "/a": {"qos": 1}}, properties={"subscriptionIdentifier": 9})
+    publisher = connected5(mqttjs, broker.port, "pub")
+    publisher.publish(topic + "/a", b"both", qos=1)
+    publisher.publish(topic + "/b", b"one", qos=1)
+    first, second = client.messages(2)
+    identifiers = first["properties"]["subscriptionIdentifier"]
+    assert sorted(identifiers if isinstance(identifiers, list) else [identifiers]) == [7, 9]
+    assert second["properties"]["subscriptionIdentifier"] in (7, [7])
+
+
+def test_an_expired_message_is_not_delivered_to_a_returning_session(
+    broker: BrokerProcess, mqttjs: MqttJsMaker
+) -> None:
+    """Message Expiry Interval from MQTT.js: queued for an absent session, dropped when its
+    time is up; the other one arrives with what is left of its interval."""
+    topic = f"mqttjs5/{unique('expiry')}"
+    client_id = unique("away")
+    session = {"sessionExpiryInterval": 300}
+    away = connected5(mqttjs, broker.port, "away", clientId=client_id, properties=session)
+    away.subscribe({topic: {"qos": 1}})
+    away.end()
+    publisher = connected5(mqttjs, broker.port, "pub")
+    publisher.publish(topic, b"short", qos=1, properties={"messageExpiryInterval": 1})
+    publisher.publish(topic, b"long", qos=1, properties={"messageExpiryInterval": 100})
+    time.sleep(2.0)
+    back = connected5(
+        mqttjs, broker.port, "back", clientId=client_id, clean=False, properties=session
+    )
+    [message] = back.messages(1)
+    assert payload(message) == b"long"
+    assert 95 <= message["properties"]["messageExpiryInterval"] <= 99
+    back.expect_none("message", within=0.5)

@@ -358,6 +358,21 @@ def test_refusal_5_names_the_code_and_the_reason() -> None:
     assert wire.dialer.data_to_send() == b""  # a refused client just closes
 
 
+def test_a_server_without_5_0_refuses_a_5_0_dialer_in_3_1_1_terms() -> None:
+    """CONNACK 1 in 3.1.1's two bytes [MQTT-3.1.2-2]: a refusal (0x84), not a malformed
+    5.0 CONNACK."""
+    wire = Wire(MQTT_5)
+    wire.dialer.data_to_send()
+    assert wire.dialer.receive_data(b"\x20\x02\x00\x01", 0.0) == [
+        ConnectAcknowledged(0x84, False, None),
+        ConnectionClosed(
+            "CONNACK 0x84 unsupported protocol version",
+            False,
+            ReasonCode.UNSUPPORTED_PROTOCOL_VERSION,
+        ),
+    ]
+
+
 def test_refusal_with_an_unknown_return_code() -> None:
     wire = Wire()
     wire.dialer.data_to_send()

@@ -36,7 +36,12 @@ from ..protocol import (
     PacketIdsExhausted,
     PacketType,
 )
-from ..protocol.properties import CORRELATION_DATA, without_correlation_data
+from ..protocol.flows import Flows, InflightState
+from ..protocol.properties import (
+    CORRELATION_DATA,
+    message_expiry_property,
+    without_correlation_data,
+)
 from ..store import DeliveryRecord, DeliveryState
 from .committer import Committer
 from .session import Delivery, Message, Session
@@ -429,6 +434,34 @@ class Deliveries:
             ref = inflight.ref
             if isinstance(ref, Delivery):
                 self.release_message(ref)
+
+
+def in_flight_properties(delivery: Delivery, now: float) -> bytes:
+    """The properties a delivery in flight is re-sent with to an MQTT 5.0 client: its own,
+    then the message's (without their Correlation Data when the copy has its own) with
+    what is left of the expiry interval, at least a second: a delivery that has started is
+    completed, and must not look as if it never expires [MQTT-3.3.2-6]."""
+    message = delivery.message
+    properties = message.properties5(now) if message.expiry_at else message.properties
+    if properties is None:
+        properties = message_expiry_property(1) + message.properties
+    extra = delivery.properties
+    if extra and extra[0] == CORRELATION_DATA:
+        properties = without_correlation_data(properties)
+    return extra + properties
+
+
+def refresh_in_flight(flows: Flows, now: float) -> None:
+    """A session resumes: its in-flight messages with an expiry are re-sent with what is
+    left of it, not with what was left at their first sending."""
+    for inflight in flows.outbound.values():
+        ref = inflight.ref
+        if (
+            isinstance(ref, Delivery)
+            and ref.message.expiry_at
+            and inflight.state is InflightState.PUBLISHED
+        ):
+            inflight.properties = in_flight_properties(ref, now)
 
 
 _NO_DATA: dict[str, object] = {}  # shared by every record without data: never changed

@@ -32,7 +32,7 @@ from ..store import DeliveryState, IncomingRecord, StoreState
 from ..subscriptions import Registry, Subscription
 from .committer import Committer
 from .config import LimitsConfig
-from .delivery import Deliveries, restore_delivery
+from .delivery import Deliveries, in_flight_properties, restore_delivery
 from .retained import RetainedMessages
 from .router import Router
 from .session import Delivery, Message, Session
@@ -202,9 +202,7 @@ def _restore_deliveries(state: StoreState, now: float, by_id: dict[str, Session]
                     if record.state == DeliveryState.RELEASED
                     else InflightState.PUBLISHED
                 ),
-                # What an MQTT 5.0 client is re-sent (in flight: sent even if expired since).
-                properties=delivery.properties
-                + (message.properties5(wall_now) or message.properties),
+                properties=in_flight_properties(delivery, wall_now),  # as re-sent at 5.0
             )
 
 

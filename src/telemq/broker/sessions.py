@@ -56,7 +56,7 @@ from ..subscriptions import (
 from .auth import Action
 from .authentication import Authentications
 from .committer import Committer
-from .delivery import Deliveries
+from .delivery import Deliveries, refresh_in_flight
 from .hooks import Hooks
 from .router import Router, now_us
 from .session import Delivery, DeliveryTarget, Session
@@ -357,6 +357,8 @@ class Sessions:
         client.session = session
         self.connected += 1
         self._stats.clients_total_ever += 1
+        if present and peer5 is not None and session.flows.outbound:
+            refresh_in_flight(session.flows, time.time())
         oversized = connection.accept(
             present,
             session.flows,

@@ -46,6 +46,7 @@ from .packets import (
     Subscribe,
 )
 from .properties import EMPTY_PROPERTIES_BYTES, Properties, PropertyContext, encode_properties
+from .reasons import pre_5_refusal
 from .topics import topic_name_error
 
 NO_EXPIRY = 0xFFFFFFFF  # the Session Expiry Interval of a session that never ends
@@ -111,6 +112,7 @@ class ClientConnection:
         self._done: set[int] = set()  # positions done, waiting for those before them
         self._published = 0
         self._held_qos2: set[int] = set()  # incoming QoS 2 ids received, PUBREL not yet seen
+        self._awaiting_connack = False
 
     # -- what the client sends ------------------------------------------------------------
 
@@ -145,6 +147,7 @@ class ClientConnection:
                 )
             )
         )
+        self._awaiting_connack = True
 
     @property
     def in_flight(self) -> int:
@@ -216,8 +219,14 @@ class ClientConnection:
     def receive_data(self, data: bytes) -> list[ClientEvent]:
         """Handle bytes from the broker; raises `MalformedPacket` for bytes that are not MQTT."""
         events: list[ClientEvent] = []
+        if self._awaiting_connack and self.protocol_level == 5:
+            refusal = pre_5_refusal(bytes(data[:4]))
+            if refusal is not None:  # a broker without 5.0
+                self._awaiting_connack = False
+                return [ConnectAnswered(refusal, False)]
         for packet in self._decoder.feed(data):
             if isinstance(packet, ConnAck):
+                self._awaiting_connack = False
                 events.append(ConnectAnswered(packet.return_code, packet.session_present))
             elif isinstance(packet, PubAck | PubComp):
                 self._complete(packet.packet_id, packet.reason_code)

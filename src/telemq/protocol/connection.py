@@ -370,6 +370,11 @@ class Connection:
         if level == ProtocolLevel.MQTT_5 and limits is not None and packet.protocol_name == "MQTT":
             self.protocol_level = level
             self.peer5 = Peer5.from_connect(packet.properties)
+            refusal = None if packet.will is None else limits.will_refusal(packet.will)
+            if refusal is not None:
+                code, why = refusal
+                events.append(self.refuse(ConnectReturnCode.NOT_AUTHORIZED, why, code))
+                return
             keepalive = packet.keepalive
             if limits.server_keep_alive and not 0 < keepalive <= limits.server_keep_alive:
                 keepalive = limits.server_keep_alive  # sent back as Server Keep Alive

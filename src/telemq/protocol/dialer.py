@@ -118,10 +118,11 @@ from .packets import (
 )
 from .peer5 import MAX_MQTT_PACKET, Peer5, ServerLimits5
 from .properties import Properties
-from .reasons import REFUSAL_REASONS, ReasonCode
+from .reasons import REFUSAL_REASONS, ReasonCode, pre_5_refusal
 from .topics import topic_filter_error
 
 PINGREQ_BYTES = b"\xc0\x00"
+
 _MQTT_5 = 5
 _SUBSCRIBE = PacketType.SUBSCRIBE
 _UNSUBSCRIBE = PacketType.UNSUBSCRIBE
@@ -271,14 +272,22 @@ class DialConnection(Connection):
             ]
         if size == 0 or len(early) < size:
             return []
-        packets, error = self._decoder.feed_partial(bytes(early[:size]))
+        chunk = bytes(early[:size])
         rest = bytes(early[size:])
         early.clear()
+        old_refusal = pre_5_refusal(chunk) if self.protocol_level == _MQTT_5 else None
+        if old_refusal is not None:
+            # A server that does not speak 5.0 refuses it as 3.1.1 does, in a 3.1.1 CONNACK
+            # (return code 1, [MQTT-3.1.2-2]): a refusal, not a malformed 5.0 CONNACK.
+            events: list[Event] = []
+            self._connack(ConnAck(old_refusal, False), events)
+            return events
+        packets, error = self._decoder.feed_partial(chunk)
         if error is not None:
             code = _code(error.reason)
             return [self._end(f"{code.name.lower().replace('_', ' ')}: {error}", code)]
         self.last_received = now
-        events: list[Event] = []
+        events = []
         packet = packets[0]
         kind = type(packet)
         if kind is ConnAck:

@@ -38,6 +38,7 @@ from .packets import (
     ProtocolLevel,
     Publish,
     Subscribe,
+    Will,
 )
 from .properties import Properties
 from .reasons import ReasonCode
@@ -87,6 +88,18 @@ class ServerLimits5:
             ),
             shared_subscription_available=None if self.shared_subscription_available else 0,
         )
+
+    def will_refusal(self, will: Will) -> tuple[ReasonCode, str] | None:
+        """Why a CONNECT's will could not be published as given, or None: its QoS above
+        Maximum QoS, or RETAIN while retain is not available [MQTT-3.2.2-12, -13]."""
+        if will.qos > self.maximum_qos:
+            return (
+                ReasonCode.QOS_NOT_SUPPORTED,
+                f"will QoS {will.qos} is above the maximum of {self.maximum_qos}",
+            )
+        if will.retain and not self.retain_available:
+            return ReasonCode.RETAIN_NOT_SUPPORTED, "a retained will: retain is not available"
+        return None
 
 
 @dataclass(slots=True)

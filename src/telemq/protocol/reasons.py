@@ -72,3 +72,12 @@ REFUSAL_REASONS: dict[ConnectReturnCode, ReasonCode] = {
     ConnectReturnCode.BAD_USERNAME_OR_PASSWORD: ReasonCode.BAD_USER_NAME_OR_PASSWORD,
     ConnectReturnCode.NOT_AUTHORIZED: ReasonCode.NOT_AUTHORIZED,
 }
+
+
+def pre_5_refusal(packet: bytes) -> ReasonCode | None:
+    """The 5.0 reason code of a refusing 3.1/3.1.1 CONNACK (`20 02 00 rc`, rc 1-5), or None:
+    how a server without MQTT 5.0 answers a level-5 CONNECT (return code 1,
+    [MQTT-3.1.2-2]), which a 5.0 client must read as a refusal, not a malformed CONNACK."""
+    if len(packet) < 4 or packet[0] != 0x20 or packet[1] != 2 or not 1 <= packet[3] <= 5:
+        return None
+    return REFUSAL_REASONS[ConnectReturnCode(packet[3])]
