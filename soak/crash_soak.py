@@ -164,11 +164,11 @@ def _connect_probe(port: int) -> bool:
 class Broker:
     """`python -m telemq serve` on a fixed port and data directory, killed and restarted."""
 
-    def __init__(self, workdir: Path, port: int) -> None:
+    def __init__(self, workdir: Path, port: int, config_text: str = BROKER_CONFIG) -> None:
         self.workdir = workdir
         self.port = port
         self.config = workdir / "telemq.toml"
-        self.config.write_text(BROKER_CONFIG)
+        self.config.write_text(config_text)
         self.log_path = workdir / "broker.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0

@@ -52,6 +52,9 @@ class FakeHost:
     def broker_known(self, name: str) -> bool:
         return name in self.network
 
+    def proxies_asked(self) -> list[tuple[str, str, str, int]]:
+        return []
+
     def sub_point_declared(self, name: str) -> bool:
         return name in self.sub_points
 

@@ -137,6 +137,15 @@ def test_an_admin_lists_proxy_subscriptions_apart(
         out = capsys.readouterr().out
         proxies = out[out.index("proxy subscription 1:") :]
         assert "Proxy: C" in proxies and f"Topic: {base}/#" in proxies
+        # Both directions: C asked B for it (`from`), and B asks A for it on C's behalf.
+        blocks = [block for block in proxies.split("proxy subscription ")[1:] if base in block]
+        directions = sorted(
+            line.split(": ")[1]
+            for block in blocks
+            for line in block.splitlines()
+            if line.strip().startswith(("Proxy:", "Direction:", "Count:"))
+        )
+        assert directions == sorted(["C", "from", "A", "to", "1"]), blocks
         assert f"Topic: {base}/#" not in out[: out.index("proxy subscription 1:")]
         assert main(["subs", "list", "-p", port, "-u", "root", "-P", "secret", "--no-proxies"]) == 0
         assert "proxy subscription" not in capsys.readouterr().out

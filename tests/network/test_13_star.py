@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mq.helpers import assert_ok, connected
 from testsupport.paho import PahoClient
 from testsupport.process import unique, wait_until
 
@@ -50,6 +51,41 @@ def test_leaves_hear_each_other_through_the_hub(tmp_path: Path) -> None:
         subscribers["L1"].unsubscribe(f"{base}/#")
         wait_proxies(network, "H", "L1", 0)
         assert all(proxies_in(network, leaf, "H") == 1 for leaf in LEAVES)
+    finally:
+        for client in clients:
+            client.close()
+        network.finalize()
+
+
+def test_a_queue_at_one_leaf_registered_at_another_hears_every_broker(tmp_path: Path) -> None:
+    """QMgrName across the hub: a RegSub at L1 for queue Q at L3 (docs/network.md §7)."""
+    network = Network(tmp_path, ["H", *LEAVES], [(leaf, "H") for leaf in LEAVES])
+    clients: list[PahoClient] = []
+    try:
+        network.start()
+        for leaf in LEAVES:
+            assert wait_link_state(network, leaf, "H", "connected"), leaf
+        base = unique("star-q")
+        queue = unique("Q")
+        owner = PahoClient(network.ports["L3"], queue)
+        owner.connect()
+        registrar = connected(network.ports["L1"])
+        clients += [owner, registrar]
+        reply = registrar.command(
+            {"Command": "RegSub", "Topic": f"{base}/#", "QMgrName": "L3", "QName": queue}
+        )
+        assert_ok(reply)
+        # The registrar's reply, sentinel and remote subscriptions, asked of every leaf.
+        for leaf in ("L2", "L3"):
+            wait_proxies(network, leaf, "H", 3)
+        for broker in ["H", *LEAVES]:
+            publisher = PahoClient(network.ports[broker])
+            publisher.connect()
+            clients.append(publisher)
+            publisher.publish(f"{base}/from-{broker}", broker.encode(), qos=2)
+        got = sorted(m.payload for m in owner.wait_messages(4))
+        assert got == sorted(broker.encode() for broker in ["H", *LEAVES])
+        assert not wait_until(lambda: len(owner.received()) > 4, 1.0)
     finally:
         for client in clients:
             client.close()

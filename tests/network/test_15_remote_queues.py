@@ -63,6 +63,24 @@ def test_publications_from_every_broker_reach_the_queue_at_c_once(chain: Network
     # ListSubs at A says where the queue lives; the registrar's own queue is A's.
     listed = [s for s in registrar.list_subs() if s.get("Topic") == [f"{base}/#"]]
     assert [(s["QMgrName"], s["QName"]) for s in listed] == [(["C"], [queue])]
+
+    # What each side of a link forwarded is what the other received ($SYS, per link).
+    def counts() -> tuple[str | None, ...]:
+        def value(broker: str, link: str, what: str) -> str | None:
+            return sys_value(chain.ports[broker], f"$SYS/broker/links/{link}/{what}", 1.0)
+
+        return (
+            value("A", "B", "messages/sent"),
+            value("B", "A", "messages/received"),
+            value("B", "C", "messages/sent"),
+            value("C", "B", "messages/received"),
+            value("A", "B", "messages/dropped"),
+        )
+
+    assert wait_until(
+        lambda: (c := counts())[0] == c[1] and c[2] == c[3] and int(c[2] or 0) >= 12, WAIT
+    ), counts()
+    assert counts()[4] == "0"
     for client in (owner, registrar, *publishers.values()):
         client.close()
 

@@ -155,8 +155,10 @@ class Links:
     # -- lifecycle ------------------------------------------------------------
 
     def start(self) -> None:
-        """After the store is restored: the link sessions, what the restored subscriptions
-        ask of the neighbours, then the dialing tasks."""
+        """After the store is restored: links no longer configured stop collecting, the
+        link sessions, what the restored subscriptions ask of the neighbours, then the
+        dialing tasks."""
+        self._quiesce_removed()
         if not self.links:
             return
         self._sessions.link_gate = self
@@ -179,6 +181,29 @@ class Links:
 
     async def stop(self) -> None:
         await cancel_all(self._tasks)
+
+    def _quiesce_removed(self) -> None:
+        """A link taken out of the configuration: its proxy subscriptions go, so its
+        session collects nothing more, but what it holds stays (a link removed by mistake
+        loses nothing) until the link is configured again or `telemq links forget` drops
+        it with the broker stopped."""
+        subscriptions = self._broker.subscriptions
+        for client_id, session in list(self._sessions.by_id.items()):
+            name = client_id[len(LINK_PREFIX) :]
+            if not client_id.startswith(LINK_PREFIX) or name in self.links:
+                continue
+            proxies = self._broker.registry.of_queue(client_id)
+            for subscription in proxies:
+                subscriptions.remove(subscription)
+            log.warning(
+                "link %r is no longer configured: its %d proxy subscriptions are removed; its "
+                "session keeps %d messages for it (configure the link again to deliver them, "
+                "or drop them with `telemq links forget %s` while the broker is stopped)",
+                name,
+                len(proxies),
+                len(session.queue) + len(session.flows.outbound),
+                name,
+            )
 
     # -- dialing --------------------------------------------------------------
 
@@ -577,6 +602,9 @@ class Links:
             queued = 0 if session is None else len(session.queue) + len(session.flows.outbound)
             values[prefix + "state"] = link.state
             values[prefix + "messages/received"] = str(link.messages_received)
+            if session is not None:
+                values[prefix + "messages/sent"] = str(session.forwarded)
+                values[prefix + "messages/dropped"] = str(session.dropped)
             values[prefix + "queued"] = str(queued)
             values[prefix + "reaches"] = ",".join(self.topology.reachable(name))
             values[prefix + "proxy subscriptions/in"] = str(

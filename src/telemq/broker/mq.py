@@ -106,6 +106,9 @@ class CommandHost:
     def broker_known(self, name: str) -> bool:
         return self.broker.links.topology.known(name)
 
+    def proxies_asked(self) -> list[tuple[str, str, str, int]]:
+        return self.broker.links.proxies.asked()
+
     def sub_point_declared(self, name: str) -> bool:
         return name in self.broker.sub_points
 

@@ -102,6 +102,16 @@ class ProxySubscriptions:
     def asked_of(self, neighbour: str) -> int:
         return len(self.table.wanted(neighbour))
 
+    def asked(self) -> list[tuple[str, str, str, int]]:
+        """Every proxy this broker asks of its neighbours: (neighbour, sub point, filter,
+        how many subscriptions it stands for), for ListSubs' `Direction: to`."""
+        table = self.table
+        return [
+            (neighbour, *pair, table.count(neighbour, pair))
+            for neighbour in table.neighbours
+            for pair in table.wanted(neighbour)
+        ]
+
     # -- what a neighbour asks ------------------------------------------------------
 
     def received(self, neighbour: str, message: Sync | ProxyChange) -> None:

@@ -138,11 +138,12 @@ class RemoteQueues:
         deliveries = self._deliveries
         if qos == 0:
             deliveries.send_qos0_to(link, message, retain, properties)
-            return True
-        if deliveries.enqueue(link, message, qos, retain, True, False, properties) is None:
+        elif deliveries.enqueue(link, message, qos, retain, True, False, properties) is None:
             return False  # the link's queue is full: wait here
-        deliveries.pump(link)
-        self._committer.schedule()
+        else:
+            deliveries.pump(link)
+            self._committer.schedule()
+        link.forwarded += 1
         return True
 
     def _new_envelope(self, sub_point: str, target: RemoteQueueTarget) -> bytes:

@@ -516,6 +516,7 @@ class Router:
                         if message.local_only:
                             continue
                         extra = message.net or self.envelopes[message.sub_point]
+                        session.forwarded += 1
                     elif message.local_only and session.bridge:  # nor a bridge (PubOpt Local)
                         continue
             durable = session.persistent and durable_rank(rank, qos)

@@ -212,6 +212,7 @@ class Session:
         "expires_at",
         "expiry_interval",
         "flows",
+        "forwarded",
         "held",
         "holding",
         "link",
@@ -243,6 +244,7 @@ class Session:
         self.held: list[Delivery] = []
         self.client: Client | None = None
         self.target: DeliveryTarget | None = None
-        self.dropped = 0
+        self.dropped = 0  # deliveries refused by its full queue
+        self.forwarded = 0  # a link's: copies routed to the neighbour (`$SYS` messages/sent)
         self.link = False  # the session of a link to a neighbour broker (links.py)
         self.bridge = False  # the session of a bridge to another MQTT broker (bridges.py)

@@ -18,7 +18,7 @@ from .. import version_text
 
 # Sub-command modules, in help order. A module that is not installed (an
 # optional part of telemq) simply does not add its command.
-COMMAND_MODULES = ("serve", "subs", "passwd", "pipeline", "demo")
+COMMAND_MODULES = ("serve", "subs", "links", "passwd", "pipeline", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:

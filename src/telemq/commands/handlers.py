@@ -103,6 +103,11 @@ class Host(Protocol):
         """Is `name` another broker of this broker's network (a `QMgrName` it can reach)?"""
         ...
 
+    def proxies_asked(self) -> list[tuple[str, str, str, int]]:
+        """The proxies this broker asks of its neighbours: (neighbour, sub point, filter,
+        subscriptions it stands for)."""
+        ...
+
     def sub_point_declared(self, name: str) -> bool: ...
 
     def may_subscribe(self, requester: Requester, topic_filter: str) -> bool: ...
@@ -272,8 +277,10 @@ def _check_filters(topics: list[str], host: Host) -> None:
 def _attributes(subscription: Subscription) -> dict[str, list[str]]:
     """All attributes of a subscription, as FullResp and `subs list` show them."""
     options = [*sorted(subscription.options), subscription.persistence.value]
+    proxy_for = subscription.proxy_for
     attributes = {
-        "Proxy": [subscription.proxy_for],
+        "Proxy": [proxy_for],
+        "Direction": ["from" if proxy_for else ""],
         "Topic": [subscription.topic],
         "SubPoint": [subscription.sub_point],
         "Filter": [subscription.filter_text],
@@ -852,7 +859,9 @@ def list_subs(command: Command, requester: Requester, registry: Registry, host: 
 
     Optional properties narrow the list: QName, SubPoint, SubName, Topic (exact); Kind
     (Subscriptions, the default, Proxies or All) takes in proxy subscriptions, which show
-    the neighbour broker they stand for as `Proxy`.
+    the neighbour broker they stand for as `Proxy`: `Direction` `from` for those it asked
+    of this broker, and (to admins, after them) `to` for those this broker asks of it,
+    with `Count`, the subscriptions each stands for.
     """
     queue = command.first("QName")
     sub_point = command.first("SubPoint") if "SubPoint" in command.psc else None
@@ -875,7 +884,19 @@ def list_subs(command: Command, requester: Requester, registry: Registry, host: 
         and (not name or s.name == name)
         and (not topics or s.topic in topics)
     ]
-    return Reply("ok", subscriptions=[_attributes(s) for s in chosen])
+    listed = [_attributes(s) for s in chosen]
+    if everyone and kind != "Subscriptions" and not queue and not name:
+        for neighbour, point, topic_filter, count in host.proxies_asked():
+            if (sub_point is None or point == sub_point) and (not topics or topic_filter in topics):
+                asked = {
+                    "Proxy": [neighbour],
+                    "Direction": ["to"],
+                    "Topic": [topic_filter],
+                    "SubPoint": [point],
+                    "Count": [str(count)],
+                }
+                listed.append({key: value for key, value in asked.items() if value != [""]})
+    return Reply("ok", subscriptions=listed)
 
 
 def put(command: Command, requester: Requester, registry: Registry, host: Host) -> Reply:
