@@ -3,6 +3,8 @@ refuses it (docs/mq.md "From the command line")."""
 
 from __future__ import annotations
 
+import datetime
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -91,3 +93,30 @@ def test_request_update_sends_the_retained_publication_or_fails_without_one(
     assert receiver.deliveries(topic) == []  # PubOnReqOnly: nothing until asked
     assert main(dave(*update)) == 0
     assert [m.payload for m in receiver.wait_deliveries(1, topic)] == [b"kept"]
+
+
+def test_list_shows_iso_times_and_not_its_own_reply_subscription(
+    broker: BrokerProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Times as ISO-8601 UTC, not epoch seconds; the subscription the tool makes to read the
+    reply (its own session's) is not listed as one of the user's."""
+    port = str(broker.port)
+    queue, topic = unique("q"), unique("subs/iso/")
+    register = ("subs", "register", "-p", port, "-q", queue, "-t", topic, "--expiry", "3600")
+    assert main(dave(*register)) == 0
+    capsys.readouterr()
+    assert main(dave("subs", "list", "-p", port)) == 0
+    out = capsys.readouterr().out
+    assert "SYSTEM.BROKER.RESPONSE/telemq-tool-" not in out  # the tool's own client ids
+    block = out[out.index(f"Topic: {topic}") :].split("subscription ")[0]
+    times = {
+        line.split(": ", 1)[0].strip(): line.split(": ", 1)[1]
+        for line in block.splitlines()
+        if line.strip().startswith(("Expiry:", "CreationTime:"))
+    }
+    assert set(times) == {"Expiry", "CreationTime"}, block
+    for value in times.values():
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", value), value
+    created = datetime.datetime.fromisoformat(times["CreationTime"].replace("Z", "+00:00"))
+    expires = datetime.datetime.fromisoformat(times["Expiry"].replace("Z", "+00:00"))
+    assert 3590 <= (expires - created).total_seconds() <= 3610

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import re
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -191,3 +193,21 @@ def test_mistakes_are_refused_before_spark_starts(
         assert message in err, (arguments, err)
         assert err.count("\n") == 1 and "Traceback" not in err, err
     assert not Path(new_lake).exists() and not empty_lake.exists()
+
+
+@pytest.mark.spark
+def test_a_pipeline_command_prints_telemq_lines_only(tmp_path: Path) -> None:
+    """A fresh `telemq pipeline` process: the JVM's start-up lines, log4j and Spark's
+    warnings go to the file the command names, not to the terminal."""
+    data, lake, log = tmp_path / "data", tmp_path / "lake", tmp_path / "spark.log"
+    append_journal(data, telemetry(20))
+    command = [sys.executable, "-m", "telemq", "pipeline", "ingest", "-d", str(data)]
+    command += ["--lake", str(lake), "--master", "local[1]", "--spark-log", str(log)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert f"Spark's own messages go to {log}" in done.stdout
+    # stderr holds the job's progress lines ("[   1.2s] ..."), and nothing of the JVM's.
+    assert all(line.startswith("[") for line in done.stderr.splitlines()), done.stderr
+    for line in (done.stdout + done.stderr).splitlines():
+        assert not re.search(r"(WARN|log4j|SLF4J|NativeCodeLoader|Exception)", line), line
+    assert log.stat().st_size > 0  # the JVM said something, there

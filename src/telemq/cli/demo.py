@@ -347,8 +347,9 @@ def run_demo(args: argparse.Namespace, spark: Any = None) -> int:
             f" (sensors/<room>/<id>, QoS 1)"
         )
         if spark is None:
-            report("starting Spark (local, UI off)...")
-            spark = spark_session(args.master, "telemq-demo")
+            spark_log = work / "spark.log"
+            report(f"starting Spark (local, UI off; its own messages go to {spark_log})...")
+            spark = spark_session(args.master, "telemq-demo", log_file=spark_log)
         report("ingest: streaming the journal into the lake while the sensors publish")
         ingest = run_ingest(
             spark,

@@ -139,6 +139,10 @@ def _where(args: argparse.Namespace) -> tuple[str, dict[str, str]]:
     return args.journal, {k: v for k, v in options.items() if v}
 
 
+# The JVM's own output (log4j, Spark's warnings), kept off the terminal.
+SPARK_LOG = "telemq-spark.log"
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     parser.add_argument(
@@ -149,6 +153,12 @@ def _common(parser: argparse.ArgumentParser) -> None:
         help="a Spark setting, e.g. spark.executor.memory=2g (repeatable)",
     )
     parser.add_argument("--spark-ui", action="store_true", help="enable Spark's web UI")
+    parser.add_argument(
+        "--spark-log",
+        default=SPARK_LOG,
+        metavar="FILE",
+        help=f"where the JVM's own messages go (default ./{SPARK_LOG})",
+    )
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
 
 
@@ -169,7 +179,11 @@ def _session(args: argparse.Namespace, app: str) -> Iterator[Any]:
     from telemq.pipeline.spark import spark_session
 
     owned = SparkSession.getActiveSession() is None  # else: reuse it, and leave it running
-    spark = spark_session(args.master, app, ui=args.spark_ui, conf=_settings(args.conf))
+    settings = _settings(args.conf)
+    if owned and not args.quiet:
+        print(f"telemq: Spark's own messages go to {args.spark_log}", flush=True)
+    log_file = args.spark_log if owned else None
+    spark = spark_session(args.master, app, ui=args.spark_ui, conf=settings, log_file=log_file)
     try:
         yield spark
     finally:

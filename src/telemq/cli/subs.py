@@ -8,6 +8,7 @@ control queue over MQTT and prints the reply. The exit code is 0 for `ok`,
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import math
 import sys
@@ -144,7 +145,8 @@ def run(args: argparse.Namespace) -> int:
         with MqttClient(
             args.host, args.port, username=args.username, password=args.password, timeout=10.0
         ) as client:
-            reply_topic = RESPONSE_PREFIX + client.client_id
+            reply_client_id = client.client_id
+            reply_topic = RESPONSE_PREFIX + reply_client_id
             if client.subscribe([(reply_topic, 1)]) == [SUBACK_FAILURE]:
                 raise MqttError(
                     f"the broker refused the subscription to the reply topic {reply_topic!r}"
@@ -168,13 +170,31 @@ def run(args: argparse.Namespace) -> int:
         for key, values in extra.items():
             if key == "Subscriptions":
                 continue
-            print(f"  {key}: {', '.join(values)}")
+            shown_values = [iso_time(v) for v in values] if key in TIMES else values
+            print(f"  {key}: {', '.join(shown_values)}")
         listed = json.loads(reply.payload).get("pscr", {}).get("Subscriptions", [])
+        # Not the subscription this tool made to read the reply (its own session's).
+        listed = [a for a in listed if a.get("QName") != [reply_client_id]]
         # A subscriber's first, then, apart, the proxies neighbour brokers asked for.
         for heading, proxies in (("subscription", False), ("proxy subscription", True)):
             shown = [a for a in listed if ("Proxy" in a) == proxies]
             for index, attributes in enumerate(shown):
                 print(f"{heading} {index + 1}:")
                 for key, values in attributes.items():
-                    print(f"  {key}: {', '.join(values)}")
+                    shown_values = [iso_time(v) for v in values] if key in TIMES else values
+                    print(f"  {key}: {', '.join(shown_values)}")
     return {"ok": 0, "warning": 1}.get(completion, 2)
+
+
+# Attributes that are UTC seconds on the wire (ListSubs, FullResp), shown as ISO-8601.
+TIMES = frozenset({"Expiry", "CreationTime"})
+
+
+def iso_time(value: str) -> str:
+    """UTC seconds as ISO-8601 UTC to the millisecond (`2026-11-25T21:58:03.512Z`); a value
+    that is not a number is shown as it came."""
+    try:
+        moment = datetime.datetime.fromtimestamp(float(value), datetime.UTC)
+    except (ValueError, OverflowError, OSError):
+        return value
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -14,7 +14,11 @@ session on ``--master`` (default ``local[*]``) with:
 - ``spark.sql.session.timeZone=UTC``: the lake's dates and the aggregate windows are UTC;
 - ``PYSPARK_PYTHON`` set to this interpreter unless set, so workers import this telemq (on a
   cluster, every node needs a Python with telemq at that path, or set it);
-- the `telemq` data source registered.
+- the `telemq` data source registered;
+- with ``log_file``, the JVM's own output (log4j's start-up lines, Spark's warnings, the
+  Python workers' stderr) appended to that file instead of the terminal, so that a command
+  prints telemq's lines only: the gateway is launched with its stdout and stderr there
+  (PySpark's ``launch_gateway(popen_kwargs=...)``) and given to the ``SparkContext``.
 """
 
 from __future__ import annotations
@@ -24,8 +28,8 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -94,11 +98,12 @@ def spark_session(
     ui: bool = False,
     conf: Mapping[str, str] | None = None,
     log_level: str = "ERROR",
+    log_file: str | os.PathLike[str] | None = None,
 ) -> SparkSession:
     """A SparkSession for telemq jobs (see the module docstring).
 
     An active session (a notebook's, a test suite's) is returned as it is, with the data
-    source registered: its settings are its owner's.
+    source registered: its settings are its owner's (and `log_file` is not used).
     """
     try:
         from pyspark.sql import SparkSession
@@ -116,16 +121,18 @@ def spark_session(
         register(active)
         return active
     check_java()
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.ui.enabled", "true" if ui else "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-    )
+    settings = {
+        "spark.ui.enabled": "true" if ui else "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.session.timeZone": "UTC",
+    }
     if master.startswith("local"):
-        builder = builder.config("spark.sql.shuffle.partitions", "4")
-    for key, value in (conf or {}).items():
+        settings["spark.sql.shuffle.partitions"] = "4"
+    settings.update(conf or {})
+    if log_file is not None:
+        _context_logging_to(log_file, master, app_name, settings)
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(log_level)
@@ -133,3 +140,18 @@ def spark_session(
 
     register(session)
     return session
+
+
+def _context_logging_to(
+    log_file: str | os.PathLike[str], master: str, app_name: str, settings: Mapping[str, str]
+) -> None:
+    """Start the SparkContext whose JVM writes its stdout and stderr to `log_file`; the
+    session builder then takes it as the active context."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    launch: Callable[..., Any] = launch_gateway  # PySpark leaves it without annotations
+    conf = SparkConf().setMaster(master).setAppName(app_name).setAll(list(settings.items()))
+    with open(log_file, "ab") as log:  # the JVM keeps its own descriptors
+        gateway = launch(conf, popen_kwargs={"stdout": log, "stderr": log})
+    SparkContext(conf=conf, gateway=gateway)
