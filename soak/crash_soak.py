@@ -459,22 +459,7 @@ def run_soak(config: SoakConfig) -> SoakResult:
             if kills % 10 == 0:
                 got = subscriber.deliveries
                 _say(config, f"  {kills} kills, {time.monotonic() - started:.0f} s, {got} received")
-        publisher.finished_publishing.wait()
-        if publisher.error is not None:
-            raise RuntimeError(f"the publisher failed: {publisher.error!r}")
-        total = config.messages
-        while True:
-            acknowledged = publisher.acknowledged()
-            complete = len(acknowledged[1]) == total and len(acknowledged[2]) == total
-            have = all(
-                seq in subscriber.received[qos] for qos in (1, 2) for seq in acknowledged[qos]
-            )
-            if complete and have:
-                break
-            if time.monotonic() - subscriber.last_progress > config.stall:
-                break
-            time.sleep(0.2)
-        time.sleep(0.5)  # a late duplicate still in flight is counted too
+        drain(publisher, subscriber, config.messages, config.stall)
     finally:
         publisher.stop()
         subscriber.stop()
@@ -482,11 +467,48 @@ def run_soak(config: SoakConfig) -> SoakResult:
         kill_log.close()
         sub_trace.close()
         pub_trace.close()
+    result = soak_result(
+        config, config.subscriber, kills, publisher, subscriber, started, workdir, broker.errors()
+    )
+    if own_workdir and result.ok and not config.keep:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return result
+
+
+def drain(publisher: Publisher, subscriber: Subscriber, messages: int, stall: float) -> None:
+    """After the last fault: wait until the publisher has all `messages` per QoS
+    acknowledged and the subscriber has them, or nothing arrived for `stall` seconds."""
+    publisher.finished_publishing.wait()
+    if publisher.error is not None:
+        raise RuntimeError(f"the publisher failed: {publisher.error!r}")
+    while True:
+        acknowledged = publisher.acknowledged()
+        complete = len(acknowledged[1]) == messages and len(acknowledged[2]) == messages
+        have = all(seq in subscriber.received[qos] for qos in (1, 2) for seq in acknowledged[qos])
+        if complete and have:
+            break
+        if time.monotonic() - subscriber.last_progress > stall:
+            break
+        time.sleep(0.2)
+    time.sleep(0.5)  # a late duplicate still in flight is counted too
+
+
+def soak_result(
+    config: SoakConfig,
+    subscriber_kind: str,
+    kills: int,
+    publisher: Publisher,
+    subscriber: Subscriber,
+    started: float,
+    workdir: Path,
+    broker_errors: list[str],
+) -> SoakResult:
+    """The counts of a finished soak (see the module docstring)."""
     acknowledged = publisher.acknowledged()
     sent = {qos: sum(1 for q, _ in publisher.sent.values() if q == qos) for qos in (1, 2)}
-    result = SoakResult(
+    return SoakResult(
         seed=config.seed,
-        subscriber=config.subscriber,
+        subscriber=subscriber_kind,
         protocol=config.protocol,
         kills=kills,
         sent=sent,
@@ -507,11 +529,8 @@ def run_soak(config: SoakConfig) -> SoakResult:
         seconds=time.monotonic() - started,
         workdir=str(workdir),
         mangled=subscriber.mangled,
-        broker_errors=broker.errors(),
+        broker_errors=broker_errors,
     )
-    if own_workdir and result.ok and not config.keep:
-        shutil.rmtree(workdir, ignore_errors=True)
-    return result
 
 
 def _positive(kind: type[int] | type[float]) -> Any:

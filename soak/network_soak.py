@@ -49,7 +49,9 @@ from crash_soak import (
     Subscriber,
     Trace,
     _positive,
+    drain,
     free_port,
+    soak_result,
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -155,22 +157,7 @@ def run_network_soak(config: NetworkSoakConfig) -> SoakResult:
         time.sleep(config.link_down)
         relay.blocked = False
         note(f"link A - B back; {subscriber.deliveries} received")
-        publisher.finished_publishing.wait()
-        if publisher.error is not None:
-            raise RuntimeError(f"the publisher failed: {publisher.error!r}")
-        while True:
-            acknowledged = publisher.acknowledged()
-            complete = all(len(acknowledged[qos]) == config.messages for qos in (1, 2))
-            have = all(
-                seq in subscriber.received[qos] for qos in (1, 2) for seq in acknowledged[qos]
-            )
-            if complete and have:
-                break
-            if time.monotonic() - subscriber.last_progress > config.stall:
-                note("stalled")
-                break
-            time.sleep(0.2)
-        time.sleep(1.0)  # a late duplicate still in flight is counted too
+        drain(publisher, subscriber, config.messages, config.stall)
     finally:
         publisher.stop()
         subscriber.stop()
@@ -178,33 +165,9 @@ def run_network_soak(config: NetworkSoakConfig) -> SoakResult:
             broker.stop()
         relay.close()
         log.close()
-    acknowledged = publisher.acknowledged()
-    sent = {qos: sum(1 for q, _ in publisher.sent.values() if q == qos) for qos in (1, 2)}
-    result = SoakResult(
-        seed=config.seed,
-        subscriber="at C, publisher at A",
-        protocol=config.protocol,
-        kills=kills,
-        sent=sent,
-        acknowledged={qos: len(acknowledged[qos]) for qos in (1, 2)},
-        received={qos: len(subscriber.received[qos]) for qos in (1, 2)},
-        lost={
-            qos: sorted(s for s in acknowledged[qos] if s not in subscriber.received[qos])
-            for qos in (1, 2)
-        },
-        duplicates={
-            qos: sorted(s for s, n in subscriber.received[qos].items() for _ in range(n - 1))
-            for qos in (1, 2)
-        },
-        unacknowledged={qos: sent[qos] - len(acknowledged[qos]) for qos in (1, 2)},
-        sessions_lost=subscriber.sessions_lost,
-        subscriber_connections=subscriber.connections,
-        publisher_connections=publisher.connections,
-        seconds=time.monotonic() - started,
-        workdir=str(workdir),
-        mangled=subscriber.mangled,
-        broker_errors=[f"{name}: {e}" for name, b in brokers.items() for e in b.errors()],
-    )
+    errors = [f"{name}: {e}" for name, b in brokers.items() for e in b.errors()]
+    kind = "at C, publisher at A"
+    result = soak_result(clients, kind, kills, publisher, subscriber, started, workdir, errors)
     if own_workdir and result.ok and not config.keep:
         shutil.rmtree(workdir, ignore_errors=True)
     return result

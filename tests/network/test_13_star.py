@@ -4,7 +4,10 @@ what the other leaves and its own clients need (docs/network.md §5-6)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from mq.helpers import assert_ok, connected
 from testsupport.paho import PahoClient
@@ -16,13 +19,23 @@ from .test_11_forwarding import proxies_in, wait_proxies
 LEAVES = ["L1", "L2", "L3"]
 
 
-def test_leaves_hear_each_other_through_the_hub(tmp_path: Path) -> None:
+@pytest.fixture
+def star(tmp_path: Path) -> Iterator[Network]:
+    """The hub H and three leaves that dial it, every link up; stopped at the end."""
     network = Network(tmp_path, ["H", *LEAVES], [(leaf, "H") for leaf in LEAVES])
-    clients: list[PahoClient] = []
     try:
         network.start()
         for leaf in LEAVES:
             assert wait_link_state(network, leaf, "H", "connected"), leaf
+        yield network
+    finally:
+        network.finalize()
+
+
+def test_leaves_hear_each_other_through_the_hub(star: Network) -> None:
+    network = star
+    clients: list[PahoClient] = []
+    try:
         base = unique("star")
         subscribers = {}
         for broker in ["H", *LEAVES]:
@@ -54,17 +67,13 @@ def test_leaves_hear_each_other_through_the_hub(tmp_path: Path) -> None:
     finally:
         for client in clients:
             client.close()
-        network.finalize()
 
 
-def test_a_queue_at_one_leaf_registered_at_another_hears_every_broker(tmp_path: Path) -> None:
+def test_a_queue_at_one_leaf_registered_at_another_hears_every_broker(star: Network) -> None:
     """QMgrName across the hub: a RegSub at L1 for queue Q at L3 (docs/network.md §7)."""
-    network = Network(tmp_path, ["H", *LEAVES], [(leaf, "H") for leaf in LEAVES])
+    network = star
     clients: list[PahoClient] = []
     try:
-        network.start()
-        for leaf in LEAVES:
-            assert wait_link_state(network, leaf, "H", "connected"), leaf
         base = unique("star-q")
         queue = unique("Q")
         owner = PahoClient(network.ports["L3"], queue)
@@ -89,4 +98,3 @@ def test_a_queue_at_one_leaf_registered_at_another_hears_every_broker(tmp_path: 
     finally:
         for client in clients:
             client.close()
-        network.finalize()

@@ -8,7 +8,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from mq.helpers import MQClient, assert_error, assert_ok, connected
-from testsupport.paho import MQTT5, PahoClient
+from testsupport.paho import MQTT5, MQTT311, PahoClient
 from testsupport.process import unique, wait_until
 
 from .netsupport import Network, sys_value, wait_link_state
@@ -26,6 +26,14 @@ def regsub_at_c(registrar: MQClient, topic: str, queue: str, **psc: str) -> None
     )
 
 
+def queue_at_c(chain: Network, prefix: str, version: int = MQTT311) -> tuple[str, str, PahoClient]:
+    """A topic base, a queue name, and the queue's own client connected at C."""
+    base, queue = unique(prefix), unique("Q")
+    owner = PahoClient(chain.ports["C"], queue, version=version)
+    owner.connect()
+    return base, queue, owner
+
+
 def payloads(client: PahoClient, prefix: str) -> list[bytes]:
     return [m.payload for m in client.messages if m.topic.startswith(prefix)]
 
@@ -37,10 +45,7 @@ def wait_payloads(client: PahoClient, prefix: str, expected: list[bytes]) -> lis
 
 
 def test_publications_from_every_broker_reach_the_queue_at_c_once(chain: Network) -> None:
-    base = unique("rq")
-    queue = unique("Q")
-    owner = PahoClient(chain.ports["C"], queue)  # the queue's own client, at C
-    owner.connect()
+    base, queue, owner = queue_at_c(chain, "rq")
     registrar = connected(chain.ports["A"])
     regsub_at_c(registrar, f"{base}/#", queue)
     # At B and C: the registrar's reply and sentinel subscriptions and the remote one.
@@ -61,8 +66,10 @@ def test_publications_from_every_broker_reach_the_queue_at_c_once(chain: Network
         publisher.publish(f"{base}/end", f"end {name}".encode(), qos=1)
     wait_payloads(owner, base, [*expected, b"end A", b"end B", b"end C"])
     # ListSubs at A says where the queue lives; the registrar's own queue is A's.
-    listed = [s for s in registrar.list_subs() if s.get("Topic") == [f"{base}/#"]]
-    assert [(s["QMgrName"], s["QName"]) for s in listed] == [(["C"], [queue])]
+    listed = registrar.list_subs(QName=queue)  # QName names the queue, not where it waits
+    assert [(s["QMgrName"], s["QName"], s["Topic"]) for s in listed] == [
+        (["C"], [queue], [f"{base}/#"])
+    ]
 
     # What each side of a link forwarded is what the other received ($SYS, per link).
     def counts() -> tuple[str | None, ...]:
@@ -128,10 +135,7 @@ def test_an_unknown_broker_is_still_3074_and_network_names_are_not_queues(
 
 
 def test_deregsub_stops_the_copies(chain: Network) -> None:
-    base = unique("rq-dereg")
-    queue = unique("Q")
-    owner = PahoClient(chain.ports["C"], queue)
-    owner.connect()
+    base, queue, owner = queue_at_c(chain, "rq-dereg")
     registrar = connected(chain.ports["A"])
     regsub_at_c(registrar, f"{base}/a/#", queue)
     regsub_at_c(registrar, f"{base}/b/#", queue)
@@ -153,10 +157,7 @@ def test_deregsub_stops_the_copies(chain: Network) -> None:
 
 
 def test_a_correlasid_registration_delivers_its_correlid_at_c(chain: Network) -> None:
-    base = unique("rq-correl")
-    queue = unique("Q")
-    owner = PahoClient(chain.ports["C"], queue, version=MQTT5)
-    owner.connect()
+    base, queue, owner = queue_at_c(chain, "rq-correl", version=MQTT5)
     registrar = connected(chain.ports["A"])
     correl = "0A0B0C0D0E0F"
     reply = registrar.command(
@@ -216,10 +217,7 @@ def test_copies_wait_while_c_is_down_and_arrive_when_it_returns(chain: Network) 
 
 
 def test_retained_publications_and_requpdate_reach_the_queue_at_c(chain: Network) -> None:
-    base = unique("rq-retained")
-    queue = unique("Q")
-    owner = PahoClient(chain.ports["C"], queue)
-    owner.connect()
+    base, queue, owner = queue_at_c(chain, "rq-retained")
     publisher = PahoClient(chain.ports["A"])
     publisher.connect()
     publisher.publish(f"{base}/t", b"kept", qos=1, retain=True)

@@ -879,7 +879,7 @@ def list_subs(command: Command, requester: Requester, registry: Registry, host: 
         for s in sorted(registry, key=lambda s: s.id)
         if LIST_KINDS[kind](bool(s.proxy_for))
         and (everyone or s.owner == user or host.queue_owner(s.queue) == user)
-        and (not queue or s.queue == queue)
+        and (not queue or s.identity.queue == queue)  # QName: the queue, wherever it lives
         and (sub_point is None or s.sub_point == sub_point)
         and (not name or s.name == name)
         and (not topics or s.topic in topics)
