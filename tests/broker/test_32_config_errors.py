@@ -62,6 +62,9 @@ OUT_OF_RANGE = [
     ("[mqtt5]\nmax_session_expiry_interval = -1\n", "mqtt5.max_session_expiry_interval"),
     ("[mqtt5]\nserver_keep_alive = 70000\n", "mqtt5.server_keep_alive"),
     ('[[http]]\nkeyfile = "k.pem"\n', "http[0].keyfile"),
+    ('[[http]]\nwebsocket_paths = ["mqtt"]\n', "http[0].websocket_paths"),
+    ('[[http]]\nwebsocket_paths = "/mqtt"\n', "http[0].websocket_paths"),
+    ('[[http]]\nsub_point = "nowhere"\n', "http[0].sub_point"),
     # The network (docs/network.md §2).
     ('name = "a b"\n[[links]]\nname = "hub"\nhost = "h"\n', "name"),
     (LINK, "links[0]"),  # neither host nor user

@@ -61,9 +61,12 @@ class PahoClient:
         username: str | None = None,
         password: str | None = None,
         properties: Any = None,
+        websocket_path: str | None = None,
+        tls_ca: str | None = None,
     ) -> None:
         """`properties`: MQTT 5.0 CONNECT properties (paho's `Properties`); at 5.0 `clean`
-        is Clean Start."""
+        is Clean Start. `websocket_path`: MQTT over WebSockets on that path (the port is
+        then an HTTP listener's); `tls_ca`: TLS, trusting that CA file."""
         self.port = port
         self.client_id = unique("paho") if client_id is None else client_id
         self.clean = clean
@@ -75,7 +78,12 @@ class PahoClient:
             protocol=PAHO_PROTOCOLS[version],
             clean_session=None if version == MQTT5 else clean,
             reconnect_on_failure=reconnect,
+            transport="websockets" if websocket_path is not None else "tcp",
         )
+        if websocket_path is not None:
+            self.client.ws_set_options(path=websocket_path)
+        if tls_ca is not None:
+            self.client.tls_set(ca_certs=tls_ca)
         self.keepalive = keepalive
         if will is not None:
             self.client.will_set(will.topic, will.payload, will.qos, will.retain)

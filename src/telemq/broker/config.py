@@ -43,7 +43,8 @@ class ListenerConfig:
 
 @dataclass(slots=True)
 class HttpConfig:
-    """One `[[http]]` listener: the journal service (docs/pipeline.md). TLS as for MQTT."""
+    """One `[[http]]` listener: the journal service (docs/pipeline.md) and MQTT over
+    WebSockets (docs/websockets.md). TLS as for MQTT."""
 
     host: str = DEFAULT_HOST
     port: int = 8080
@@ -51,12 +52,18 @@ class HttpConfig:
     keyfile: str = ""
     cafile: str = ""  # CA that signs client certificates (verified when sent)
     require_certificate: bool = False
+    # MQTT over WebSockets: the paths that take the upgrade ([] turns it off), and the
+    # subscription point of what its clients publish.
+    websocket_paths: list[str] = field(default_factory=lambda: ["/mqtt", "/"])
+    sub_point: str = ""
 
     def tls_listener(self) -> ListenerConfig:
-        """The same TLS settings as an MQTT listener's, to build the SSL context alike."""
+        """The same TLS settings as an MQTT listener's, to build the SSL context alike; also
+        the listener its WebSocket clients belong to."""
         return ListenerConfig(
             host=self.host,
             port=self.port,
+            sub_point=self.sub_point,
             certfile=self.certfile,
             keyfile=self.keyfile,
             cafile=self.cafile,
@@ -195,6 +202,16 @@ class BrokerConfig:
             if not 0 <= http.port <= 65535:
                 raise ConfigError(f"http[{index}].port: {http.port} is not a TCP port")
             _check_tls(http.tls_listener(), f"http[{index}]")
+            for path in http.websocket_paths:
+                if not path.startswith("/") or any(c in path for c in "?#{} "):
+                    raise ConfigError(
+                        f"http[{index}].websocket_paths: {path!r} is not a path (it starts "
+                        "with '/', without a query, '#', braces or spaces)"
+                    )
+            if http.sub_point and http.sub_point not in self.sub_points:
+                raise ConfigError(
+                    f"http[{index}].sub_point: {http.sub_point!r} is not declared in sub_points"
+                )
         if self.store.kind not in ("sqlite", "memory"):
             raise ConfigError(f"store.kind: {self.store.kind!r} is not 'sqlite' or 'memory'")
         if not 0 <= self.store.linger <= 60:

@@ -75,6 +75,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 REALM = 'Basic realm="telemq", charset="UTF-8"'
 MAX_CONSUMERS_PER_USER = 256
 USER = web.RequestKey("user", str)  # the authenticated user of a request ("" anonymous)
+# The paths of an application that HTTP authentication leaves alone (MQTT over WebSockets).
+OPEN_PATHS = web.AppKey("open_paths", frozenset[str])
 _CONSUMER_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
 
 
@@ -111,20 +113,31 @@ class HttpServer:
         store: Store,
         store_executor: Executor | None,
         journal_path: str | None,
+        websocket: Callable[[HttpConfig], Handler] | None = None,
     ) -> None:
         """`journal_path`: the store's data directory, or None when the store keeps no file
         (the memory store): the journal endpoints then answer 503. `store_executor`: the
-        store's own thread, which the consumer offsets are written on (None: inline)."""
+        store's own thread, which the consumer offsets are written on (None: inline).
+        `websocket`: the handler of a listener's `websocket_paths` (websockets.py)."""
         self._configs = configs
         self._auth = auth
         self._store = store
         self._store_executor = store_executor
         self._journal_path = journal_path
-        self._runner: web.AppRunner | None = None
+        self._websocket = websocket
+        self._runners: list[web.AppRunner] = []
         self.ports: list[int] = []
 
-    def application(self) -> web.Application:
+    def application(self, config: HttpConfig | None = None) -> web.Application:
+        """One listener's application: the journal service, and MQTT over WebSockets on the
+        listener's `websocket_paths` (their own authentication: MQTT's CONNECT)."""
         app = web.Application(middlewares=[self._authenticated])
+        paths = config.websocket_paths if config is not None and self._websocket else []
+        app[OPEN_PATHS] = frozenset(paths)
+        if config is not None and self._websocket is not None and paths:
+            handler = self._websocket(config)
+            for path in paths:
+                app.router.add_get(path, handler)
         app.router.add_get("/journal/v1/bounds", self._bounds)
         app.router.add_get("/journal/v1/range", self._range)
         app.router.add_get("/journal/v1/consumers", self._list_consumers)
@@ -133,9 +146,10 @@ class HttpServer:
         return app
 
     async def start(self) -> None:
-        runner = self._runner = web.AppRunner(self.application(), access_log=None)
-        await runner.setup()
         for index, config in enumerate(self._configs):
+            runner = web.AppRunner(self.application(config), access_log=None)
+            await runner.setup()
+            self._runners.append(runner)
             context = server_context(config.tls_listener(), f"http[{index}]")
             site = web.TCPSite(runner, config.host, config.port, ssl_context=context)
             await site.start()
@@ -145,16 +159,27 @@ class HttpServer:
             self.ports.append(port)
             scheme = "https" if context is not None else "http"
             log.info("journal service on %s://%s:%d", scheme, config.host, port)
+            if self._websocket is not None and config.websocket_paths:
+                log.info(
+                    "MQTT over WebSockets on %s://%s:%d%s (sub point %r)",
+                    "wss" if context is not None else "ws",
+                    config.host,
+                    port,
+                    ", ".join(config.websocket_paths),
+                    config.sub_point,
+                )
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        runners, self._runners = self._runners, []
+        for runner in runners:
+            await runner.cleanup()
 
     # -- authentication and authorization ---------------------------------------
 
     @web.middleware
     async def _authenticated(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path in request.app[OPEN_PATHS]:
+            return await handler(request)  # MQTT over WebSockets: CONNECT authenticates
         header = request.headers.get("Authorization")
         user: str | None = None
         password: bytes | None = None

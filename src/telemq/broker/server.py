@@ -62,7 +62,7 @@ from .auth import Action
 from .bridges import Bridges
 from .client import Client
 from .committer import Committer
-from .config import BrokerConfig, ListenerConfig, build_authorizer
+from .config import BrokerConfig, HttpConfig, ListenerConfig, build_authorizer
 from .delivery import Deliveries
 from .embedded import CallbackTarget, LocalSubscription, Received
 from .hooks import Hook, Hooks, acl_hook
@@ -80,7 +80,7 @@ from .subscribe import SubscriptionManager
 from .wills import Wills
 
 if TYPE_CHECKING:
-    from .http import HttpServer
+    from .http import Handler, HttpServer
 
 log = logging.getLogger("telemq.broker")
 
@@ -216,6 +216,7 @@ class Broker:
                 self.store,
                 self._executor,
                 config.store.data_dir if config.store.kind == "sqlite" else None,
+                self._websocket_handler,
             )
             await self.http.start()
         for listener in self.listeners:
@@ -313,6 +314,17 @@ class Broker:
 
     def _client_factory(self, listener: ListenerConfig) -> Callable[[], Client]:
         return lambda: Client(self, listener)
+
+    def _websocket_handler(self, http: HttpConfig) -> Handler:
+        """MQTT over WebSockets on an HTTP listener: its clients are `Client`s of a listener
+        with the HTTP listener's settings (websockets.py)."""
+        from .websockets import mqtt_over_websocket
+
+        return mqtt_over_websocket(
+            lambda listener: Client(self, listener),
+            http.tls_listener(),
+            self.config.limits.max_packet_size,
+        )
 
     async def stop(self) -> None:
         """Stop listening, close every client, commit what is pending, close the store."""
