@@ -9,14 +9,16 @@ MQTT bytes in binary WebSocket messages. A message may hold part of a packet or 
 packets: the bytes go to the same `Client` and byte-stream `Connection` as a TCP client's,
 so every protocol level, user, ACL and limit is the TCP listener's.
 
-`WebSocketTransport` is the asyncio transport that `Client` writes to: what the broker
-writes during one loop iteration (already coalesced by `Client.flush`) goes out as one
-binary message, in order, from a writer task; more than `HIGH_WATER` bytes waiting pauses
-the client's writing (`Client.pause_writing`) as a full socket would, until the writer is
-down to `LOW_WATER`. The broker pausing the client's reading (the store is backlogged)
-holds the handler before its next message. `close()` sends what is waiting, then the
-WebSocket close frame; the end of the WebSocket, from either side, is the connection's end
-(`Client.connection_lost`).
+The messages aiohttp has already read are taken in one go and their bytes given to the
+client in one call (`Inbound`), so a burst of one-PUBLISH messages costs what one TCP read
+of the same bytes does. `WebSocketTransport` is the asyncio transport that `Client` writes
+to: what the broker writes during one loop iteration (already coalesced by `Client.flush`)
+goes out as one binary message, in order, from a writer task; more than `HIGH_WATER` bytes
+waiting pauses the client's writing (`Client.pause_writing`) as a full socket would, until
+the writer is down to `LOW_WATER`. The broker pausing the client's reading (the store is backlogged)
+holds the handler before its next message, once what came before is delivered. `close()`
+sends what is waiting, then the WebSocket close frame; the end of the WebSocket, from
+either side, is the connection's end (`Client.connection_lost`).
 
 A request that is not a WebSocket upgrade, or that offers subprotocols none of which is
 MQTT's, gets 400 with a JSON message saying what was expected; text messages are refused
@@ -64,23 +66,56 @@ def mqtt_over_websocket(
         client = make_client(listener)
         transport.set_protocol(client)
         client.connection_made(transport)
+        inbound = Inbound(client, transport)
         try:
             async for message in ws:
                 if message.type is WSMsgType.BINARY:
-                    await transport.reading()
+                    if transport.paused:
+                        inbound.deliver()  # what came before the pause is the broker's
+                        await transport.reading()
                     if transport.is_closing():
                         break
-                    client.data_received(message.data)
+                    inbound.add(message.data)
                 elif message.type is WSMsgType.TEXT:
                     await ws.close(
                         code=WSCloseCode.UNSUPPORTED_DATA, message=b"MQTT needs binary messages"
                     )
                     break
         finally:
+            inbound.deliver()
             await transport.lost(client, ws.exception())
         return ws
 
     return serve
+
+
+class Inbound:
+    """The bytes of the messages read in one go, given to the client in one call: the
+    handler takes every message aiohttp already has without yielding to the loop, so a
+    burst of small messages (a PUBLISH each, as browsers send them) costs one
+    `data_received`, one routing pass and one write per subscriber, as a TCP read does."""
+
+    __slots__ = ("_client", "_loop", "_parts", "_transport")
+
+    def __init__(self, client: asyncio.Protocol, transport: WebSocketTransport) -> None:
+        self._client = client
+        self._transport = transport
+        self._loop = asyncio.get_running_loop()
+        self._parts: list[bytes] = []
+
+    def add(self, data: bytes) -> None:
+        if not self._parts:
+            self._loop.call_soon(self.deliver)  # once the handler waits for more
+        self._parts.append(data)
+
+    def deliver(self) -> None:
+        parts = self._parts
+        if not parts:
+            return
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        parts.clear()
+        if not self._transport.is_closing():
+            self._client.data_received(data)
 
 
 def _refusal(request: web.Request, ws: web.WebSocketResponse) -> str | None:
@@ -161,6 +196,11 @@ class WebSocketTransport(asyncio.Transport):
 
     def is_reading(self) -> bool:
         return self._resumed.is_set() and not self._closing
+
+    @property
+    def paused(self) -> bool:
+        """The broker paused reading (`pause_reading`)."""
+        return not self._resumed.is_set()
 
     def get_write_buffer_size(self) -> int:
         return self._size
