@@ -1,11 +1,14 @@
-"""The broker's HTTP listeners (`[[http]]`): the journal service, over aiohttp.
+"""The broker's HTTP listeners (`[[http]]`): the journal service and MQTT over WebSockets,
+over aiohttp.
 
 Theory of operation
 -------------------
-An `HttpServer` runs one aiohttp application on every configured `[[http]]` listener, plain
-or TLS (the MQTT listeners' settings and checks). It is the broker's second front door, for
-programs rather than devices: the Spark pipeline reads the journal through it, so executors
-on other hosts never open the broker's files (docs/pipeline.md, "The journal service").
+An `HttpServer` runs an aiohttp application on each configured `[[http]]` listener, plain
+or TLS (the MQTT listeners' settings and checks). It is the broker's second front door: the
+Spark pipeline reads the journal through it, so executors on other hosts never open the
+broker's files (docs/pipeline.md, "The journal service"), and browsers connect to MQTT on
+the listener's `websocket_paths` (websockets.py, docs/websockets.md), which HTTP
+authentication leaves to MQTT's CONNECT.
 
 Every request is authenticated with the broker's own users, by HTTP Basic: the hooks'
 `authenticate`, on a worker thread when the hooks say it is slow, as for CONNECT (a key
