@@ -30,25 +30,14 @@ import time
 from multiprocessing.synchronize import Event
 from pathlib import Path
 
+from bench_network import HOST, cpu_seconds, free_port
+
 from telemq.protocol.codec import encode, encode_publish
 from telemq.protocol.packets import Connect, Subscribe
-
-HOST = "127.0.0.1"
 
 
 def frame(index: int) -> bytes:
     return encode_publish(f"bench/ws/{index}".encode(), b"x" * 32, 0, False, False, 0)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((HOST, 0))
-        return int(probe.getsockname()[1])
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def start_broker(workdir: Path) -> tuple[subprocess.Popen[bytes], int, int]:

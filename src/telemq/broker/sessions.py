@@ -50,7 +50,6 @@ from ..subscriptions import (
     BRIDGE_QUEUE_PREFIX,
     LINK_QUEUE_PREFIX,
     REMOTE_QUEUE_PREFIX,
-    RESERVED_QUEUE_PREFIXES,
     Registry,
 )
 from .auth import Action
@@ -280,7 +279,7 @@ class Sessions:
                 client.close(f"will refused: {too_large}", ReasonCode.TOPIC_NAME_INVALID)
                 return
         client_id = packet.client_id or f"telemq-{uuid.uuid4().hex[:16]}"
-        if client_id.startswith(RESERVED_QUEUE_PREFIXES) and not client_id.startswith(LINK_PREFIX):
+        if client_id.startswith((BRIDGE_PREFIX, REMOTE_PREFIX)):  # `$link/`: the gate below
             self._refuse(
                 client,
                 ConnectReturnCode.IDENTIFIER_REJECTED,
