@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what telemq needs on a fresh Debian machine, idempotently.
-#   bash scripts/bootstrap.sh          the broker, uvloop, PySpark and Java 17+ (for the demo)
-#   bash scripts/bootstrap.sh --test   plus test tools and Debian's MQTT clients
+#   bash scripts/bootstrap.sh          the broker, uvloop, PySpark and Java 17+ (for the demo),
+#                                      and the web dashboard's browser libraries (npm ci)
+#   bash scripts/bootstrap.sh --test   plus test tools, Debian's MQTT clients and Chromium
 # telemq is installed from this checkout with its per-message modules compiled by mypyc
 # (setup.py), which needs a C compiler and Python's headers: installed here when missing.
 # Edits to src/ take effect after running this again (or run from source: PYTHONPATH=src).
@@ -37,9 +38,13 @@ if [ "$want_test" = 1 ]; then
     command -v mosquitto_sub >/dev/null 2>&1 || missing+=(mosquitto-clients)
     # The broker itself, for the bridge tests (Debian installs it in /usr/sbin).
     command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || missing+=(mosquitto)
-    command -v node >/dev/null 2>&1 || missing+=(nodejs)
-    command -v npm >/dev/null 2>&1 || missing+=(npm)
+    # Headless, for the dashboard test (tests/dashboard, driven by playwright-core).
+    command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 fi
+# Node and npm: npm ci installs the dashboard's browser libraries (and, with --test, the
+# test tools under tests/) from the committed lock files.
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 command -v cc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
 python_h=$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h
 [ -f "$python_h" ] || missing+=(python3-dev)
@@ -57,18 +62,27 @@ if [ -z "$major" ] || [ "$major" -lt 17 ]; then
          "install a JRE 17+ and put 'java' on the PATH" >&2
     exit 1
 fi
-if [ "$want_test" = 1 ]; then
-    # MQTT.js for the interop tests (tests/testsupport/node.py), exactly as package-lock.json
-    # pins it; skipped when node_modules was installed from these very files (the stamp, which
-    # npm ci deletes with the rest of node_modules, holds their hash).
-    node_dir=tests/interop/node
-    node_stamp=$node_dir/node_modules/.telemq-npm-ci.sha256
-    node_hash=$(cat "$node_dir/package.json" "$node_dir/package-lock.json" | sha256sum | cut -d' ' -f1)
-    if [ "$(cat "$node_stamp" 2>/dev/null)" != "$node_hash" ]; then
-        echo "bootstrap: installing MQTT.js (npm ci in $node_dir)" >&2
-        (cd "$node_dir" && npm ci --no-audit --no-fund --loglevel=error)
-        echo "$node_hash" >"$node_stamp"
+# npm ci in $1, exactly as its package-lock.json pins, unless node_modules was installed
+# from these very files: the stamp, which npm ci deletes with the rest of node_modules,
+# holds their hash.
+npm_ci() {
+    local dir=$1 what=$2 stamp hash
+    stamp=$dir/node_modules/.telemq-npm-ci.sha256
+    hash=$(cat "$dir/package.json" "$dir/package-lock.json" | sha256sum | cut -d' ' -f1)
+    if [ "$(cat "$stamp" 2>/dev/null)" != "$hash" ]; then
+        echo "bootstrap: installing $what (npm ci in $dir)" >&2
+        (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+        echo "$hash" >"$stamp"
     fi
+}
+# The dashboard's Chart.js and MQTT.js, served from node_modules (src/telemq/dashboard):
+# before pip, whose build packages them.
+npm_ci src/telemq/dashboard "the dashboard's Chart.js and MQTT.js"
+if [ "$want_test" = 1 ]; then
+    # MQTT.js for the interop tests (tests/testsupport/node.py).
+    npm_ci tests/interop/node "MQTT.js for the interop tests"
+    # playwright-core, which drives Debian's Chromium in the dashboard test (no browser download).
+    npm_ci tests/dashboard "playwright-core for the dashboard test"
 fi
 if [ "$want_test" = 1 ]; then
     "$PYTHON" -m pip install -q --disable-pip-version-check ".[test,fast,spark]"

@@ -18,12 +18,22 @@ ALLOWED: dict[str, set[str]] = {
     "protocol": set(),
     "filters": set(),
     "store": set(),
+    "dashboard": set(),  # files for browsers; the broker serves them
     "subscriptions": {"filters", "protocol"},
     "commands": {"filters", "protocol", "subscriptions"},
     "client": {"commands", "protocol"},
     "journal": {"protocol", "store"},
     "network": {"protocol", "subscriptions"},
-    "broker": {"commands", "filters", "journal", "network", "protocol", "store", "subscriptions"},
+    "broker": {
+        "commands",
+        "dashboard",
+        "filters",
+        "journal",
+        "network",
+        "protocol",
+        "store",
+        "subscriptions",
+    },
     "pipeline": {"client", "commands", "filters", "journal", "protocol", "store", "subscriptions"},
 }
 

@@ -445,6 +445,17 @@ def write_config(path: Path, text: str) -> Path:
     return path
 
 
+def served_over_http(
+    broker_factory: Callable[..., BrokerProcess], tmp_path: Path, text: str = ""
+) -> tuple[BrokerProcess, int]:
+    """A broker started with the configuration `text` and an HTTP listener on a free
+    port (`/metrics`, the admin API, WebSockets); the broker and that port."""
+    http_port = free_port()
+    config = tmp_path / f"http-{http_port}.toml"
+    config.write_text(f'{text}\n[[http]]\nhost = "127.0.0.1"\nport = {http_port}\n', "utf-8")
+    return broker_factory(config=config), http_port
+
+
 def roundtrip(client: PahoClient, qos: int = 1) -> None:
     """Prove a connected paho client still works: subscribe, publish to itself, receive."""
     topic = unique("rt/")

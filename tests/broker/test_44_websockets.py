@@ -241,3 +241,25 @@ def test_the_paths_are_configurable_and_mqttv31_is_a_subprotocol(
     assert asyncio.run(handshake("/custom/ws", "mqtt")) == (101, "mqtt")
     # /mqtt is no WebSocket path here: the journal service's authentication answers.
     assert asyncio.run(handshake("/mqtt", "mqtt"))[0] in (401, 404)
+    # / is no WebSocket path either: a plain GET is still the dashboard, an upgrade is not.
+    with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/", timeout=10) as page:
+        assert page.headers["Content-Type"].startswith("text/html")
+    assert asyncio.run(handshake("/", "mqtt"))[0] != 101
+
+
+def test_a_plain_get_of_root_is_the_dashboard(served: tuple[BrokerProcess, int]) -> None:
+    """`/` is both (docs/websockets.md): an upgrade is MQTT (the tests above), a plain GET
+    the dashboard's page, with the files it loads; none of them needs credentials."""
+    _, http_port = served
+    base = f"http://127.0.0.1:{http_port}"
+    with urllib.request.urlopen(base + "/", timeout=10) as page:
+        assert page.headers["Content-Type"] == "text/html; charset=utf-8"
+        assert "script-src 'self'" in page.headers["Content-Security-Policy"]
+        assert b"/dashboard/app.js" in page.read()
+    with urllib.request.urlopen(base + "/dashboard/app.js", timeout=10) as script:
+        assert script.headers["Content-Type"] == "text/javascript; charset=utf-8"
+    for missing in ("/dashboard/nothing.js", "/dashboard/vendor/nothing.js"):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(base + missing, timeout=10)
+        assert refused.value.code == 404
+        assert "nothing.js" in json.loads(refused.value.read())["error"]

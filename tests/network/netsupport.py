@@ -27,8 +27,10 @@ class Network:
         edges: Iterable[tuple[str, str]],
         extra: str = "",
         relayed: Iterable[tuple[str, str]] = (),
+        http: bool = False,
     ) -> None:
-        """`relayed`: edges whose dialer goes through a `Relay` the test can cut."""
+        """`relayed`: edges whose dialer goes through a `Relay` the test can cut; `http`:
+        every broker also serves HTTP (`/metrics`), on `http_ports[name]`."""
         self.names = list(names)
         self.edges = list(edges)
         self.ports: dict[str, int] = {}
@@ -37,6 +39,15 @@ class Network:
             while port in self.ports.values():
                 port = free_port()
             self.ports[name] = port
+        self.http_ports: dict[str, int] = {}
+        if http:
+            taken = set(self.ports.values())
+            for name in names:
+                port = free_port()
+                while port in taken:
+                    port = free_port()
+                taken.add(port)
+                self.http_ports[name] = port
         self.relays = {edge: Relay(self.ports[edge[1]]) for edge in relayed}
         self.brokers: dict[str, BrokerProcess] = {}
         for name in names:
@@ -65,6 +76,8 @@ class Network:
             ]
         for neighbour in accepts:
             lines += ["[[links]]", f'name = "{neighbour}"', f'user = "link-{neighbour}"', ""]
+        if name in self.http_ports:
+            lines += ["[[http]]", 'host = "127.0.0.1"', f"port = {self.http_ports[name]}", ""]
         return "\n".join(lines)
 
     def port_for(self, dialer: str, acceptor: str) -> int:

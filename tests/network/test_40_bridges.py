@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 
 from mq.helpers import assert_ok, connected
+from testsupport.metrics import samples, value
 from testsupport.mosquitto import MosquittoProcess, mosquitto_binary
 from testsupport.paho import MQTT5, MQTT31, MQTT311, PahoClient
-from testsupport.process import HOST, BrokerProcess, connack_code, wait_until
+from testsupport.process import HOST, BrokerProcess, connack_code, free_port, wait_until
 from testsupport.relay import Relay
 
 from .netsupport import sys_value
@@ -269,6 +270,31 @@ def test_sys_and_notifications(bridged: Bridged) -> None:
     bridged.mosquitto.stop()
     assert bridged.wait_state("down") or bridged.wait_state("connecting")
     assert wait_until(lambda: sys_value(telemq.port, topic, 1.0) == "0", 10.0)
+
+
+def test_bridges_in_metrics(bridged: Bridged) -> None:
+    """`/metrics` labels the bridge with its name: state, what came over it, its queue."""
+    http_port = free_port()
+    bridged.start(
+        ["in/# in 1", "out/# out 1"], extra=f'[[http]]\nhost = "{HOST}"\nport = {http_port}\n'
+    )
+
+    def sample(name: str) -> float:
+        return value(samples(http_port), name, bridge="cloud")
+
+    assert sample("telemq_bridge_connected") == 1
+    local = bridged.local()
+    local.subscribe("in/#", qos=1)
+    remote = bridged.remote()
+    for n in range(3):
+        remote.publish(f"in/{n}", "over", qos=1)
+    local.wait_messages(3)
+    assert sample("telemq_bridge_messages_received_total") == 3
+    assert sample("telemq_bridge_messages_dropped_total") == 0
+    bridged.mosquitto.stop()
+    assert wait_until(lambda: sample("telemq_bridge_connected") == 0, 20.0)
+    local.publish("out/waiting", "w", qos=1)
+    assert wait_until(lambda: sample("telemq_bridge_queued_messages") == 1, 20.0)
 
 
 def test_bridge_client_ids_are_reserved(bridged: Bridged) -> None:

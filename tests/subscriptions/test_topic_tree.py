@@ -140,3 +140,21 @@ def test_the_dollar_rule_holds_in_the_trie() -> None:
     for index, topic_filter in enumerate(["#", "+/broker/#", "+/+/+", "$SYS/#", "$SYS/+/uptime"]):
         tree.add(topic_filter, index, 1)
     assert set(dict(tree.match("$SYS/broker/uptime"))) == {3, 4}
+
+
+def test_filters_counts_the_distinct_filters_subscribed_to() -> None:
+    """`filters` (the `topics` of /metrics) follows random subscribes and unsubscribes."""
+    rng = random.Random(7)
+    filters = ["a", "a/b", "a/+", "#", "+/b", "a/b/#", "x/y/z"]
+    tree = SubscriptionTree()
+    model: dict[str, set[int]] = {}
+    for _ in range(2000):
+        topic_filter, key = rng.choice(filters), rng.randrange(4)
+        if rng.random() < 0.5:
+            tree.add(topic_filter, key, rng.randrange(3))
+            model.setdefault(topic_filter, set()).add(key)
+        else:
+            tree.remove(topic_filter, key)
+            model.get(topic_filter, set()).discard(key)
+        assert tree.filters == sum(1 for keys in model.values() if keys)
+        assert tree.count == sum(len(keys) for keys in model.values())

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -229,13 +229,18 @@ class BrokerProcess:
         )
 
 
-def users_and_acl(passwords: Mapping[str, str], acl: Sequence[tuple[str, str, str, bool]]) -> str:
-    """`[[users]]` (cheaply hashed passwords) and `[[acl]]` tables for a test configuration;
-    `acl` holds (user, action, topic, allow) rules."""
+def users_and_acl(
+    passwords: Mapping[str, str],
+    acl: Sequence[tuple[str, str, str, bool]],
+    admins: Collection[str] = (),
+) -> str:
+    """`[[users]]` (cheaply hashed passwords; `admins` marked `admin = true`) and `[[acl]]`
+    tables for a test configuration; `acl` holds (user, action, topic, allow) rules."""
     lines: list[str] = []
     for user, password in passwords.items():
         digest = hash_password(password, iterations=1000)
-        lines += ["[[users]]", f'name = "{user}"', f'password_hash = "{digest}"', ""]
+        lines += ["[[users]]", f'name = "{user}"', f'password_hash = "{digest}"']
+        lines += ["admin = true", ""] if user in admins else [""]
     for user, action, topic, allow in acl:
         lines += [
             "[[acl]]",

@@ -167,7 +167,7 @@ class Bridges:
                         "bridge %r is no longer configured: its session and %d queued "
                         "messages are dropped",
                         name,
-                        len(session.queue) + len(session.flows.outbound),
+                        session.backlog,
                     )
                     self._sessions.discard(session)
 
@@ -439,7 +439,7 @@ class Bridges:
         for name, bridge in self.bridges.items():
             prefix = f"bridges/{name}/"
             session = self._sessions.by_id.get(bridge.session_id)
-            queued = 0 if session is None else len(session.queue) + len(session.flows.outbound)
+            queued = 0 if session is None else session.backlog
             values[prefix + "state"] = bridge.state
             values[prefix + "messages/received"] = str(bridge.messages_received)
             values[prefix + "messages/unmapped"] = str(bridge.unmapped)

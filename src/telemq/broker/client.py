@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -49,6 +50,7 @@ class Client(asyncio.Protocol):
         "broker",
         "certificate_user",
         "client_id",
+        "connected_at",
         "connection",
         "dial",
         "handlers",
@@ -82,6 +84,7 @@ class Client(asyncio.Protocol):
         self.user_id = ""
         self.will: Will | None = None
         self.peer = "?"
+        self.connected_at = 0.0  # UTC seconds the connection was made (the admin API)
         self.certificate_user: str | None = None  # CN of a verified client certificate
         # Enhanced authentication in progress (authentication.py): the exchange, and the
         # CONNECT it answers (None for a re-authentication).
@@ -97,6 +100,7 @@ class Client(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports do not subclass asyncio.Transport, hence the cast.
         self.transport = cast(asyncio.Transport, transport)
+        self.connected_at = time.time()
         peer = transport.get_extra_info("peername")
         if peer:
             self.peer = f"{peer[0]}:{peer[1]}"

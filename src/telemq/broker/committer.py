@@ -40,6 +40,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future
 
 from ..store import Store, WriteBatch
+from .stats import BATCH_BUCKETS, SECONDS_BUCKETS, Histogram
 
 log = logging.getLogger("telemq.broker")
 
@@ -67,9 +68,12 @@ class Committer:
         "_sealing",
         "_send",
         "_store",
+        "batch_ops",
+        "commit_seconds",
         "commits",
         "on_commit",
         "pending",
+        "sync_seconds",
     )
 
     def __init__(
@@ -99,6 +103,10 @@ class Committer:
         self._linger = linger
         self._inline_seconds = 0.0  # moving average of small commits' durations
         self.commits = 0
+        # For /metrics: every commit's duration, its sync's, and its size in write operations.
+        self.commit_seconds = Histogram(SECONDS_BUCKETS)
+        self.sync_seconds = Histogram(SECONDS_BUCKETS)
+        self.batch_ops = Histogram(BATCH_BUCKETS)
         # Called after each commit while set: the broker resumes readers it paused.
         self.on_commit: Callable[[], None] | None = None
 
@@ -192,9 +200,13 @@ class Committer:
         """Commit, keeping the average duration of small commits (either thread)."""
         started = time.perf_counter()
         self._store.commit(batch)
-        if len(batch) <= INLINE_MAX_OPS:
-            took = time.perf_counter() - started
+        took = time.perf_counter() - started
+        size = len(batch)
+        if size <= INLINE_MAX_OPS:
             self._inline_seconds += (took - self._inline_seconds) * 0.125
+        self.commit_seconds.observe(took)
+        self.sync_seconds.observe(self._store.last_sync_seconds)
+        self.batch_ops.observe(size)
 
     def _call_done(self, future: Future[None], actions: list[Callable[[], None]]) -> None:
         """On the writer thread: hand the outcome to the event loop."""

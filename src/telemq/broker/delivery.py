@@ -117,7 +117,7 @@ class Deliveries:
             ):
                 self._count_dropped(expired=False)
                 return False
-        self._stats.messages_sent += 1
+        self._stats.sent_by_qos[0] += 1
         client.mark_dirty()
         return True
 
@@ -248,7 +248,7 @@ class Deliveries:
             if delivery.qos == 0:
                 self._stats.messages_dropped += 1  # QoS 0 is never queued
             return False
-        self._stats.messages_sent += 1
+        self._stats.sent_by_qos[delivery.qos] += 1
         if delivery.delivery_id:
             self._committer.pending.delete_delivery(delivery.delivery_id)
             self.release_message(delivery)
@@ -286,6 +286,7 @@ class Deliveries:
         wall = 0.0  # read once, when a message has an expiry
         committer = self._committer
         sent = 0
+        sent_by_qos = self._stats.sent_by_qos
         wrote = False
         dropped: list[Delivery] = []
         while queue and flows.has_window():
@@ -325,6 +326,7 @@ class Deliveries:
                 dropped.append(delivery)
                 continue
             sent += 1
+            sent_by_qos[delivery.qos] += 1
             if delivery.delivery_id:
                 wrote = True
                 committer.pending.put_delivery(
@@ -344,7 +346,6 @@ class Deliveries:
         if dropped:
             self._forget(dropped)
         if sent:
-            self._stats.messages_sent += sent
             client.mark_dirty()
             if wrote:
                 committer.schedule()
@@ -352,6 +353,7 @@ class Deliveries:
     def on_acknowledged(self, client: Client, event: DeliveryAcknowledged) -> None:
         """PUBACK or PUBCOMP from a subscriber: the delivery is done; the window has room."""
         ref = event.ref
+        self._stats.messages_acked += 1
         if isinstance(ref, Delivery) and ref.delivery_id:
             self._committer.pending.delete_delivery(ref.delivery_id)
             self.release_message(ref)

@@ -18,6 +18,10 @@ wrong password is 401 with a `WWW-Authenticate` challenge; a known user the ACL 
 read what it asks for is 403 (the `journal` action, checked like a subscription: the rules must
 cover every topic filter of the request). Nothing is read before both checks pass.
 
+What else the listeners serve plugs in through `HttpRoutes`, behind the same
+authentication (web.py assembles them: `/metrics`, metrics.py); the handlers find the user
+under `USER` and answer errors with `json_error`.
+
 Reads go to a read-only connection to the store (`store.JournalReader`) on a worker thread,
 never on the event loop, so a slow read delays only its own request.
 
@@ -56,10 +60,10 @@ import json
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -78,8 +82,10 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 REALM = 'Basic realm="telemq", charset="UTF-8"'
 MAX_CONSUMERS_PER_USER = 256
 USER = web.RequestKey("user", str)  # the authenticated user of a request ("" anonymous)
-# The paths of an application that HTTP authentication leaves alone (MQTT over WebSockets).
+# The paths of an application that HTTP authentication leaves alone (MQTT over WebSockets,
+# `HttpRoutes.open_paths`), and the prefixes of those under which every path is.
 OPEN_PATHS = web.AppKey("open_paths", frozenset[str])
+OPEN_PREFIXES = web.AppKey("open_prefixes", tuple[str, ...])
 _CONSUMER_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
 
 
@@ -96,7 +102,20 @@ class HttpAuth:
     off_loop: bool = True
 
 
-def _error(status: int, message: str, **headers: str) -> web.Response:
+class HttpRoutes(Protocol):
+    """More of the broker behind its HTTP listeners (`/metrics`, `/api/v1`, the dashboard):
+    the seam each plugs into. Handlers find the authenticated user under `USER`."""
+
+    # Paths HTTP authentication leaves alone (what holds no data: a page, a schema); one
+    # ending in "/*" stands for every path under it.
+    open_paths: tuple[str, ...]
+
+    def install(self, app: web.Application) -> None:
+        """Add the routes to one listener's application."""
+
+
+def json_error(status: int, message: str, **headers: str) -> web.Response:
+    """The JSON error every endpoint answers with: ``{"error": message}``."""
     return web.json_response({"error": message}, status=status, headers=headers)
 
 
@@ -117,17 +136,20 @@ class HttpServer:
         store_executor: Executor | None,
         journal_path: str | None,
         websocket: Callable[[HttpConfig], Handler] | None = None,
+        routes: Sequence[HttpRoutes] = (),
     ) -> None:
         """`journal_path`: the store's data directory, or None when the store keeps no file
         (the memory store): the journal endpoints then answer 503. `store_executor`: the
         store's own thread, which the consumer offsets are written on (None: inline).
-        `websocket`: the handler of a listener's `websocket_paths` (websockets.py)."""
+        `websocket`: the handler of a listener's `websocket_paths` (websockets.py); `routes`:
+        what else the listeners serve."""
         self._configs = configs
         self._auth = auth
         self._store = store
         self._store_executor = store_executor
         self._journal_path = journal_path
         self._websocket = websocket
+        self._routes = routes
         self._runners: list[web.AppRunner] = []
         self.ports: list[int] = []
 
@@ -136,7 +158,9 @@ class HttpServer:
         listener's `websocket_paths` (their own authentication: MQTT's CONNECT)."""
         app = web.Application(middlewares=[self._authenticated])
         paths = config.websocket_paths if config is not None and self._websocket else []
-        app[OPEN_PATHS] = frozenset(paths)
+        opened = [path for routes in self._routes for path in routes.open_paths]
+        app[OPEN_PATHS] = frozenset([*paths, *opened])
+        app[OPEN_PREFIXES] = tuple(path[:-1] for path in opened if path.endswith("/*"))
         if config is not None and self._websocket is not None and paths:
             handler = self._websocket(config)
             for path in paths:
@@ -146,6 +170,8 @@ class HttpServer:
         app.router.add_get("/journal/v1/consumers", self._list_consumers)
         app.router.add_put("/journal/v1/consumers/{name}", self._put_consumer)
         app.router.add_delete("/journal/v1/consumers/{name}", self._delete_consumer)
+        for routes in self._routes:
+            routes.install(app)
         return app
 
     async def start(self) -> None:
@@ -181,7 +207,8 @@ class HttpServer:
 
     @web.middleware
     async def _authenticated(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path in request.app[OPEN_PATHS]:
+        path = request.path
+        if path in request.app[OPEN_PATHS] or path.startswith(request.app[OPEN_PREFIXES]):
             return await handler(request)  # MQTT over WebSockets: CONNECT authenticates
         header = request.headers.get("Authorization")
         user: str | None = None
@@ -189,7 +216,9 @@ class HttpServer:
         if header is not None:
             scheme, _, encoded = header.partition(" ")
             if scheme.lower() != "basic":
-                return _error(401, "only HTTP Basic authentication is supported", **_challenge())
+                return json_error(
+                    401, "only HTTP Basic authentication is supported", **_challenge()
+                )
             try:
                 decoded = base64.b64decode(encoded.strip(), validate=True)
                 name, separator, secret = decoded.partition(b":")
@@ -198,7 +227,7 @@ class HttpServer:
                 user = name.decode("utf-8")
                 password = secret
             except (binascii.Error, ValueError):
-                return _error(401, "malformed Basic credentials", **_challenge())
+                return json_error(401, "malformed Basic credentials", **_challenge())
         authenticate = self._auth.authenticate
         if self._auth.off_loop:
             loop = asyncio.get_running_loop()
@@ -207,7 +236,7 @@ class HttpServer:
             accepted = authenticate(user, password)
         if not accepted:
             problem = "anonymous access is off" if user is None else "bad user name or password"
-            return _error(401, problem, **_challenge())
+            return json_error(401, problem, **_challenge())
         request[USER] = user or ""
         return await handler(request)
 
@@ -220,10 +249,10 @@ class HttpServer:
         for topic in topics:
             problem = topic_filter_error(topic)
             if problem is not None:
-                return _error(400, f"topic {topic!r} is not a topic filter: {problem}")
+                return json_error(400, f"topic {topic!r} is not a topic filter: {problem}")
             if not self._auth.may_read(user, topic):
                 log.info("journal read of %r by %r denied", topic, user or "anonymous")
-                return _error(403, f"not authorized to read the journal on {topic!r}")
+                return json_error(403, f"not authorized to read the journal on {topic!r}")
         return None
 
     # -- the journal ---------------------------------------------------------------
@@ -258,9 +287,9 @@ class HttpServer:
             first = int(request.query["from"])
             last = int(request.query["to"])
         except (KeyError, ValueError):
-            return _error(400, "from and to must be given, as sequence numbers")
+            return json_error(400, "from and to must be given, as sequence numbers")
         if first < 1 or last < first - 1:
-            return _error(400, f"from {first} and to {last} make no range")
+            return json_error(400, f"from {first} and to {last} make no range")
         if self._journal_path is None:
             raise _unavailable("the journal service needs the sqlite store")
         stream = _RangeStream(self._journal_path, first, last, topics)
@@ -268,7 +297,7 @@ class HttpServer:
         try:
             problem = await stream.open()
             if problem is not None:
-                return _error(410, problem)
+                return json_error(410, problem)
             response = web.StreamResponse(headers={"Content-Type": ARROW_STREAM_TYPE})
             await response.prepare(request)
             ahead = asyncio.ensure_future(stream.next_bytes())
@@ -302,28 +331,28 @@ class HttpServer:
         every = self._auth.is_admin(user) if user else False
         offsets: list[ConsumerOffset] = await self._on_store(self._store.consumer_offsets)
         now = time.time_ns() // 1000
-        listed = [_offset_json(o, now) for o in offsets if every or o.owner == user]
+        listed = [offset_json(o, now) for o in offsets if every or o.owner == user]
         return web.json_response({"consumers": listed})
 
     async def _put_consumer(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["name"]
         if not _CONSUMER_NAME.fullmatch(name):
-            return _error(400, "a consumer name is 1 to 200 of A-Z a-z 0-9 . _ -")
+            return json_error(400, "a consumer name is 1 to 200 of A-Z a-z 0-9 . _ -")
         try:
             body = await request.json()
         except ValueError:
-            return _error(400, "the body must be a JSON object")
+            return json_error(400, "the body must be a JSON object")
         if not isinstance(body, dict):
-            return _error(400, "the body must be a JSON object")
+            return json_error(400, "the body must be a JSON object")
         committed = body.get("committed_seq")
         running = body.get("running", True)
         topics = body.get("topics", ["#"])
         if committed is not None and (type(committed) is not int or committed < 0):
-            return _error(400, "committed_seq must be a seq (an integer >= 0) or null")
+            return json_error(400, "committed_seq must be a seq (an integer >= 0) or null")
         if not isinstance(running, bool):
-            return _error(400, "running must be true or false")
+            return json_error(400, "running must be true or false")
         if not isinstance(topics, list) or not all(isinstance(t, str) for t in topics):
-            return _error(400, "topics must be a list of topic filters")
+            return json_error(400, "topics must be a list of topic filters")
         refused = self._refused(request, topics or ["#"])
         if refused is not None:
             return refused
@@ -333,9 +362,9 @@ class HttpServer:
             offsets = self._store.consumer_offsets()
             old = next((o for o in offsets if o.name == name), None)
             if old is not None and old.owner != user:
-                return _error(403, f"consumer {name!r} belongs to another user")
+                return json_error(403, f"consumer {name!r} belongs to another user")
             if old is None and sum(o.owner == user for o in offsets) >= MAX_CONSUMERS_PER_USER:
-                return _error(429, f"at most {MAX_CONSUMERS_PER_USER} consumers per user")
+                return json_error(429, f"at most {MAX_CONSUMERS_PER_USER} consumers per user")
             seq = committed if committed is not None or old is None else old.committed_seq
             offset = ConsumerOffset(name, user, seq, running, time.time_ns() // 1000)
             self._store.put_consumer_offset(offset)
@@ -344,7 +373,7 @@ class HttpServer:
         result = await self._on_store(put)
         if isinstance(result, web.Response):
             return result
-        return web.json_response(_offset_json(result, result.updated_us))
+        return web.json_response(offset_json(result, result.updated_us))
 
     async def _delete_consumer(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["name"]
@@ -361,13 +390,13 @@ class HttpServer:
 
         status = await self._on_store(delete)
         if status == 404:
-            return _error(404, f"no consumer {name!r}")
+            return json_error(404, f"no consumer {name!r}")
         if status == 403:
-            return _error(403, f"consumer {name!r} belongs to another user")
+            return json_error(403, f"consumer {name!r} belongs to another user")
         return web.Response(status=204)
 
 
-def _offset_json(offset: ConsumerOffset, now_us: int) -> dict[str, Any]:
+def offset_json(offset: ConsumerOffset, now_us: int) -> dict[str, Any]:
     return {
         "name": offset.name,
         "owner": offset.owner,

@@ -96,6 +96,11 @@ class LinkState:
     messages_received: int = 0
     loops_logged: bool = False
 
+    @property
+    def session_id(self) -> str:
+        """The session that holds what goes to this neighbour."""
+        return LINK_PREFIX + self.config.name
+
 
 class Links:
     """This broker's links (see module docstring); a broker without links has none."""
@@ -201,7 +206,7 @@ class Links:
                 "or drop them with `telemq links forget %s` while the broker is stopped)",
                 name,
                 len(proxies),
-                len(session.queue) + len(session.flows.outbound),
+                session.backlog,
                 name,
             )
 
@@ -599,7 +604,7 @@ class Links:
         for name, link in self.links.items():
             prefix = f"links/{name}/"
             session = self._sessions.by_id.get(LINK_PREFIX + name)
-            queued = 0 if session is None else len(session.queue) + len(session.flows.outbound)
+            queued = 0 if session is None else session.backlog
             values[prefix + "state"] = link.state
             values[prefix + "messages/received"] = str(link.messages_received)
             if session is not None:

@@ -288,7 +288,7 @@ class Router:
         packet_id = publish.packet_id
         qos = publish.qos
         self._stats.publish_received += 1
-        self._stats.messages_received += 1
+        self._stats.received_by_qos[qos] += 1
         if qos == 2:
             if not event.duplicate:
                 session.flows.hold_incoming(packet_id, message)
@@ -329,7 +329,7 @@ class Router:
 
     def _message_from(self, client: Client, publish: Publish) -> Message:
         """The accepted publication of a PUBLISH being handled."""
-        self._stats.messages_received += 1
+        self._stats.received_by_qos[publish.qos] += 1
         message = Message(
             publish.topic,
             publish.payload,
@@ -384,7 +384,7 @@ class Router:
         message.local_only = local
         if expiry is not None:
             message.expiry_at = time.time() + expiry
-        self._stats.messages_received += 1
+        self._stats.received_by_qos[message.qos] += 1
         self.accept(message, hand_off_now=True, exclude_queue=exclude_queue)
         self._committer.schedule()
 

@@ -62,7 +62,7 @@ from .auth import Action
 from .bridges import Bridges
 from .client import Client
 from .committer import Committer
-from .config import BrokerConfig, HttpConfig, ListenerConfig, build_authorizer
+from .config import BrokerConfig, ListenerConfig, build_authorizer
 from .delivery import Deliveries
 from .embedded import CallbackTarget, LocalSubscription, Received
 from .hooks import Hook, Hooks, acl_hook
@@ -80,7 +80,7 @@ from .subscribe import SubscriptionManager
 from .wills import Wills
 
 if TYPE_CHECKING:
-    from .http import Handler, HttpServer
+    from .http import HttpServer
 
 log = logging.getLogger("telemq.broker")
 
@@ -155,6 +155,11 @@ class Broker:
         return self._store
 
     @property
+    def store_executor(self) -> ThreadPoolExecutor | None:
+        """The store's own thread (None for the memory store, which commits inline)."""
+        return self._executor
+
+    @property
     def sessions(self) -> dict[str, Session]:
         """Client id -> session (read only: the `Sessions` room owns it)."""
         return self.sessions_room.by_id
@@ -201,23 +206,9 @@ class Broker:
         )
         self._started = True
         if config.http:
-            from .http import HttpAuth, HttpServer  # aiohttp only for a broker that serves HTTP
+            from .web import http_server  # aiohttp only for a broker that serves HTTP
 
-            hooks = self.hooks
-            auth = HttpAuth(
-                lambda user, password: hooks.authenticate("", user, password),
-                lambda user, topic: hooks.may(Action.JOURNAL, topic, user, ""),
-                hooks.is_admin,
-                hooks.authenticate_off_loop,
-            )
-            self.http = HttpServer(
-                config.http,
-                auth,
-                self.store,
-                self._executor,
-                config.store.data_dir if config.store.kind == "sqlite" else None,
-                self._websocket_handler,
-            )
+            self.http = http_server(self)
             await self.http.start()
         for listener in self.listeners:
             await listener.start(self._client_factory(listener.config))
@@ -314,17 +305,6 @@ class Broker:
 
     def _client_factory(self, listener: ListenerConfig) -> Callable[[], Client]:
         return lambda: Client(self, listener)
-
-    def _websocket_handler(self, http: HttpConfig) -> Handler:
-        """MQTT over WebSockets on an HTTP listener: its clients are `Client`s of a listener
-        with the HTTP listener's settings (websockets.py)."""
-        from .websockets import mqtt_over_websocket
-
-        return mqtt_over_websocket(
-            lambda listener: Client(self, listener),
-            http.tls_listener(),
-            self.config.limits.max_packet_size,
-        )
 
     async def stop(self) -> None:
         """Stop listening, close every client, commit what is pending, close the store."""

@@ -248,3 +248,8 @@ class Session:
         self.forwarded = 0  # a link's: copies routed to the neighbour (`$SYS` messages/sent)
         self.link = False  # the session of a link to a neighbour broker (links.py)
         self.bridge = False  # the session of a bridge to another MQTT broker (bridges.py)
+
+    @property
+    def backlog(self) -> int:
+        """Deliveries not yet done: queued, and sent but not acknowledged."""
+        return len(self.queue) + len(self.flows.outbound)

@@ -80,6 +80,10 @@ LINK_OWNER = "\x00link"
 BRIDGE_PREFIX = BRIDGE_QUEUE_PREFIX
 # Deliveries on their way to queues on other brokers (remote_queues.py): `$remote/C/Q`.
 REMOTE_PREFIX = REMOTE_QUEUE_PREFIX
+# The CONNACK codes of a refusal for who the client is (counted for /metrics).
+_AUTHENTICATION_FAILURES = frozenset(
+    (ConnectReturnCode.BAD_USERNAME_OR_PASSWORD, ConnectReturnCode.NOT_AUTHORIZED)
+)
 
 
 class LinkGate(Protocol):
@@ -218,6 +222,8 @@ class Sessions:
     ) -> None:
         connection = client.connection
         assert connection is not None
+        if code in _AUTHENTICATION_FAILURES:
+            self._stats.authentication_failures += 1
         closed = connection.refuse(code, reason, code5)
         self.on_closed(client, closed)
 

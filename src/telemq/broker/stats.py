@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING
@@ -33,30 +34,59 @@ log = logging.getLogger("telemq.broker")
 SYS_PREFIX = "$SYS/broker/"
 
 
+class Histogram:
+    """Observations counted in buckets, the way Prometheus histograms count them: the store's
+    commit and sync times and group-commit batch sizes (one observation per commit, never
+    per message). `counts[i]` holds the observations at most `bounds[i]` and above the
+    bound before; the last holds those above every bound."""
+
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.total = 0.0  # the sum of the observations
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+
+# Seconds (commit, sync) and write operations (batch sizes): what a disk and a load span.
+SECONDS_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+)  # fmt: skip
+BATCH_BUCKETS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 4096.0, 16384.0)
+
+
 class BrokerStats:
     """Counters published under $SYS."""
 
     __slots__ = (
+        "authentication_failures",
         "bytes_received_closed",
         "bytes_sent_closed",
         "clients_total_ever",
         "commands",
         "journal_trimmed",
+        "messages_acked",
         "messages_dropped",
         "messages_expired",
-        "messages_received",
-        "messages_sent",
         "messages_too_large",
         "publish_denied",
         "publish_received",
         "publish_sent",
+        "received_by_qos",
         "retained_refused",
+        "sent_by_qos",
+        "subscribe_denied",
         "subscriptions_refused",
     )
 
     def __init__(self) -> None:
-        self.messages_received = 0  # PUBLISH packets accepted from clients
-        self.messages_sent = 0  # PUBLISH packets sent to clients
+        self.received_by_qos = [0, 0, 0]  # publications accepted from clients, by QoS
+        self.sent_by_qos = [0, 0, 0]  # PUBLISH packets sent to clients (and delivery targets)
+        self.messages_acked = 0  # PUBACK and PUBCOMP from subscribers
         self.messages_dropped = 0  # deliveries dropped (queue full, slow consumer, ...)
         self.messages_too_large = 0  # of those: above an MQTT 5.0 client's maximum packet size
         self.messages_expired = 0  # of those: MQTT 5.0 message expiry passed while queued
@@ -64,12 +94,22 @@ class BrokerStats:
         self.publish_sent = 0
         self.clients_total_ever = 0
         self.publish_denied = 0  # PUBLISH packets dropped by the ACL
+        self.subscribe_denied = 0  # subscriptions refused by the ACL
+        self.authentication_failures = 0  # connections refused for who they are
         self.commands = 0  # MQ command messages executed
         self.journal_trimmed = 0  # journal rows deleted by retention
         self.subscriptions_refused = 0  # beyond limits.max_subscriptions_per_client
         self.retained_refused = 0  # not retained: beyond the retained quotas
         self.bytes_received_closed = 0  # bytes of connections that have ended
         self.bytes_sent_closed = 0
+
+    @property
+    def messages_received(self) -> int:
+        return sum(self.received_by_qos)
+
+    @property
+    def messages_sent(self) -> int:
+        return sum(self.sent_by_qos)
 
     def connection_ended(self, client: Client) -> None:
         if client.connection is not None:
@@ -124,16 +164,22 @@ class SysReporter:
         for topic, value in self.values().items():
             self._router.publish(topic, value.encode("utf-8"), 0, True)
 
-    def values(self) -> dict[str, str]:
+    def bytes_moved(self) -> tuple[int, int]:
+        """Bytes received from and sent to clients since start, connected ones included."""
         stats = self._stats
-        sessions = self._sessions
-        clients: Iterable[Client] = sessions.clients
+        clients: Iterable[Client] = self._sessions.clients
         bytes_received = stats.bytes_received_closed + sum(
             c.connection.bytes_received for c in clients if c.connection is not None
         )
         bytes_sent = stats.bytes_sent_closed + sum(
             c.connection.bytes_sent for c in clients if c.connection is not None
         )
+        return bytes_received, bytes_sent
+
+    def values(self) -> dict[str, str]:
+        stats = self._stats
+        sessions = self._sessions
+        bytes_received, bytes_sent = self.bytes_moved()
         store_stats = self.store_stats
         values = {
             "version": f"telemq {__version__}",

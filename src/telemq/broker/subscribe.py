@@ -179,6 +179,7 @@ class SubscriptionManager:
                 Action.SUBSCRIBE, matched, client.user_id, client.client_id
             ):
                 code5, problem = ReasonCode.NOT_AUTHORIZED, "not authorized"
+                self._stats.subscribe_denied += 1
             if problem:
                 log.info("client %r: refused subscription: %s", session.client_id, problem)
                 codes.append(_refusal(connection, qos, code5))

@@ -846,7 +846,9 @@ class SqliteStore(Store):
             _write_journal(conn, batch, self._journal_statements)
             if raised:
                 conn.executemany(_RAISE_MARK, [(top, key) for key, top in raised.items()])
+            syncing = time.perf_counter()
             conn.execute("COMMIT")
+            self.last_sync_seconds = time.perf_counter() - syncing
         except Exception as exc:
             self._rollback(conn)
             raise StoreError(f"commit failed, nothing applied: {exc}") from exc

@@ -348,6 +348,11 @@ class Registry:
             if s.owner == owner and s.compiled is not None
         )
 
+    @property
+    def topic_filters(self) -> int:
+        """Distinct topic filters subscribed to, over every subscription point."""
+        return sum(tree.filters for tree in self._trees.values())
+
     def count_for(self, sub_point: str) -> int:
         tree = self._trees.get(sub_point)
         return tree.count if tree else 0

@@ -33,7 +33,7 @@ class SubscriptionTree:
     uses subscription ids.
     """
 
-    __slots__ = ("_cache", "_cache_limit", "_root", "cache_bytes", "count")
+    __slots__ = ("_cache", "_cache_limit", "_root", "cache_bytes", "count", "filters")
 
     def __init__(self, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         """`cache_bytes`: the cache is dropped when its topic names grow past this (0: no
@@ -42,7 +42,8 @@ class SubscriptionTree:
         self._cache: dict[str, dict[Hashable, int]] = {}
         self._cache_limit = cache_bytes
         self.cache_bytes = 0
-        self.count = 0
+        self.count = 0  # subscriptions
+        self.filters = 0  # distinct topic filters subscribed to (the "topics" of /metrics)
 
     def add(self, topic_filter: str, key: Hashable, qos: int) -> bool:
         """Subscribe (or re-subscribe with a new QoS); True when it is new."""
@@ -53,6 +54,8 @@ class SubscriptionTree:
                 child = node.children[level] = _Node()
             node = child
         is_new = key not in node.subscribers
+        if not node.subscribers:
+            self.filters += 1
         node.subscribers[key] = qos
         if is_new:
             self.count += 1
@@ -73,6 +76,8 @@ class SubscriptionTree:
         if node.subscribers.pop(key, None) is None:
             return False
         self.count -= 1
+        if not node.subscribers:
+            self.filters -= 1
         self._cache.clear()
         self.cache_bytes = 0
         for parent, level in reversed(path):

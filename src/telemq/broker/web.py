@@ -1,0 +1,79 @@
+"""The broker's HTTP surface assembled: what its `[[http]]` listeners serve.
+
+Theory of operation
+-------------------
+`http.HttpServer` owns the listeners, authentication and the journal service; MQTT over
+WebSockets (websockets.py) and the routes here plug into it through its seams (the
+`websocket` handler and `HttpRoutes`). This module is the only one that knows all of them and
+the broker they read: `/metrics` (metrics.py), the admin API (admin_api.py) and the
+dashboard (dashboard.py), which shares `/` with MQTT over WebSockets: an upgrade is an MQTT
+client, a plain GET a person. The broker imports it only when `[[http]]` is
+configured, so a broker without HTTP never loads aiohttp or prometheus_client.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from .admin_api import AdminApi
+from .auth import Action
+from .client import Client
+from .dashboard import Dashboard
+from .http import Handler, HttpAuth, HttpServer
+from .metrics import MetricsRoute
+from .websockets import mqtt_over_websocket
+
+if TYPE_CHECKING:
+    from .config import HttpConfig
+    from .server import Broker
+
+SYS_TOPICS = "$SYS/#"
+
+
+def http_server(broker: Broker) -> HttpServer:
+    """The `[[http]]` listeners of `broker`, not started yet."""
+    hooks = broker.hooks
+    config = broker.config
+    auth = HttpAuth(
+        lambda user, password: hooks.authenticate("", user, password),
+        lambda user, topic: hooks.may(Action.JOURNAL, topic, user, ""),
+        hooks.is_admin,
+        hooks.authenticate_off_loop,
+    )
+
+    def may_watch(user: str) -> bool:
+        """The metrics are the `$SYS` values: for whoever may subscribe to them."""
+        return (bool(user) and hooks.is_admin(user)) or hooks.may(
+            Action.SUBSCRIBE, SYS_TOPICS, user, ""
+        )
+
+    dashboard = Dashboard()
+    metrics = MetricsRoute(broker, may_watch)
+    admin = AdminApi(broker, lambda user: hooks.is_admin(user))
+
+    def websocket(http: HttpConfig) -> Handler:
+        mqtt = mqtt_over_websocket(
+            lambda listener: Client(broker, listener),
+            http.tls_listener(),
+            config.limits.max_packet_size,
+        )
+
+        async def mqtt_or_page(request: web.Request) -> web.StreamResponse:
+            """`/` is both: an upgrade is an MQTT client, a plain GET a person."""
+            if request.path == "/" and request.headers.get("Upgrade", "").lower() != "websocket":
+                return await dashboard.index(request)
+            return await mqtt(request)
+
+        return mqtt_or_page
+
+    return HttpServer(
+        config.http,
+        auth,
+        broker.store,
+        broker.store_executor,
+        config.store.data_dir if config.store.kind == "sqlite" else None,
+        websocket,
+        routes=[metrics, admin, dashboard],
+    )

@@ -1,0 +1,1 @@
+"""The web dashboard in headless Chromium (browser.py drives it through browser.mjs)."""

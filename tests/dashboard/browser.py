@@ -1,0 +1,296 @@
+"""`Browser`: Debian's Chromium, headless, driven through ``browser.mjs`` (playwright-core).
+
+Theory of operation
+-------------------
+This directory holds a private npm package whose only dependency is ``playwright-core``
+(the library without any browser download), pinned in ``package-lock.json``;
+``scripts/bootstrap.sh --test`` installs Debian's ``chromium``, ``nodejs`` and ``npm`` and
+runs ``npm ci`` here. `Browser.start` runs ``node browser.mjs``, which launches the system's
+Chromium (`chromium_path`) with a new, empty profile and one page, and then takes one JSON
+command per line on stdin and answers each with one JSON line (the script's header lists
+them). A reader thread files answers by id and keeps the page's own events (console
+messages, uncaught errors, dialogs) in `events`; `request` sends a command and waits for its
+answer with a deadline, raising `BrowserError` with the script's stderr and the recent page
+events when anything fails. `close` (also the context manager's exit) closes the browser
+and ends the script: SIGTERM (on which it closes the browser too) and then SIGKILL if it
+has not exited within a few seconds.
+
+`require_browser` is what a test calls first: without Chromium the test is skipped (it fails
+instead in CI, the ``CI`` environment variable set, where the bootstrap must have installed
+it); a missing Node or ``node_modules`` is a failure that names the fix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import pytest
+
+HARNESS_DIR = Path(__file__).resolve().parent
+SCRIPT = HARNESS_DIR / "browser.mjs"
+CHROMIUM_NAMES = ("chromium", "chromium-browser")
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+WAIT = 15.0  # default deadline for the page to show what a test waits for
+START_DEADLINE = 60.0  # Node's start and Chromium's, on a slow CI machine
+EXIT_DEADLINE = 10.0
+FIX = "run `bash scripts/bootstrap.sh --test`"
+
+
+class BrowserError(AssertionError):
+    """A command failed or timed out, or the script died; the message says why."""
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false")
+
+
+def chromium_path() -> str | None:
+    for name in CHROMIUM_NAMES:
+        found = shutil.which(name)
+        if found is not None:
+            return found
+    return None
+
+
+def harness_problem() -> str | None:
+    """Why browser.mjs cannot run (no Node, no playwright-core), or None."""
+    if shutil.which("node") is None:
+        return f"no `node` on the PATH ({FIX}: it installs Debian's nodejs and npm)"
+    if not (HARNESS_DIR / "node_modules" / "playwright-core" / "package.json").is_file():
+        return f"playwright-core is not installed in {HARNESS_DIR / 'node_modules'} ({FIX})"
+    return None
+
+
+def require_browser() -> str:
+    """The path of Chromium; skips the calling test without one (fails it in CI), and fails
+    it when Chromium is there but the harness cannot run."""
+    executable = chromium_path()
+    if executable is None:
+        reason = f"Chromium is not installed (Debian's `chromium`; {FIX})"
+        if in_ci():
+            pytest.fail(f"the dashboard test needs Chromium in CI: {reason}", pytrace=False)
+        pytest.skip(reason)
+    problem = harness_problem()
+    if problem is not None:
+        pytest.fail(f"the dashboard test cannot drive Chromium: {problem}", pytrace=False)
+    return executable
+
+
+class Browser:
+    """One ``node browser.mjs`` process and the Chromium it drives (see module docstring)."""
+
+    def __init__(self, profile_dir: Path, *, executable: str | None = None) -> None:
+        self.profile_dir = profile_dir
+        self.executable = executable or chromium_path()
+        self.events: list[dict[str, Any]] = []
+        self.version: str | None = None
+        self._answers: dict[int, dict[str, Any]] = {}
+        self._stderr: list[str] = []
+        self._ready = False
+        self._eof = False
+        self._ids = itertools.count(1)
+        self._cond = threading.Condition()
+        self._proc: subprocess.Popen[str] | None = None
+        self._threads: list[threading.Thread] = []
+
+    # -- the process ----------------------------------------------------------------------
+
+    def start(self) -> Self:
+        assert self._proc is None, "already started"
+        if self.executable is None:
+            raise BrowserError("no Chromium on the PATH")
+        node = shutil.which("node")
+        if node is None:
+            raise BrowserError("no `node` on the PATH")
+        self.profile_dir.mkdir(parents=True, exist_ok=True)
+        self._proc = subprocess.Popen(
+            [node, str(SCRIPT)],
+            cwd=HARNESS_DIR,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            encoding="utf-8",
+            bufsize=1,
+        )
+        self._threads = [
+            threading.Thread(target=self._read_stdout, name="browser-out", daemon=True),
+            threading.Thread(target=self._read_stderr, name="browser-err", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+        try:
+            with self._cond:
+                if not self._cond.wait_for(lambda: self._ready or self._eof, START_DEADLINE):
+                    raise BrowserError(self._explain("browser.mjs did not start"))
+                if not self._ready:
+                    raise BrowserError(self._explain("browser.mjs exited at start"))
+            self.version = self.request(
+                "launch",
+                timeout=START_DEADLINE,
+                executablePath=self.executable,
+                userDataDir=str(self.profile_dir),
+                args=CHROMIUM_FLAGS,
+            )
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __enter__(self) -> Self:
+        return self if self._proc is not None else self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the browser and end the script (killed if it does not exit in time)."""
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            with contextlib.suppress(BrowserError):
+                self.request("close", timeout=EXIT_DEADLINE)
+            with contextlib.suppress(OSError, ValueError):
+                assert proc.stdin is not None
+                proc.stdin.close()
+            try:
+                proc.wait(EXIT_DEADLINE)
+            except subprocess.TimeoutExpired:
+                proc.terminate()  # browser.mjs closes the browser on SIGTERM
+                try:
+                    proc.wait(EXIT_DEADLINE)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(EXIT_DEADLINE)
+        for thread in self._threads:
+            thread.join(EXIT_DEADLINE)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    stream.close()
+
+    def _read_stdout(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        for line in self._proc.stdout:
+            try:
+                message = json.loads(line)
+            except ValueError:
+                message = {"event": "garbage", "text": line.rstrip()}
+            with self._cond:
+                if "id" in message and "event" not in message:
+                    self._answers[int(message["id"])] = message
+                elif message.get("event") == "ready":
+                    self._ready = True
+                else:
+                    self.events.append(message)
+                self._cond.notify_all()
+        with self._cond:
+            self._eof = True
+            self._cond.notify_all()
+
+    def _read_stderr(self) -> None:
+        assert self._proc is not None and self._proc.stderr is not None
+        for line in self._proc.stderr:
+            with self._cond:
+                self._stderr.append(line.rstrip("\n"))
+
+    def _explain(self, what: str) -> str:
+        with self._cond:
+            events = "\n".join(json.dumps(event) for event in self.events[-20:])
+            stderr = "\n".join(self._stderr[-40:])
+        return f"{what}\n--- page events ---\n{events}\n--- browser.mjs stderr ---\n{stderr}"
+
+    # -- commands -------------------------------------------------------------------------
+
+    def request(self, op: str, timeout: float = WAIT, **args: Any) -> Any:
+        """Send a command and return its answer's value (see browser.mjs for the commands);
+        `timeout` in seconds, also given to the script's own wait in milliseconds."""
+        proc = self._proc
+        if proc is None or proc.stdin is None or proc.poll() is not None:
+            raise BrowserError(self._explain(f"{op}: browser.mjs is not running"))
+        command_id = next(self._ids)
+        command = {"id": command_id, "op": op, "timeout": int(timeout * 1000), **args}
+        try:
+            proc.stdin.write(json.dumps(command) + "\n")
+            proc.stdin.flush()
+        except (OSError, ValueError) as error:
+            what = f"{op}: cannot write to browser.mjs: {error}"
+            raise BrowserError(self._explain(what)) from error
+        with self._cond:
+            arrived = self._cond.wait_for(
+                lambda: command_id in self._answers or self._eof, timeout + 5.0
+            )
+            answer = self._answers.pop(command_id, None)
+        if answer is None:
+            why = "browser.mjs exited" if arrived else f"no answer within {timeout + 5.0} s"
+            raise BrowserError(self._explain(f"{op} {args}: {why}"))
+        if not answer.get("ok"):
+            raise BrowserError(self._explain(f"{op} {args} failed: {answer.get('error')}"))
+        return answer.get("value")
+
+    def goto(self, url: str) -> int | None:
+        status = self.request("goto", url=url)
+        return None if status is None else int(status)
+
+    def fill(self, selector: str, value: str) -> None:
+        self.request("fill", selector=selector, value=value)
+
+    def click(self, selector: str) -> None:
+        self.request("click", selector=selector)
+
+    def wait_visible(self, selector: str, timeout: float = WAIT) -> None:
+        self.request("waitVisible", timeout=timeout, selector=selector)
+
+    def wait_text(self, selector: str, text: str, timeout: float = WAIT) -> None:
+        """Wait until the element's text content contains `text`."""
+        self.request("waitText", timeout=timeout, selector=selector, text=text)
+
+    def wait_no_text(self, selector: str, text: str, timeout: float = WAIT) -> None:
+        self.request("waitNoText", timeout=timeout, selector=selector, text=text)
+
+    def text(self, selector: str) -> str | None:
+        value = self.request("text", selector=selector)
+        return None if value is None else str(value)
+
+    def wait_for(self, expression: str, timeout: float = WAIT) -> None:
+        """Wait until the JavaScript `expression` is true in the page."""
+        self.request("waitFor", timeout=timeout, expression=expression)
+
+    def block(self, pattern: str) -> None:
+        """Answer every later request for a URL matching the glob `pattern` with a 404."""
+        self.request("block", pattern=pattern)
+
+    def evaluate(self, expression: str) -> Any:
+        return self.request("evaluate", expression=expression)
+
+    def screenshot(self, path: Path) -> Path:
+        self.request("screenshot", path=str(path), fullPage=True)
+        return path
+
+    def page_events(self, kind: str) -> list[dict[str, Any]]:
+        with self._cond:
+            return [event for event in self.events if event.get("event") == kind]
