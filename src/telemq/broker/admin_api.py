@@ -25,7 +25,7 @@ import base64
 import binascii
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -36,7 +36,7 @@ from ..protocol import ReasonCode
 from ..protocol.topics import topic_filter_error
 from ..store import JournalReader, StoreError
 from .admin_views import client_json, retained_json, session_json, subscription_json
-from .http import USER, json_error, offset_json
+from .http import USER, Handler, json_error, offset_json
 
 if TYPE_CHECKING:
     from .client import Client
@@ -49,6 +49,7 @@ OPENAPI = Path(__file__).resolve().parent / "openapi.json"
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
 T = TypeVar("T")
+AdminHandler = Callable[[web.Request, str], Awaitable[web.StreamResponse]]  # request, admin
 
 
 class AdminApi:
@@ -78,16 +79,15 @@ class AdminApi:
             app.router.add_route(method, PREFIX + path, self._admin_only(handler))
         app.router.add_get(PREFIX + "/openapi.json", self._openapi)
 
-    def _admin_only(
-        self, handler: Callable[[web.Request, str], Any]
-    ) -> Callable[[web.Request], Any]:
+    def _admin_only(self, handler: AdminHandler) -> Handler:
+        """`handler`, for administrators only; it gets the administrator's name."""
+
         async def checked(request: web.Request) -> web.StreamResponse:
             user: str = request[USER]
             if not user or not self._is_admin(user):
                 who = repr(user) if user else "the anonymous user"
                 return json_error(403, f"the admin API is for administrators, not {who}")
-            response: web.StreamResponse = await handler(request, user)
-            return response
+            return await handler(request, user)
 
         return checked
 
