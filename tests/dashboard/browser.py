@@ -13,7 +13,8 @@ messages, uncaught errors, dialogs) in `events`; `request` sends a command and w
 answer with a deadline, raising `BrowserError` with the script's stderr and the recent page
 events when anything fails. `close` (also the context manager's exit) closes the browser
 and ends the script: SIGTERM (on which it closes the browser too) and then SIGKILL if it
-has not exited within a few seconds.
+has not exited within a few seconds. That process plumbing (the threads, the stderr, the
+end) is `testsupport.node_script.NodeScript`'s, shared with the MQTT.js client.
 
 `require_browser` is what a test calls first: without Chromium the test is skipped (it fails
 instead in CI, the ``CI`` environment variable set, where the bootstrap must have installed
@@ -22,18 +23,14 @@ it); a missing Node or ``node_modules`` is a failure that names the fix.
 
 from __future__ import annotations
 
-import contextlib
-import itertools
 import json
-import os
 import shutil
-import subprocess
-import threading
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Self
 
 import pytest
+
+from testsupport.node_script import NodeScript, in_ci
 
 HARNESS_DIR = Path(__file__).resolve().parent
 SCRIPT = HARNESS_DIR / "browser.mjs"
@@ -56,10 +53,6 @@ FIX = "run `bash scripts/bootstrap.sh --test`"
 
 class BrowserError(AssertionError):
     """A command failed or timed out, or the script died; the message says why."""
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false")
 
 
 def chromium_path() -> str | None:
@@ -94,134 +87,66 @@ def require_browser() -> str:
     return executable
 
 
-class Browser:
+class Browser(NodeScript):
     """One ``node browser.mjs`` process and the Chromium it drives (see module docstring)."""
 
+    script = SCRIPT
+    error = BrowserError
+    start_deadline = START_DEADLINE
+    exit_deadline = EXIT_DEADLINE
+    terminate_first = True  # browser.mjs closes the browser on SIGTERM
+
     def __init__(self, profile_dir: Path, *, executable: str | None = None) -> None:
+        super().__init__(name="browser")
         self.profile_dir = profile_dir
         self.executable = executable or chromium_path()
         self.events: list[dict[str, Any]] = []
         self.version: str | None = None
         self._answers: dict[int, dict[str, Any]] = {}
-        self._stderr: list[str] = []
         self._ready = False
-        self._eof = False
-        self._ids = itertools.count(1)
-        self._cond = threading.Condition()
-        self._proc: subprocess.Popen[str] | None = None
-        self._threads: list[threading.Thread] = []
 
     # -- the process ----------------------------------------------------------------------
 
     def start(self) -> Self:
-        assert self._proc is None, "already started"
         if self.executable is None:
             raise BrowserError("no Chromium on the PATH")
-        node = shutil.which("node")
-        if node is None:
-            raise BrowserError("no `node` on the PATH")
         self.profile_dir.mkdir(parents=True, exist_ok=True)
-        self._proc = subprocess.Popen(
-            [node, str(SCRIPT)],
-            cwd=HARNESS_DIR,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            encoding="utf-8",
-            bufsize=1,
-        )
-        self._threads = [
-            threading.Thread(target=self._read_stdout, name="browser-out", daemon=True),
-            threading.Thread(target=self._read_stderr, name="browser-err", daemon=True),
-        ]
-        for thread in self._threads:
-            thread.start()
-        try:
-            with self._cond:
-                if not self._cond.wait_for(lambda: self._ready or self._eof, START_DEADLINE):
-                    raise BrowserError(self._explain("browser.mjs did not start"))
-                if not self._ready:
-                    raise BrowserError(self._explain("browser.mjs exited at start"))
-            self.version = self.request(
-                "launch",
-                timeout=START_DEADLINE,
-                executablePath=self.executable,
-                userDataDir=str(self.profile_dir),
-                args=CHROMIUM_FLAGS,
-            )
-        except BaseException:
-            self.close()
-            raise
-        return self
+        return super().start()
 
-    def __enter__(self) -> Self:
-        return self if self._proc is not None else self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Close the browser and end the script (killed if it does not exit in time)."""
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            with contextlib.suppress(BrowserError):
-                self.request("close", timeout=EXIT_DEADLINE)
-            with contextlib.suppress(OSError, ValueError):
-                assert proc.stdin is not None
-                proc.stdin.close()
-            try:
-                proc.wait(EXIT_DEADLINE)
-            except subprocess.TimeoutExpired:
-                proc.terminate()  # browser.mjs closes the browser on SIGTERM
-                try:
-                    proc.wait(EXIT_DEADLINE)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(EXIT_DEADLINE)
-        for thread in self._threads:
-            thread.join(EXIT_DEADLINE)
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                with contextlib.suppress(OSError, ValueError):
-                    stream.close()
-
-    def _read_stdout(self) -> None:
-        assert self._proc is not None and self._proc.stdout is not None
-        for line in self._proc.stdout:
-            try:
-                message = json.loads(line)
-            except ValueError:
-                message = {"event": "garbage", "text": line.rstrip()}
-            with self._cond:
-                if "id" in message and "event" not in message:
-                    self._answers[int(message["id"])] = message
-                elif message.get("event") == "ready":
-                    self._ready = True
-                else:
-                    self.events.append(message)
-                self._cond.notify_all()
+    def _handshake(self) -> None:
         with self._cond:
-            self._eof = True
-            self._cond.notify_all()
+            if not self._cond.wait_for(lambda: self._ready or self._eof, self.start_deadline):
+                raise self._failure("browser.mjs did not start")
+            if not self._ready:
+                raise self._failure("browser.mjs exited at start")
+        self.version = self.request(
+            "launch",
+            timeout=self.start_deadline,
+            executablePath=self.executable,
+            userDataDir=str(self.profile_dir),
+            args=CHROMIUM_FLAGS,
+        )
 
-    def _read_stderr(self) -> None:
-        assert self._proc is not None and self._proc.stderr is not None
-        for line in self._proc.stderr:
-            with self._cond:
-                self._stderr.append(line.rstrip("\n"))
+    def _ask_to_exit(self) -> None:
+        """Close the browser (the script exits when its stdin ends, closed next)."""
+        self.request("close", timeout=self.exit_deadline)
+
+    def _on_line(self, line: str) -> None:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            message = {"event": "garbage", "text": line.rstrip()}
+        if "id" in message and "event" not in message:
+            self._answers[int(message["id"])] = message
+        elif message.get("event") == "ready":
+            self._ready = True
+        else:
+            self.events.append(message)
 
     def _explain(self, what: str) -> str:
         with self._cond:
             events = "\n".join(json.dumps(event) for event in self.events[-20:])
-            stderr = "\n".join(self._stderr[-40:])
+        stderr = self._stderr_tail(40)
         return f"{what}\n--- page events ---\n{events}\n--- browser.mjs stderr ---\n{stderr}"
 
     # -- commands -------------------------------------------------------------------------
@@ -231,15 +156,13 @@ class Browser:
         `timeout` in seconds, also given to the script's own wait in milliseconds."""
         proc = self._proc
         if proc is None or proc.stdin is None or proc.poll() is not None:
-            raise BrowserError(self._explain(f"{op}: browser.mjs is not running"))
+            raise self._failure(f"{op}: browser.mjs is not running")
         command_id = next(self._ids)
         command = {"id": command_id, "op": op, "timeout": int(timeout * 1000), **args}
         try:
-            proc.stdin.write(json.dumps(command) + "\n")
-            proc.stdin.flush()
+            self._write(command)
         except (OSError, ValueError) as error:
-            what = f"{op}: cannot write to browser.mjs: {error}"
-            raise BrowserError(self._explain(what)) from error
+            raise self._failure(f"{op}: cannot write to browser.mjs: {error}") from error
         with self._cond:
             arrived = self._cond.wait_for(
                 lambda: command_id in self._answers or self._eof, timeout + 5.0
@@ -247,9 +170,9 @@ class Browser:
             answer = self._answers.pop(command_id, None)
         if answer is None:
             why = "browser.mjs exited" if arrived else f"no answer within {timeout + 5.0} s"
-            raise BrowserError(self._explain(f"{op} {args}: {why}"))
+            raise self._failure(f"{op} {args}: {why}")
         if not answer.get("ok"):
-            raise BrowserError(self._explain(f"{op} {args} failed: {answer.get('error')}"))
+            raise self._failure(f"{op} {args} failed: {answer.get('error')}")
         return answer.get("value")
 
     def goto(self, url: str) -> int | None:

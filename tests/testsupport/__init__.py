@@ -9,7 +9,9 @@
   own ``bin/spark-class`` on loopback, the worker in a mount namespace that hides the
   directories a test names (the broker's data, as on another host);
 * `node`: `MqttJsClient`, MQTT.js (npm, pinned by ``tests/interop/node/package-lock.json``)
-  under Node, driven line by line, for interop tests with a client outside Python.
+  under Node, driven line by line, for interop tests with a client outside Python;
+  `node_script`: `NodeScript`, the JSON-lines Node subprocess it and the dashboard's browser
+  driver (`tests/dashboard/browser.py`) are built on.
 
 The area-specific helpers (`tests/broker/helpers.py`: a raw MQTT codec and `RawClient`;
 `tests/mq/helpers.py`: MQ command forms) build on these.

@@ -7,7 +7,8 @@ in ``package-lock.json``; ``scripts/bootstrap.sh --test`` installs Node and npm 
 when they are missing and runs ``npm ci`` there. Its ``mqttjs_client.mjs`` reads commands as
 JSON lines on stdin and reports what its MQTT.js client does as JSON lines on stdout (the
 script's header lists both). `MqttJsClient` starts that script with ``node``, in that
-directory, and waits for its ``ready`` line.
+directory, and waits for its ``ready`` line; the process itself (its threads, its stderr,
+its end) is `NodeScript`'s (``node_script.py``), which the dashboard's browser shares.
 
 A reader thread parses every stdout line into an event (a dict with an ``"event"`` key) and
 appends it, under one condition variable, to the events not yet taken; another thread keeps
@@ -34,23 +35,19 @@ environment variable set), where the bootstrap must have installed everything.
 from __future__ import annotations
 
 import base64
-import contextlib
 import functools
-import itertools
 import json
-import os
 import re
 import shutil
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import pytest
 
+from .node_script import NodeScript, in_ci
 from .process import HOST
 
 NODE_DIR = Path(__file__).resolve().parents[1] / "interop" / "node"
@@ -68,11 +65,6 @@ Event = dict[str, Any]
 
 class MqttJsError(AssertionError):
     """The script did not do what a test waited for (or died); the message says why."""
-
-
-def in_ci() -> bool:
-    """Whether this is a CI run (``CI`` set to anything but empty, ``0`` or ``false``)."""
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false")
 
 
 @functools.cache
@@ -137,141 +129,51 @@ def payload(event: Mapping[str, Any]) -> bytes:
     return base64.b64decode(event["payload_b64"])
 
 
-class MqttJsClient:
+class MqttJsClient(NodeScript):
     """One ``node mqttjs_client.mjs`` process and its MQTT.js client (see module docstring)."""
 
+    script = SCRIPT
+    error = MqttJsError
+    start_deadline = START_DEADLINE
+    exit_deadline = EXIT_DEADLINE
+
     def __init__(self, *, timeout: float = WAIT, name: str = "mqttjs") -> None:
+        super().__init__(name=name)
         self.timeout = timeout
-        self.name = name
         self.history: list[Event] = []
         self.ready: Event | None = None
         self._pending: list[Event] = []
-        self._stderr: list[str] = []
-        self._ids = itertools.count(1)
-        self._cond = threading.Condition()
-        self._eof = False
-        self._proc: subprocess.Popen[str] | None = None
-        self._threads: list[threading.Thread] = []
 
     # -- the process ----------------------------------------------------------------------
 
-    def start(self) -> Self:
-        """Start the script and wait for its ``ready`` line."""
-        assert self._proc is None, "already started"
-        node = shutil.which("node")
-        if node is None:
-            raise MqttJsError("no `node` on the PATH")
-        self._proc = subprocess.Popen(
-            [node, str(SCRIPT)],
-            cwd=NODE_DIR,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            encoding="utf-8",
-            bufsize=1,
-        )
-        self._threads = [
-            threading.Thread(target=self._read_stdout, name=f"{self.name}-out", daemon=True),
-            threading.Thread(target=self._read_stderr, name=f"{self.name}-err", daemon=True),
-        ]
-        for thread in self._threads:
-            thread.start()
+    def _handshake(self) -> None:
+        self.ready = self.wait_for("ready", timeout=self.start_deadline)
+
+    def _ask_to_exit(self) -> None:
+        """Send ``exit`` (the script ends its client at once); no need to wait for it."""
+        self.send("exit")
+
+    def _on_line(self, line: str) -> None:
+        if not line.strip():
+            return
         try:
-            self.ready = self.wait_for("ready", timeout=START_DEADLINE)
-        except BaseException:
-            self.close()
-            raise
-        return self
+            event = json.loads(line)
+        except ValueError:
+            event = {"event": "fatal", "error": {"message": "not JSON"}, "line": line}
+        if not isinstance(event, dict):
+            event = {"event": "fatal", "error": {"message": "not an object"}, "line": line}
+        self.history.append(event)
+        self._pending.append(event)
 
-    def __enter__(self) -> Self:
-        return self if self._proc is not None else self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    @property
-    def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
-
-    def close(self) -> int | None:
-        """Ask the script to exit (it ends its client at once), kill it if it has not within
-        `EXIT_DEADLINE`; return its exit status (None if it was never started)."""
-        proc = self._proc
-        if proc is None:
-            return None
-        if proc.poll() is None:
-            try:
-                self.send("exit")
-                assert proc.stdin is not None
-                proc.stdin.close()
-            except (MqttJsError, OSError, ValueError):
-                pass
-            try:
-                proc.wait(EXIT_DEADLINE)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(EXIT_DEADLINE)
-        for thread in self._threads:
-            thread.join(EXIT_DEADLINE)
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
-            if stream is not None:
-                with contextlib.suppress(OSError):
-                    stream.close()
-        return proc.returncode
-
-    def _read_stdout(self) -> None:
-        assert self._proc is not None and self._proc.stdout is not None
-        try:
-            for line in self._proc.stdout:
-                if not line.strip():
-                    continue
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    event = {"event": "fatal", "error": {"message": "not JSON"}, "line": line}
-                if not isinstance(event, dict):
-                    event = {"event": "fatal", "error": {"message": "not an object"}, "line": line}
-                with self._cond:
-                    self.history.append(event)
-                    self._pending.append(event)
-                    self._cond.notify_all()
-        except (OSError, ValueError):
-            pass  # closed under us by `close`
-        finally:
-            with self._cond:
-                self._eof = True
-                self._cond.notify_all()
-
-    def _read_stderr(self) -> None:
-        assert self._proc is not None and self._proc.stderr is not None
-        try:
-            for line in self._proc.stderr:
-                with self._cond:
-                    self._stderr.append(line)
-        except (OSError, ValueError):
-            pass
-
-    @property
-    def stderr(self) -> str:
-        with self._cond:
-            return "".join(self._stderr)
-
-    def _failure(self, what: str) -> MqttJsError:
+    def _explain(self, what: str) -> str:
         proc = self._proc
         status = "not started" if proc is None else f"exit status {proc.poll()}"
         with self._cond:
             recent = self.history[-RECENT_EVENTS:]
-            stderr = "".join(self._stderr[-200:])
         lines = [f"{self.name}: {what} ({status})", f"--- last {len(recent)} events ---"]
         lines += [json.dumps(event)[:2000] for event in recent]
-        lines += ["--- node stderr ---", stderr.rstrip() or "(empty)"]
-        return MqttJsError("\n".join(lines))
+        lines += ["--- node stderr ---", self._stderr_tail(200).rstrip() or "(empty)"]
+        return "\n".join(lines)
 
     # -- commands and events --------------------------------------------------------------
 
@@ -281,10 +183,9 @@ class MqttJsClient:
         if proc is None or proc.stdin is None:
             raise MqttJsError(f"{self.name}: not started")
         command_id = next(self._ids)
-        line = json.dumps({"op": op, "id": command_id, **fields})
+        command = {"op": op, "id": command_id, **fields}
         try:
-            proc.stdin.write(line + "\n")
-            proc.stdin.flush()
+            self._write(command)
         except (OSError, ValueError) as error:
             raise self._failure(f"cannot send {op!r}: {error}") from error
         return command_id
