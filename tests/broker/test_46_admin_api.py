@@ -32,6 +32,7 @@ BrokerFactory = Callable[..., BrokerProcess]
 PASSWORDS = {"root": "root-pw", "app": "app-pw"}
 ACL = [("app", "all", "#", True), ("root", "all", "#", True)]
 ADMIN_ACTION = 0x98
+APP: dict[str, Any] = {"username": "app", "password": PASSWORDS["app"]}  # an MQTT client's
 
 
 class Api:
@@ -95,9 +96,9 @@ def test_clients_listed_searched_detailed_and_disconnected(
 ) -> None:
     broker, http_port = served
     api = Api(http_port)
-    tcp = PahoClient(broker.port, unique("adm-tcp"), username="app", password="app-pw")
+    tcp = PahoClient(broker.port, unique("adm-tcp"), **APP)
     web_client = PahoClient(
-        http_port, unique("adm-ws"), version=MQTT5, username="app", password="app-pw",
+        http_port, unique("adm-ws"), version=MQTT5, **APP,
         websocket_path="/mqtt", clean=False,
         properties=connect_properties(SessionExpiryInterval=600),
     )  # fmt: skip
@@ -147,7 +148,7 @@ def test_mq_named_subscriptions_with_identities_and_filters(
     served: tuple[BrokerProcess, int],
 ) -> None:
     broker, http_port = served
-    client = PahoClient(broker.port, unique("adm-mq"), username="app", password="app-pw",
+    client = PahoClient(broker.port, unique("adm-mq"), **APP,
                         version=MQTT311)  # fmt: skip
     queue = unique("ADM.Q")
     try:
@@ -188,7 +189,7 @@ def test_retained_messages_listed_read_and_deleted(served: tuple[BrokerProcess, 
     broker, http_port = served
     api = Api(http_port)
     base = unique("adm/retained")
-    client = PahoClient(broker.port, username="app", password="app-pw")
+    client = PahoClient(broker.port, **APP)
     try:
         client.connect()
         client.publish(f"{base}/a", "first", qos=1, retain=True)
@@ -216,7 +217,7 @@ def test_retained_messages_listed_read_and_deleted(served: tuple[BrokerProcess, 
     # The deletion is durable: a new subscriber, after a restart, gets only b.
     broker.stop()
     broker.start()
-    late = PahoClient(broker.port, username="app", password="app-pw")
+    late = PahoClient(broker.port, **APP)
     try:
         late.connect()
         late.subscribe(f"{base}/#", qos=1)
@@ -230,7 +231,7 @@ def test_publish_and_what_it_refuses(served: tuple[BrokerProcess, int]) -> None:
     broker, http_port = served
     api = Api(http_port)
     topic = unique("adm/publish")
-    subscriber = PahoClient(broker.port, username="app", password="app-pw")
+    subscriber = PahoClient(broker.port, **APP)
     try:
         subscriber.connect()
         subscriber.subscribe(topic, qos=2)
@@ -267,7 +268,7 @@ def test_publish_and_what_it_refuses(served: tuple[BrokerProcess, int]) -> None:
 def test_journal_bounds_and_consumers(served: tuple[BrokerProcess, int]) -> None:
     broker, http_port = served
     api = Api(http_port)
-    client = PahoClient(broker.port, username="app", password="app-pw")
+    client = PahoClient(broker.port, **APP)
     try:
         client.connect()
         client.publish(unique("adm/journal"), "j", qos=1)

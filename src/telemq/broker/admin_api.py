@@ -34,9 +34,9 @@ from aiohttp import web
 from .. import __version__
 from ..protocol import ReasonCode
 from ..protocol.topics import topic_filter_error
-from ..store import JournalReader, StoreError
+from ..store import StoreError
 from .admin_views import client_json, retained_json, session_json, subscription_json
-from .http import USER, Handler, json_error, offset_json
+from .http import USER, Handler, json_error, offset_json, read_journal
 
 if TYPE_CHECKING:
     from .client import Client
@@ -268,21 +268,14 @@ class AdminApi:
     async def _journal(self, request: web.Request, admin: str) -> web.StreamResponse:
         broker = self._broker
         store_config = broker.config.store
-        if store_config.kind != "sqlite":
-            return json_error(503, "the journal needs the sqlite store")
-        loop = asyncio.get_running_loop()
-
-        def bounds() -> tuple[int, int]:
-            with JournalReader(store_config.data_dir) as reader:
-                return reader.bounds()
-
+        path = store_config.data_dir if store_config.kind == "sqlite" else None
+        first, last = await read_journal(path, lambda reader: reader.bounds())
         try:
-            first, last = await loop.run_in_executor(None, bounds)
-            offsets = await loop.run_in_executor(
+            offsets = await asyncio.get_running_loop().run_in_executor(
                 broker.store_executor, broker.store.consumer_offsets
             )
         except StoreError as error:
-            return json_error(503, f"the journal cannot be read: {error}")
+            return json_error(503, f"the consumers cannot be read: {error}")
         now = time.time_ns() // 1000
         consumers = [offset_json(o, now) for o in offsets]
         return web.json_response({"first": first, "last": last, "consumers": consumers})

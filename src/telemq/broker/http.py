@@ -125,6 +125,22 @@ def _unavailable(message: str) -> web.HTTPServiceUnavailable:
     )
 
 
+async def read_journal(path: str | None, work: Callable[[JournalReader], Any]) -> Any:
+    """`work` on a read-only connection to the journal at `path` (the store's directory;
+    None: the memory store), on a worker thread; 503 when it cannot be read."""
+    if path is None:
+        raise _unavailable("the journal service needs the sqlite store")
+
+    def run() -> Any:
+        with JournalReader(path) as reader:
+            return work(reader)
+
+    try:
+        return await asyncio.get_running_loop().run_in_executor(None, run)
+    except StoreError as error:
+        raise _unavailable(f"the journal cannot be read: {error}") from None
+
+
 class HttpServer:
     """The `[[http]]` listeners of one broker (see module docstring)."""
 
@@ -258,18 +274,7 @@ class HttpServer:
     # -- the journal ---------------------------------------------------------------
 
     async def _read(self, work: Callable[[JournalReader], Any]) -> Any:
-        path = self._journal_path
-        if path is None:
-            raise _unavailable("the journal service needs the sqlite store")
-
-        def run() -> Any:
-            with JournalReader(path) as reader:
-                return work(reader)
-
-        try:
-            return await asyncio.get_running_loop().run_in_executor(None, run)
-        except StoreError as error:
-            raise _unavailable(f"the journal cannot be read: {error}") from None
+        return await read_journal(self._journal_path, work)
 
     async def _bounds(self, request: web.Request) -> web.StreamResponse:
         refused = self._refused(request, self._topics(request))

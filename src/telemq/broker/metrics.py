@@ -226,15 +226,13 @@ class _PeerFamilies:
         self.queued = GaugeMetricFamily(
             name + "_queued_messages", f"Publications waiting for the {kind}", labels=labels
         )
-        self._any_sent = False
 
     def add(
         self, name: str, state: str, received: int, sent: int | None, dropped: int, queued: int
     ) -> None:
         self.connected.add_metric([name], 1.0 if state == "connected" else 0.0)
         self.received.add_metric([name], received)
-        if sent is not None:
-            self._any_sent = True
+        if sent is not None:  # a bridge does not count what it sends
             self.sent.add_metric([name], sent)
         self.dropped.add_metric([name], dropped)
         self.queued.add_metric([name], queued)
@@ -242,7 +240,7 @@ class _PeerFamilies:
     def metrics(self) -> Iterator[Metric]:
         yield self.connected
         yield self.received
-        if self._any_sent or self._kind == "link":
+        if self._kind == "link":
             yield self.sent
         yield self.dropped
         yield self.queued

@@ -51,7 +51,7 @@ def http_server(broker: Broker) -> HttpServer:
 
     dashboard = Dashboard()
     metrics = MetricsRoute(broker, may_watch)
-    admin = AdminApi(broker, lambda user: hooks.is_admin(user))
+    admin = AdminApi(broker, hooks.is_admin)
 
     def websocket(http: HttpConfig) -> Handler:
         mqtt = mqtt_over_websocket(
