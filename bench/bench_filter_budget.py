@@ -28,7 +28,7 @@ import statistics
 import string
 import time
 
-from telemq.broker.config import LimitsConfig
+from telemq.broker.settings.config import LimitsConfig
 from telemq.filters import compile_filter
 from telemq.subscriptions import Identity, Registry, Subscription
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from telemq.broker.retained import TopicIndex
+from telemq.broker.core.retained import TopicIndex
 from telemq.protocol import topic_matches
 
 

@@ -29,8 +29,8 @@ import json
 import random
 import time
 
-from telemq.broker.config import BrokerConfig
 from telemq.broker.server import Broker
+from telemq.broker.settings.config import BrokerConfig
 from telemq.filters import Message, compile_filter
 from telemq.subscriptions import Identity, Persistence, Subscription, registry
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from telemq.broker.auth import (
+from telemq.broker.security.auth import (
     COMMAND_TOPICS,
     AclRule,
     Action,

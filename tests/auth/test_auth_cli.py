@@ -11,7 +11,7 @@ import tomllib
 
 import pytest
 
-from telemq.broker.auth import Authorizer, UserConfig, verify_password
+from telemq.broker.security.auth import Authorizer, UserConfig, verify_password
 from telemq.cli import main as cli_main
 from telemq.cli import passwd
 

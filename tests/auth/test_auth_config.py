@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from telemq.broker.auth import (
+from telemq.broker.security.auth import (
     AclRule,
     Action,
     AuthError,

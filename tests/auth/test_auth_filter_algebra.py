@@ -15,7 +15,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from telemq.broker.auth import _covers_levels, _overlap_levels, filter_covers, filters_overlap
+from telemq.broker.security.auth import (
+    _covers_levels,
+    _overlap_levels,
+    filter_covers,
+    filters_overlap,
+)
 from telemq.protocol.topics import topic_filter_error, topic_matches, topic_name_error
 
 TOPIC_LEVELS = ("a", "b", "$x", "")

@@ -1,4 +1,4 @@
-"""Password hashing and CONNECT authentication (`telemq.broker.auth`)."""
+"""Password hashing and CONNECT authentication (`telemq.broker.security.auth`)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import hmac
 
 import pytest
 
-from telemq.broker import auth
-from telemq.broker.auth import (
+from telemq.broker.security import auth
+from telemq.broker.security.auth import (
     HASH_SCHEME,
     AuthError,
     Authorizer,

@@ -26,7 +26,7 @@ from typing import Any, ClassVar, SupportsIndex, overload
 
 import pytest
 
-from telemq.broker.auth import (
+from telemq.broker.security.auth import (
     AclRule,
     Action,
     AuthError,

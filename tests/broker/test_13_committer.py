@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from telemq.broker import committer as committer_module
-from telemq.broker.committer import Committer
+from telemq.broker.core import committer as committer_module
+from telemq.broker.core.committer import Committer
 from telemq.store import SessionRecord, SqliteStore, SyncMode, WriteBatch
 from telemq.store.base import JOURNAL_CHUNK_ROWS, JOURNAL_FIELDS
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from telemq.broker import BrokerConfig, ListenerConfig
-from telemq.broker import committer as committer_module
+from telemq.broker.core import committer as committer_module
 from telemq.broker.server import Broker
 from telemq.protocol import Connect, Publish, encode
 

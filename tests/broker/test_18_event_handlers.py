@@ -24,7 +24,7 @@ def test_every_protocol_event_has_a_handler() -> None:
         broker = Broker(config, store=MemoryStore())
         await broker.start()
         try:
-            assert set(broker.event_handlers) == set(get_args(Event))
+            assert set(broker.hub.event_handlers) == set(get_args(Event))
         finally:
             await broker.stop()
 

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from telemq.broker import ConfigError
-from telemq.broker.config import config_from_mapping
+from telemq.broker.settings.config import config_from_mapping
 
 from .helpers import (
     HOST,

@@ -15,11 +15,11 @@ from collections.abc import AsyncIterator, Sequence
 import pytest
 
 from telemq.broker import BrokerConfig
-from telemq.broker.auth import Action
-from telemq.broker.hooks import Hook, Hooks
-from telemq.broker.listeners import MemoryConnection, MemoryListener
+from telemq.broker.core.session import Message
+from telemq.broker.edges.listeners import MemoryConnection, MemoryListener
+from telemq.broker.security.auth import Action
+from telemq.broker.security.hooks import Hook, Hooks
 from telemq.broker.server import Broker
-from telemq.broker.session import Message
 from telemq.protocol import Connect, Disconnect, Publish, Subscribe, Unsubscribe, encode
 from telemq.protocol.codec import Decoder
 from telemq.protocol.packets import ConnAck, Packet, PubAck, SubAck, UnsubAck

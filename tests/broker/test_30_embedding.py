@@ -12,8 +12,8 @@ import pytest
 
 import telemq
 from telemq.broker import BrokerConfig, ListenerConfig
+from telemq.broker.core.session import Message
 from telemq.broker.embedded import Received
-from telemq.broker.session import Message
 from telemq.protocol import Connect, Publish, Subscribe, encode
 from telemq.protocol.codec import Decoder
 from telemq.protocol.packets import ConnAck, PubAck, SubAck

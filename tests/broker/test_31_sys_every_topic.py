@@ -13,9 +13,9 @@ import re
 from pathlib import Path
 
 from telemq.broker import BrokerConfig, Hook
-from telemq.broker.auth import Action
+from telemq.broker.edges.listeners import MemoryListener
 from telemq.broker.embedded import LocalSubscription
-from telemq.broker.listeners import MemoryListener
+from telemq.broker.security.auth import Action
 from telemq.broker.server import Broker
 from telemq.filters import compile_filter
 from telemq.protocol import Connect, Disconnect, Publish, Subscribe

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from telemq.broker.config import (
+from telemq.broker.settings.config import (
     BrokerConfig,
     HttpConfig,
     JournalConfig,
@@ -24,7 +24,7 @@ from telemq.broker.config import (
     StoreConfig,
     SysConfig,
 )
-from telemq.broker.network_config import BridgeConfig, LinkConfig
+from telemq.broker.settings.network import BridgeConfig, LinkConfig
 from telemq.cli.main import main
 
 TABLES: dict[str, type[Any]] = {

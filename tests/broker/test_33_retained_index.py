@@ -16,8 +16,8 @@ import random
 import pytest
 
 from telemq.broker import BrokerConfig
-from telemq.broker.listeners import MemoryListener
-from telemq.broker.retained import TopicIndex
+from telemq.broker.core.retained import TopicIndex
+from telemq.broker.edges.listeners import MemoryListener
 from telemq.broker.server import Broker
 from telemq.protocol import Connect, Publish, Subscribe, topic_filter_error, topic_matches
 from telemq.protocol.packets import ConnAck, PingReq, PingResp, PubAck, SubAck

@@ -17,7 +17,7 @@ import json
 from collections.abc import Awaitable, Callable
 
 from telemq.broker import BrokerConfig
-from telemq.broker.listeners import MemoryListener
+from telemq.broker.edges.listeners import MemoryListener
 from telemq.broker.server import Broker
 from telemq.protocol import Connect, Disconnect, Publish, Subscribe, Unsubscribe
 from telemq.protocol.packets import PubAck, SubAck, UnsubAck

@@ -18,7 +18,7 @@ import string
 from typing import Any
 
 from telemq.broker import BrokerConfig
-from telemq.broker.listeners import MemoryListener
+from telemq.broker.edges.listeners import MemoryListener
 from telemq.broker.server import Broker
 from telemq.protocol import Publish, Subscribe
 from telemq.protocol.packets import PingReq, PingResp, PubAck, SubAck

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from telemq.broker.config import HttpConfig
-from telemq.broker.http import HttpAuth, HttpServer
+from telemq.broker.edges.http import HttpAuth, HttpServer
+from telemq.broker.settings.config import HttpConfig
 from telemq.journal import arrow
 from telemq.store import JournalRecord, MemoryStore, SqliteStore, WriteBatch
 from testsupport.process import free_port, wait_until

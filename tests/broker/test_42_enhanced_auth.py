@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from telemq.broker import BrokerConfig
-from telemq.broker.hooks import AuthExchange, AuthOutcome, AuthStep, Hook
-from telemq.broker.listeners import MemoryConnection, MemoryListener
+from telemq.broker.edges.listeners import MemoryConnection, MemoryListener
+from telemq.broker.security.hooks import AuthExchange, AuthOutcome, AuthStep, Hook
 from telemq.broker.server import Broker
 from telemq.protocol import (
     Auth,

@@ -20,7 +20,7 @@ import pytest
 from aiohttp import web
 from openapi_spec_validator import validate
 
-from telemq.broker.admin_api import OPENAPI, AdminApi
+from telemq.broker.operations.admin_api import OPENAPI, AdminApi
 from testsupport.paho import MQTT5, MQTT311
 from testsupport.process import users_and_acl
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from telemq.broker import BrokerConfig, ListenerConfig
-from telemq.broker.config import StoreConfig, SysConfig
+from telemq.broker.settings.config import StoreConfig, SysConfig
 from telemq.cli.demo import BrokerThread
 from telemq.client import MqttClient
 from telemq.store import JournalRecord, SqliteStore, WriteBatch

@@ -9,9 +9,11 @@ messages, deliveries and sessions, `committer.py` the group commit, `config.py` 
 `tuning.py` the interpreter settings of a broker process.
 """
 
-from .config import (
+from .edges.listeners import Listener, MemoryListener, TcpListener
+from .security.hooks import Hook
+from .server import Broker, run_broker
+from .settings.config import (
     BrokerConfig,
-    ConfigError,
     HttpConfig,
     JournalConfig,
     LimitsConfig,
@@ -20,9 +22,7 @@ from .config import (
     SysConfig,
     load_config,
 )
-from .hooks import Hook
-from .listeners import Listener, MemoryListener, TcpListener
-from .server import Broker, run_broker
+from .settings.errors import ConfigError
 from .tuning import tune_interpreter
 
 __all__ = [

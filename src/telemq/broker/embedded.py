@@ -20,11 +20,10 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, NamedTuple
 
-from .session import Message
+from .core.session import Message
 
 if TYPE_CHECKING:
-    from .server import Broker
-    from .session import Session
+    from .core.session import Session
 
 log = logging.getLogger("telemq.broker")
 
@@ -53,8 +52,13 @@ class LocalSubscription:
     """What `Broker.subscribe` returns: the subscriber's session, and its messages when no
     callback was given."""
 
-    def __init__(self, broker: Broker, session: Session, queue: asyncio.Queue[Received] | None):
-        self._broker = broker
+    def __init__(
+        self,
+        end: Callable[[Session], None],
+        session: Session,
+        queue: asyncio.Queue[Received] | None,
+    ) -> None:
+        self._end = end  # the broker's end of an in-process session
         self._session = session
         self._queue = queue
 
@@ -77,4 +81,4 @@ class LocalSubscription:
 
     def cancel(self) -> None:
         """End the subscription and its session."""
-        self._broker.end_local_session(self._session)
+        self._end(self._session)

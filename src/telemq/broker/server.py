@@ -15,7 +15,7 @@ what it owns:
 - `Deliveries` (delivery.py): queues, the in-flight window and subscribers' acks;
 - `SubscriptionManager` (subscribe.py): SUBSCRIBE/UNSUBSCRIBE and every subscription change;
 - `RetainedMessages` (retained.py): the only code that changes retained messages;
-- `SysReporter` and `BrokerStats` (stats.py), `Housekeeping` (housekeeping.py);
+- `BrokerStats` (stats.py), `SysReporter` (operations/sys.py), `Housekeeping`;
 - `CommandHost` (mq.py): the MQ commands, through the broker's operations below.
 
 `Broker` builds the rooms when it starts (they need the loop and the committer), replays
@@ -34,11 +34,10 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ..commands import PutResult, Requester
 from ..protocol import (
     AuthRequested,
     ConnectAcknowledged,
@@ -47,7 +46,6 @@ from ..protocol import (
     DeliveryAcknowledged,
     DeliveryReceived,
     DisconnectRequested,
-    Event,
     MessageReceived,
     MessageReleased,
     SubscribeAcknowledged,
@@ -58,29 +56,31 @@ from ..protocol import (
 )
 from ..store import Store, SyncMode, open_store
 from ..subscriptions import Identity, Registry, Subscription
-from .auth import Action
-from .bridges import Bridges
-from .client import Client
-from .committer import Committer
-from .config import BrokerConfig, ListenerConfig, build_authorizer
-from .delivery import Deliveries
+from .core.client_protocol import Client, ClientHub, EventHandlers
+from .core.committer import Committer
+from .core.delivery import Deliveries
+from .core.restore import restore_state
+from .core.retained import RetainedMessages
+from .core.rooms import CoreRooms
+from .core.router import Router
+from .core.session import Message, Session
+from .core.sessions import Sessions
+from .core.stats import BrokerStats, PeerCounters
+from .core.subscribe import SubscriptionManager
+from .core.wills import Wills
+from .edges.listeners import Listener, TcpListener
 from .embedded import CallbackTarget, LocalSubscription, Received
-from .hooks import Hook, Hooks, acl_hook
-from .housekeeping import Housekeeping
-from .links import Links
-from .listeners import Listener, TcpListener
-from .mq import CommandHost
-from .restore import restore_state
-from .retained import RetainedMessages
-from .router import Router
-from .session import Message, Session
-from .sessions import Sessions
-from .stats import BrokerStats, SysReporter
-from .subscribe import SubscriptionManager
-from .wills import Wills
+from .operations.housekeeping import Housekeeping
+from .operations.mq import CommandHost
+from .operations.sys import SysReporter
+from .peers.bridges import Bridges
+from .peers.links import Links
+from .security.auth import Action
+from .security.hooks import Hook, Hooks, acl_hook
+from .settings.config import BrokerConfig, ListenerConfig, build_authorizer
 
 if TYPE_CHECKING:
-    from .http import HttpServer
+    from .edges.http import HttpServer
 
 log = logging.getLogger("telemq.broker")
 
@@ -116,7 +116,7 @@ class Broker:
         self.stats = BrokerStats()
         # What MQTT 5.0 connections are told and held to; None: 5.0 is off.
         self.limits5 = config.mqtt5.server_limits(config.limits.max_packet_size)
-        self.command_host = CommandHost(self)
+        self.command_host = CommandHost(config.name, self.topic_limits, config.limits)
         if listeners is None:
             listeners = [
                 TcpListener(listener, f"listeners[{index}]", config.limits.connect_timeout)
@@ -135,10 +135,7 @@ class Broker:
         self.sys: SysReporter
         self.links: Links
         self.bridges: Bridges
-        self.event_handlers: dict[type, Callable[[Client, Any], None]] = {}
-        self._paused_for_store: list[Client] = []  # see pause_for_store
-        self.dirty_clients: list[Client] = []  # read by clients, changed by mark_dirty
-        self._flush_scheduled = False
+        self.hub: ClientHub  # what every client shares (core/client_protocol.py)
         self._executor: ThreadPoolExecutor | None = None
         self._sys_task: asyncio.Task[None] | None = None
         self._started = False
@@ -183,13 +180,14 @@ class Broker:
         state = await self.loop.run_in_executor(None, self.store.load)
         if config.store.kind != "memory":
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="telemq-store")
+        self.hub = ClientHub(self.loop, config.limits, self.limits5)
         self.committer = Committer(
             self.store,
             self.loop,
             self._executor,
             self._store_failed,
             config.store.linger,
-            send=self.flush_dirty,
+            send=self.hub.flush_dirty,
         )
         self._wire()
         self.quarantined = restore_state(
@@ -208,7 +206,7 @@ class Broker:
         if config.http:
             from .web import http_server  # aiohttp only for a broker that serves HTTP
 
-            self.http = http_server(self)
+            self.http = http_server(self, self.hub, self.hooks)
             await self.http.start()
         for listener in self.listeners:
             await listener.start(self._client_factory(listener.config))
@@ -297,14 +295,37 @@ class Broker:
             self._executor,
             lambda: self.quarantined,
         )
-        self.event_handlers = self._event_handlers_by_type()
-        self.links = Links(self, sessions, self.subscriptions)
+        self.hub.attach(
+            committer,
+            self._event_handlers_by_type(),
+            self.router.start_read,
+            sessions.opened,
+            sessions.gone,
+            self._client_writable,
+        )
+        rooms = CoreRooms(
+            config,
+            self.hub,
+            self.hooks,
+            committer,
+            sessions,
+            self.subscriptions,
+            self.router,
+            self.deliveries,
+            self.retained,
+            self.registry,
+            self.stats,
+            self.topic_limits,
+            self.sub_points,
+        )
+        self.links = Links(rooms)
         self.sys.sources.append(self.links.sys_values)
-        self.bridges = Bridges(self, sessions, self.subscriptions)
+        self.bridges = Bridges(rooms)
+        self.command_host.attach(rooms, self.links)
         self.sys.sources.append(self.bridges.sys_values)
 
     def _client_factory(self, listener: ListenerConfig) -> Callable[[], Client]:
-        return lambda: Client(self, listener)
+        return lambda: Client(self.hub, listener)
 
     async def stop(self) -> None:
         """Stop listening, close every client, commit what is pending, close the store."""
@@ -340,58 +361,16 @@ class Broker:
     def _store_failed(self, error: BaseException) -> None:
         self.sessions_room.close_all(f"store failure: {error}")
 
-    # -- what client connections call ---------------------------------------
+    # -- what client connections hear from the rooms (through the hub) -----------
 
-    def client_opened(self, client: Client) -> None:
-        self.sessions_room.opened(client)
-
-    def client_gone(self, client: Client) -> None:
-        self.sessions_room.gone(client)
-
-    def pause_for_store(self, client: Client) -> None:
-        """Stop reading from `client` until the running commit ends (`Committer.backlogged`)."""
-        transport = client.transport
-        if transport is None or transport.is_closing():
-            return
-        transport.pause_reading()
-        self._paused_for_store.append(client)
-        self.committer.on_commit = self._resume_readers
-
-    def _resume_readers(self) -> None:
-        self.committer.on_commit = None
-        paused = self._paused_for_store
-        self._paused_for_store = []
-        for client in paused:
-            if client.transport is not None and not client.transport.is_closing():
-                client.transport.resume_reading()
-
-    def client_writable(self, client: Client) -> None:
+    def _client_writable(self, client: Client) -> None:
+        """A client's socket drained: what waited in its session's queue goes out."""
         session = client.session
         if session is not None and session.client is client:
             self.deliveries.pump(session)
             client.flush()
 
-    def mark_dirty(self, client: Client) -> None:
-        """`client` has bytes to write: flushed at the end of this loop iteration."""
-        self.dirty_clients.append(client)
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self.loop.call_soon(self.flush_dirty)
-
-    def flush_dirty(self) -> None:
-        self._flush_scheduled = False
-        dirty = self.dirty_clients
-        self.dirty_clients = []
-        for client in dirty:
-            client.flush()
-
-    def handle_events(self, client: Client, events: Iterable[Event]) -> None:
-        self.router.start_read()
-        handlers = client.handlers
-        for event in events:
-            handlers[type(event)](client, event)
-
-    def _event_handlers_by_type(self) -> dict[type, Callable[[Client, Any], None]]:
+    def _event_handlers_by_type(self) -> EventHandlers:
         """Each event type's handler: one lookup per event, not a chain of type tests
         (a QoS 2 message makes four events). Covers the core's whole `Event` union."""
         sessions = self.sessions_room
@@ -440,63 +419,6 @@ class Broker:
             raise ValueError(f"subscription point {sub_point!r} is not declared")
         self.router.publish(topic, bytes(payload), qos, retain, sub_point, journal)
 
-    def publish_when_durable(
-        self, topic: str, payload: bytes, qos: int, sub_point: str, properties: bytes = b""
-    ) -> None:
-        """A command's reply: published, not journaled, once what is pending is committed."""
-        self.committer.after(
-            lambda: self.router.publish(
-                topic, payload, qos, False, sub_point, journal=False, properties=properties
-            )
-        )
-        self.committer.schedule()
-
-    def publish_as(
-        self,
-        requester: Requester,
-        topic: str,
-        body: bytes,
-        retain: bool,
-        exclude_queue: str | None,
-        expiry: float | None = None,
-        local: bool = False,
-    ) -> None:
-        self.router.publish_as(requester, topic, body, retain, exclude_queue, expiry, local)
-
-    def put_to_queue(
-        self, requester: Requester, queue: str, topic: str, body: bytes, qos: int
-    ) -> PutResult:
-        return self.router.put_to_queue(requester, queue, topic, body, qos)
-
-    def count_command(self) -> None:
-        self.stats.commands += 1
-
-    def ensure_queue(self, queue: str, owner: str) -> None:
-        self.sessions_room.ensure_queue(queue, owner)
-
-    def queue_owner(self, queue: str) -> str | None:
-        """The user a queue (a session) belongs to; None: no such queue."""
-        session = self.sessions_room.by_id.get(queue)
-        return None if session is None else session.user_id
-
-    def may_use_queue(self, user: str, client_id: str, queue: str) -> bool:
-        """May this user register for (or put to) another user's queue? Admins may;
-        others need a hook's explicit grant of the `queue` action."""
-        hooks = self.hooks
-        return hooks.is_admin(user) or hooks.granted(Action.QUEUE, queue, user, client_id)
-
-    def is_admin(self, user: str) -> bool:
-        return self.hooks.is_admin(user)
-
-    def save_subscription(self, subscription: Subscription) -> None:
-        self.subscriptions.saved(subscription)
-
-    def forget_subscription(self, subscription: Subscription) -> None:
-        self.subscriptions.removed(subscription)
-
-    def send_retained(self, subscription: Subscription) -> int:
-        return self.subscriptions.send_retained(subscription)
-
     def matching_retained(self, sub_point: str, topic_filter: str) -> list[Message]:
         return self.retained.matching(sub_point, topic_filter)
 
@@ -504,8 +426,8 @@ class Broker:
         """Delete a retained message; with `network`, at every broker of the network too
         (MQ DeletePub without DelOpt Local: retained_sync.py)."""
         deleted = self.retained.delete(sub_point, topic)
-        if network and self.links.links:
-            self.links.retained_sync.delete_everywhere(sub_point, topic)
+        if network:
+            self.links.delete_retained_everywhere(sub_point, topic)
         return deleted
 
     def subscribe(
@@ -542,7 +464,7 @@ class Broker:
         self.registry.add(subscription)
         self.subscriptions.saved(subscription)
         self.subscriptions.send_retained(subscription)
-        return LocalSubscription(self, session, queue)
+        return LocalSubscription(self.end_local_session, session, queue)
 
     def end_local_session(self, session: Session) -> None:
         if self.sessions_room.by_id.get(session.client_id) is session:
@@ -554,6 +476,10 @@ class Broker:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()
+
+    def peer_counters(self) -> dict[str, list[PeerCounters]]:
+        """Links' and bridges' counters, by kind (`operations.view.BrokerView`)."""
+        return {"link": self.links.counters(), "bridge": self.bridges.counters()}
 
     def sys_values(self) -> dict[str, str]:
         return self.sys.values()

@@ -17,24 +17,26 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from .admin_api import AdminApi
-from .auth import Action
-from .client import Client
-from .dashboard import Dashboard
-from .http import Handler, HttpAuth, HttpServer
-from .metrics import MetricsRoute
-from .websockets import mqtt_over_websocket
+from .core.client_protocol import Client
+from .edges.http import Handler, HttpAuth, HttpServer
+from .edges.websockets import mqtt_over_websocket
+from .operations.admin_api import AdminApi
+from .operations.dashboard import Dashboard
+from .operations.metrics import MetricsRoute
+from .security.auth import Action
 
 if TYPE_CHECKING:
-    from .config import HttpConfig
-    from .server import Broker
+    from .core.client_protocol import ClientHub
+    from .operations.view import BrokerView
+    from .security.hooks import Hooks
+    from .settings.config import HttpConfig
 
 SYS_TOPICS = "$SYS/#"
 
 
-def http_server(broker: Broker) -> HttpServer:
-    """The `[[http]]` listeners of `broker`, not started yet."""
-    hooks = broker.hooks
+def http_server(broker: BrokerView, hub: ClientHub, hooks: Hooks) -> HttpServer:
+    """The `[[http]]` listeners of `broker`, not started yet: its WebSocket clients join
+    `hub`, and `hooks` authenticate and authorize the HTTP users."""
     config = broker.config
     auth = HttpAuth(
         lambda user, password: hooks.authenticate("", user, password),
@@ -55,7 +57,7 @@ def http_server(broker: Broker) -> HttpServer:
 
     def websocket(http: HttpConfig) -> Handler:
         mqtt = mqtt_over_websocket(
-            lambda listener: Client(broker, listener),
+            lambda listener: Client(hub, listener),
             http.tls_listener(),
             config.limits.max_packet_size,
         )

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ..broker import BrokerConfig, ListenerConfig, run_broker
-from ..broker.config import StoreConfig, SysConfig
+from ..broker.settings.config import StoreConfig, SysConfig
 
 ALERT_FILTER = "temp > 30"
 ALERT_QUEUE = "demo-alerts"

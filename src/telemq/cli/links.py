@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..broker.config import ConfigError, load_config
+from ..broker import ConfigError, load_config
 from ..store import StoreError, WriteBatch, open_store
 from ..subscriptions import LINK_QUEUE_PREFIX
 

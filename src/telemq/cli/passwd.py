@@ -10,7 +10,12 @@ import argparse
 import getpass
 import sys
 
-from ..broker.auth import DEFAULT_ITERATIONS, MAX_ITERATIONS, hash_password, user_name_error
+from ..broker.security.auth import (
+    DEFAULT_ITERATIONS,
+    MAX_ITERATIONS,
+    hash_password,
+    user_name_error,
+)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

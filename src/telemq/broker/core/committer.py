@@ -1,0 +1,263 @@
+"""Group commit: one store transaction per batch of work, acknowledgements after it.
+
+Everything the broker must not lose is appended to `pending` (a `WriteBatch`);
+everything that may only happen once those writes are durable (PUBACK, PUBREC,
+PUBCOMP, handing QoS 2 messages to subscribers) is registered with `after`.
+At the end of the event-loop iteration the pending batch is committed on the
+writer thread while the loop keeps reading; the next batch accumulates
+meanwhile and is committed as soon as the previous one is done. So the batch
+size follows the load: one message per commit when idle, hundreds under
+pressure. Callbacks run in registration order, which keeps acknowledgements in
+receive order [MQTT-4.6.0-2].
+
+Writes that nothing waits for (the journal rows of QoS 0 publications, $SYS and
+command replies) are scheduled with `schedule_lazy`: they are committed within
+`linger` seconds (`store.linger`; sooner when the caller says `within`), with
+whatever else comes meanwhile, so a trickle of QoS 0 traffic costs one fsync per
+`linger` instead of one per message. That matters beyond the fsync: every commit
+on the writer thread disturbs the event loop a little (the GIL, the CPU), which
+shows in the tail latency of everything else. Any `after` (an acknowledgement
+waiting) commits them at once.
+
+A small batch that several acknowledgements wait for is committed on the event loop
+itself while such commits are quick (under `INLINE_BUDGET` seconds on average,
+measured): handing it to the writer thread and its outcome back costs two thread
+wake-ups (about 0.1 ms here), as much as the commit's own fsync, and those clients
+can send nothing more until it ends. A lone acknowledgement (a trickle, where another
+client's message may arrive during the fsync), a large batch, a lazy one and a slow
+disk keep going to the writer thread, so the loop keeps reading while it works.
+
+The memory store commits inline (there is nothing to wait for).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
+
+from ...store import Store, WriteBatch
+from .stats import BATCH_BUCKETS, SECONDS_BUCKETS, Histogram
+
+log = logging.getLogger("telemq.broker")
+
+LINGER_MAX_OPS = 4096  # writes nobody waits for are committed at this many, or after linger
+SEAL_INTERVAL = 0.01  # seconds between seals of the pending journal rows during a commit
+MAX_BACKLOG = 100_000  # writes waiting behind a running commit before readers are paused
+INLINE_MIN_ACTIONS = 4  # a commit this many acknowledgements wait for...
+INLINE_MAX_OPS = 64  # ...of a batch this small may run on the event loop...
+INLINE_BUDGET = 0.0005  # ...while such commits take less than this many seconds (average)
+
+
+class Committer:
+    __slots__ = (
+        "_actions",
+        "_busy",
+        "_due",
+        "_executor",
+        "_inline_seconds",
+        "_lazy",
+        "_lazy_at",
+        "_linger",
+        "_loop",
+        "_on_failure",
+        "_scheduled",
+        "_sealing",
+        "_send",
+        "_store",
+        "batch_ops",
+        "commit_seconds",
+        "commits",
+        "on_commit",
+        "pending",
+        "sync_seconds",
+    )
+
+    def __init__(
+        self,
+        store: Store,
+        loop: asyncio.AbstractEventLoop,
+        executor: Executor | None,
+        on_failure: Callable[[BaseException], None],
+        linger: float = 0.5,
+        send: Callable[[], None] | None = None,
+    ) -> None:
+        self._store = store
+        self._loop = loop
+        self._executor = executor
+        self._on_failure = on_failure
+        # Called after a commit's actions ran: the acknowledgements they queued are written
+        # at once, not after the next round of reads.
+        self._send = send
+        self.pending = WriteBatch()
+        self._actions: list[Callable[[], None]] = []
+        self._busy = False
+        self._scheduled = False
+        self._sealing = False
+        self._lazy: asyncio.TimerHandle | None = None
+        self._lazy_at = 0.0  # loop time `_lazy` fires at
+        self._due: float | None = None  # loop time by which pending writes must be committed
+        self._linger = linger
+        self._inline_seconds = 0.0  # moving average of small commits' durations
+        self.commits = 0
+        # For /metrics: every commit's duration, its sync's, and its size in write operations.
+        self.commit_seconds = Histogram(SECONDS_BUCKETS)
+        self.sync_seconds = Histogram(SECONDS_BUCKETS)
+        self.batch_ops = Histogram(BATCH_BUCKETS)
+        # Called after each commit while set: the broker resumes readers it paused.
+        self.on_commit: Callable[[], None] | None = None
+
+    @property
+    def backlogged(self) -> bool:
+        """So much waits behind the running commit that reading should pause.
+
+        Under a flood of QoS 0 publications the event loop keeps the GIL so busy that the
+        writer thread falls behind, and the next batch would grow without bound. Pausing
+        the readers until the commit ends bounds it, and lets the writer run.
+        """
+        return self._busy and len(self.pending) >= MAX_BACKLOG
+
+    @property
+    def idle(self) -> bool:
+        return not self._busy and not self.pending and not self._actions
+
+    def after(self, action: Callable[[], None]) -> None:
+        """Run `action` once everything written so far is durable."""
+        if not self._busy and not self.pending and not self._actions:
+            action()
+            return
+        self._actions.append(action)
+        self.schedule()
+
+    def schedule(self) -> None:
+        """Commit what is pending at the end of this loop iteration."""
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def schedule_lazy(self, within: float | None = None) -> None:
+        """Commit what is pending within `within` seconds (at most, and by default,
+        `linger`), or sooner with whatever else is committed (see the module docstring)."""
+        if within is not None or self._due is None:
+            delay = self._linger if within is None else min(within, self._linger)
+            due = self._loop.time() + delay
+            if self._due is None or due < self._due:
+                self._due = due
+        if self._scheduled or self._busy:
+            return  # a commit is coming anyway, or `_done` schedules one
+        if len(self.pending) >= LINGER_MAX_OPS:
+            self.schedule()  # bounded batches: the count is checked on every call
+        elif self._lazy is None or self._lazy_at > self._due:
+            if self._lazy is not None:
+                self._lazy.cancel()
+            self._lazy_at = self._due
+            self._lazy = self._loop.call_at(self._due, self._flush)
+
+    def _flush(self, on_loop: bool = True) -> None:
+        """Commit what is pending; `on_loop=False` keeps it off the event loop's thread."""
+        self._scheduled = False
+        if self._lazy is not None:
+            self._lazy.cancel()
+            self._lazy = None
+        if self._busy:
+            if self.pending:
+                self._due = 0.0  # overdue: `_done` has it committed next
+            return
+        if not self.pending and not self._actions:
+            return
+        batch, actions = self.pending, self._actions
+        self.pending = WriteBatch()
+        self._actions = []
+        self._due = None
+        if self._executor is None or (
+            on_loop
+            and len(actions) >= INLINE_MIN_ACTIONS
+            and len(batch) <= INLINE_MAX_OPS
+            and self._inline_seconds < INLINE_BUDGET
+        ):
+            try:
+                if batch:
+                    self._timed_commit(batch)
+            except Exception as error:
+                self._failed(error)
+                return
+            self.commits += 1
+            self._run(actions)
+            return
+        self._busy = True
+        # A plain executor future whose callback wakes the loop once: an asyncio future
+        # (run_in_executor) would take two loop iterations to run `_done`.
+        future = self._executor.submit(self._timed_commit, batch)
+        future.add_done_callback(lambda done: self._call_done(done, actions))
+        if not self._sealing:
+            self._sealing = True
+            self._loop.call_later(SEAL_INTERVAL, self._seal)
+
+    def _timed_commit(self, batch: WriteBatch) -> None:
+        """Commit, keeping the average duration of small commits (either thread)."""
+        started = time.perf_counter()
+        self._store.commit(batch)
+        took = time.perf_counter() - started
+        size = len(batch)
+        if size <= INLINE_MAX_OPS:
+            self._inline_seconds += (took - self._inline_seconds) * 0.125
+        self.commit_seconds.observe(took)
+        self.sync_seconds.observe(self._store.last_sync_seconds)
+        self.batch_ops.observe(size)
+
+    def _call_done(self, future: Future[None], actions: list[Callable[[], None]]) -> None:
+        """On the writer thread: hand the outcome to the event loop."""
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody left to acknowledge
+            self._loop.call_soon_threadsafe(self._done, future, actions)
+
+    def _seal(self) -> None:
+        """While the writer works, the next batch's journal rows go into sealed chunks
+        (`WriteBatch.seal_journal`) so that the garbage collector does not scan them."""
+        if self._busy:
+            self.pending.seal_journal()
+            self._loop.call_later(SEAL_INTERVAL, self._seal)
+        else:
+            self._sealing = False
+
+    def _done(self, future: Future[None], actions: list[Callable[[], None]]) -> None:
+        self._busy = False
+        error = future.exception()
+        if error is not None:
+            self._failed(error)
+            actions = []  # withheld: what they acknowledge is not durable
+        else:
+            self.commits += 1
+        # The next batch goes to the writer before this one's actions run: the writer
+        # works meanwhile, and what the actions write waits for the batch after it.
+        # Actions still run in registration order: the next batch's run after its commit,
+        # which is why that one is not committed on the loop right here.
+        if self._actions:
+            self._flush(on_loop=False)
+        elif self.pending:
+            self.schedule_lazy()
+        if self.on_commit is not None:
+            self.on_commit()
+        self._run(actions)
+
+    def _run(self, actions: list[Callable[[], None]]) -> None:
+        for action in actions:
+            try:
+                action()
+            except Exception:
+                log.exception("error in a post-commit action")
+        if actions and self._send is not None:
+            self._send()
+
+    def _failed(self, error: BaseException) -> None:
+        log.error("store commit failed, acknowledgements withheld: %s", error)
+        self._on_failure(error)
+
+    async def drain(self) -> None:
+        """Wait until everything pending is committed (used at shutdown)."""
+        while not self.idle:
+            if not self._busy:
+                self._flush()
+            await asyncio.sleep(0.005)

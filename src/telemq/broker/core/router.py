@@ -1,0 +1,620 @@
+"""The router: publications in, retained, journaled and routed to the sessions that match.
+
+Theory of operation
+-------------------
+For one PUBLISH from a client (`on_publish`):
+
+1. A command topic (`SYSTEM.BROKER.*`) runs the MQ command instead (`mq.CommandHost`); a
+   QoS 2 command runs on PUBREL, like any QoS 2 publication.
+2. The hooks may deny it: it is dropped and counted in `$SYS/broker/publish/messages/denied`,
+   and acknowledged as usual (MQTT 3.1.1 has no way to say no to a PUBLISH) or, at MQTT 5.0,
+   with reason code 0x87 (not authorized).
+3. QoS 0/1: `accept` retains it (`RetainedMessages`), appends its journal row and routes it:
+   the registry gives the matching queues with their granted QoS (content filters included);
+   each session gets one `Delivery` at min(publish QoS, granted QoS) (`Deliveries`).
+   PUBACK waits for the commit of the journal row and the durable deliveries.
+4. QoS 2 follows the seed's receiver rule: the message is stored (PUBREC after commit) but
+   made available only on PUBREL (`on_release`), when it is journaled and routed in one
+   transaction. Persistent subscribers get it, and a persistent publisher its PUBCOMP, after
+   that commit. Clean sessions do not wait for it: a crash before it leaves the stored
+   message unreleased, and it is released at restart (the clean publisher's session is gone,
+   and so are the clean subscribers' that had it), so nobody gets it twice and the journal
+   has it once. That commit comes within `RELEASE_COMMIT_WITHIN` seconds, or with the next
+   one. A persistent session remembers the ids it released (`Flows.released`): a client may
+   lose the PUBCOMP with its connection and re-send the PUBLISH instead of the PUBREL.
+
+The router owns the journal's sequence numbers; sessions are read from the `Sessions` room.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+from ...commands import COMMAND_TOPICS, PutResult, Requester
+from ...protocol import (
+    MessageReceived,
+    MessageReleased,
+    PacketType,
+    Publish,
+    ReasonCode,
+    TopicLimits,
+    topic_matches,
+)
+from ...protocol.flows import release_digest
+from ...protocol.properties import read_message_properties
+from ...store import IncomingRecord
+from ...subscriptions import (
+    PERSISTENCE_RANK,
+    DeliveryOptions,
+    Registry,
+    Subscription,
+    delivery_options,
+)
+from ..security.auth import Action
+from ..security.hooks import Hooks
+from .committer import Committer
+from .delivery import Deliveries
+from .retained import RetainedMessages
+from .session import Delivery, Message, Session
+from .shares import Shares
+
+if TYPE_CHECKING:
+    from ...protocol.properties import Properties
+    from ..settings.config import JournalConfig
+    from .client_protocol import Client
+    from .stats import BrokerStats
+
+log = logging.getLogger("telemq.broker")
+
+
+class CommandRunner(Protocol):
+    """Who runs the MQ commands published to `SYSTEM.BROKER.*` (the MQ command host,
+    operations/mq.py; the wiring gives it). Called for command topics only, never on the
+    path of an ordinary message, so a Protocol costs nothing there."""
+
+    def run_for(
+        self,
+        client: Client,
+        queue_topic: str,
+        payload: bytes,
+        qos: int,
+        properties: Properties | None = None,
+    ) -> None: ...
+
+    def run_as(
+        self,
+        requester: Requester,
+        queue_topic: str,
+        payload: bytes,
+        properties: Properties | None = None,
+    ) -> None: ...
+
+# What takes a copy that came over a link instead of the router (a copy for a queue,
+# remote_queues.py): `(message, hand_off_now)`, returning the deliveries to hand off after
+# the commit when `hand_off_now` is False, as `Router.accept` does.
+Deliver = Callable[[Message, bool], list[tuple[Session, Delivery]]]
+
+# Seconds within which a clean session's QoS 2 release (its journal row) is committed when
+# nothing waits for it: soon, and usually sooner with the next publication's commit.
+RELEASE_COMMIT_WITHIN = 0.002
+
+JOURNAL_CACHE_SIZE = 16384  # topics whose journal exclusion is remembered
+
+
+def now_us() -> int:
+    """UTC microseconds: the timestamps of messages and store records."""
+    return time.time_ns() // 1000
+
+
+class Router:
+    """Accepts publications and routes them (see module docstring)."""
+
+    __slots__ = (
+        "_committer",
+        "_deliveries",
+        "_hooks",
+        "_journal_cache",
+        "_journal_cache_limit",
+        "_journal_exclude",
+        "_journal_on",
+        "_on_accepted",
+        "_publish_checked",
+        "_received_us",
+        "_registry",
+        "_retained",
+        "_sessions",
+        "_stats",
+        "_topic_limits",
+        "cache_bytes",
+        "commands",
+        "envelopes",
+        "next_seq",
+        "own",
+        "shares",
+    )
+
+    def __init__(
+        self,
+        committer: Committer,
+        stats: BrokerStats,
+        hooks: Hooks,
+        registry: Registry,
+        sessions: dict[str, Session],
+        deliveries: Deliveries,
+        retained: RetainedMessages,
+        journal: JournalConfig,
+        commands: CommandRunner,
+        topic_limits: TopicLimits,
+        cache_bytes: int,
+        own: str = "",
+    ) -> None:
+        self.own = own  # this broker's name: the origin of the publications made here
+        self._committer = committer
+        self._topic_limits = topic_limits
+        self._journal_cache_limit = cache_bytes  # 0 = no bound
+        self._stats = stats
+        self._hooks = hooks
+        # Resolved once (hooks never change after start): read natively per message.
+        self._publish_checked = bool(hooks.authorizers)
+        self._on_accepted = hooks.accepted
+        self._registry = registry
+        self._sessions = sessions  # owned by the Sessions room: read only here
+        self._deliveries = deliveries
+        self._retained = retained
+        self.commands = commands
+        self._journal_on = journal.enabled
+        self._journal_exclude = list(journal.exclude)
+        self._journal_cache: dict[str, bool] = {}
+        self.cache_bytes = 0  # characters of the topic names in the journal cache
+        self._received_us = 0  # UTC microseconds of the read being handled
+        self.next_seq = 1  # the journal's next sequence number
+        self.shares = Shares(registry, sessions, deliveries)  # shared subscriptions' members
+        # Sub point -> the telemq-* user properties that copies of a publication made here
+        # carry over links (links.py fills it; a forwarded message has its own, `net`).
+        self.envelopes: dict[str, bytes] = {}
+
+    def set_envelope(self, sub_point: str, envelope: bytes) -> None:
+        """The telemq-* user properties that copies of the publications made here at
+        `sub_point` carry over links (set by the links room)."""
+        self.envelopes[sub_point] = envelope
+
+    def start_read(self) -> None:
+        """One clock reading per read: the packets of one read arrived together."""
+        self._received_us = time.time_ns() // 1000
+
+    # -- publications from clients -------------------------------------------
+
+    def on_publish(self, client: Client, event: MessageReceived) -> None:
+        publish = event.publish
+        connection = client.connection
+        session = client.session
+        if session is None or connection is None:
+            return
+        committer = self._committer
+        self._stats.publish_received += 1
+        qos = publish.qos
+        packet_id = publish.packet_id
+        too_large = self._topic_limits.size_error(publish.topic)
+        if too_large is not None:
+            # MQTT 3.1.1 has no negative acknowledgement: an unusable topic ends the connection.
+            client.close(f"PUBLISH refused: {too_large}", ReasonCode.TOPIC_NAME_INVALID)
+            return
+        if publish.topic in COMMAND_TOPICS and qos < 2:
+            self.commands.run_for(client, publish.topic, publish.payload, qos, publish.properties)
+            if qos == 1:
+                committer.after(lambda: client.acknowledge(PacketType.PUBACK, packet_id))
+            return
+        if self._publish_checked and not self._hooks.may(
+            Action.PUBLISH, publish.topic, client.user_id, client.client_id
+        ):
+            self._stats.publish_denied += 1
+            log.info("client %r: publish to %r denied", client.client_id, publish.topic)
+            # MQTT 5.0 says so (0x87); 3.1.1 acknowledges as usual (the code is ignored).
+            denied = ReasonCode.NOT_AUTHORIZED
+            if qos == 1:
+                committer.after(lambda: client.acknowledge(PacketType.PUBACK, packet_id, denied))
+            elif qos == 2:
+                committer.after(lambda: client.acknowledge(PacketType.PUBREC, packet_id, denied))
+            return
+        if qos == 2:
+            if not event.duplicate:
+                message = self._message_from(client, publish)
+                session.flows.hold_incoming(packet_id, message)
+                committer.pending.put_incoming(
+                    IncomingRecord(session.client_id, packet_id, message.to_stored())
+                )
+            committer.after(lambda: client.acknowledge(PacketType.PUBREC, packet_id))
+            return
+        message = self._message_from(client, publish)
+        self.accept(message, hand_off_now=True)
+        if qos == 1:
+            committer.after(lambda: client.acknowledge(PacketType.PUBACK, packet_id))
+        elif committer.pending:
+            committer.schedule_lazy()  # nothing waits for a QoS 0 journal row
+
+    def on_release(self, client: Client, event: MessageReleased) -> None:
+        self.release(client, event, None)
+
+    def release(
+        self,
+        client: Client,
+        event: MessageReleased,
+        exclude_queue: str | None,
+        route: bool = True,
+        deliver: Deliver | None = None,
+    ) -> None:
+        """A QoS 2 publication released by its PUBREL; `exclude_queue` gets no copy (the
+        link it came by); with `route` False it only completes (a copy that looped); a
+        `deliver` takes it instead of routing (a copy for a queue, remote_queues.py)."""
+        session = client.session
+        if session is None:
+            return
+        packet_id = event.packet_id
+        message = event.message
+        committer = self._committer
+        if not isinstance(message, Message):
+            # Nothing held under this id (released before, or never received): PUBCOMP.
+            committer.after(lambda: client.acknowledge(PacketType.PUBCOMP, packet_id))
+            return
+        self._record_release(session, packet_id, message)
+        if message.topic in COMMAND_TOPICS:
+            props = read_message_properties(message.properties) if message.properties else None
+            self.commands.run_for(client, message.topic, message.payload, 2, props)
+            committer.after(lambda: client.acknowledge(PacketType.PUBCOMP, packet_id))
+            return
+        if not route:
+            hand_offs = []
+        elif deliver is not None:
+            hand_offs = deliver(message, False)
+        else:
+            hand_offs = self.accept(message, False, not message.sync, exclude_queue)
+        # The release is durable once this commit ends. Until then a crash leaves the stored
+        # message unreleased, and it is released again (at restart for a clean publisher, on
+        # the PUBREL it re-sends for a persistent one): a persistent subscriber must not have
+        # had it yet, or it would get it twice. A clean one may: its session ends with the
+        # crash. Likewise only a persistent publisher must wait for PUBCOMP: a clean one's
+        # held message is released at restart.
+        deliveries = self._deliveries
+        waiting: list[tuple[Session, Delivery]] = []
+        for target, delivery in hand_offs:
+            if target.persistent:
+                waiting.append((target, delivery))
+            else:
+                deliveries.hand_off(target, delivery)
+        if session.persistent:
+
+            def after_commit() -> None:
+                deliveries.hand_off_all(waiting)
+                client.acknowledge(PacketType.PUBCOMP, packet_id)
+
+            committer.after(after_commit)
+        else:
+            client.acknowledge(PacketType.PUBCOMP, packet_id)
+            if waiting:
+                committer.after(lambda: deliveries.hand_off_all(waiting))
+            else:
+                committer.schedule_lazy(RELEASE_COMMIT_WITHIN)
+
+    def on_link_publish(
+        self,
+        client: Client,
+        event: MessageReceived,
+        message: Message,
+        deliver: Deliver | None = None,
+    ) -> None:
+        """A publication that came over a link (links.py made `message`): as `on_publish`,
+        without commands or the hooks (a link is trusted), and never back to its link; or,
+        with `deliver`, taken by it instead of routed (QoS 2: at `release`)."""
+        publish = event.publish
+        session = client.session
+        if session is None:
+            return
+        committer = self._committer
+        packet_id = publish.packet_id
+        qos = publish.qos
+        self._stats.publish_received += 1
+        self._stats.received_by_qos[qos] += 1
+        if qos == 2:
+            if not event.duplicate:
+                session.flows.hold_incoming(packet_id, message)
+                committer.pending.put_incoming(
+                    IncomingRecord(session.client_id, packet_id, message.to_stored())
+                )
+            committer.after(lambda: client.acknowledge(PacketType.PUBREC, packet_id))
+            return
+        if deliver is None:
+            self.accept(message, True, not message.sync, session.client_id)
+        else:
+            deliver(message, True)
+        if qos == 1:
+            committer.after(lambda: client.acknowledge(PacketType.PUBACK, packet_id))
+        elif committer.pending:
+            committer.schedule_lazy()
+
+    def _record_release(self, session: Session, packet_id: int, message: Message) -> None:
+        """The held message leaves the store in the release's commit. A persistent session
+        keeps its id, marked released, instead: the client may lose the PUBCOMP with its
+        connection, and re-send the PUBLISH rather than the PUBREL (`Flows.released`)."""
+        pending = self._committer.pending
+        if not session.persistent:
+            pending.delete_incoming(session.client_id, packet_id)
+            return
+        pending.release_incoming(session.client_id, packet_id)
+        digest = release_digest(message.topic_bytes, message.payload, message.retain)
+        self.remember_release(session, packet_id, digest, session.flows.connection_number)
+
+    def remember_release(
+        self, session: Session, packet_id: int, digest: int, connection_number: int
+    ) -> None:
+        """Into the session's released ids; the one that makes room leaves the store too."""
+        forgotten = session.flows.remember_released(packet_id, digest, connection_number)
+        if forgotten:
+            self._committer.pending.delete_incoming(session.client_id, forgotten)
+            self._committer.schedule()
+
+    def _message_from(self, client: Client, publish: Publish) -> Message:
+        """The accepted publication of a PUBLISH being handled."""
+        self._stats.received_by_qos[publish.qos] += 1
+        message = Message(
+            publish.topic,
+            publish.payload,
+            publish.qos,
+            publish.retain,
+            client.listener.sub_point,
+            client.client_id,
+            client.user_id,
+            self._received_us,
+            frame_qos0=publish.frame,
+        )
+        if publish.properties is not None:  # MQTT 5.0
+            message.take_properties(publish.properties)
+        return message
+
+    # -- publications from inside the broker ----------------------------------
+
+    def publish(
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int = 0,
+        retain: bool = False,
+        sub_point: str = "",
+        journal: bool = True,
+        properties: bytes = b"",
+    ) -> None:
+        """Publish from inside the broker ($SYS, command replies), routed like any message;
+        `properties`: its MQTT 5.0 properties (`protocol.message_properties`)."""
+        message = Message(topic, payload, qos, retain, sub_point, "", "", now_us())
+        message.properties = properties
+        self.accept(message, hand_off_now=True, journal=journal)
+        if self._committer.pending:
+            self._committer.schedule_lazy()
+
+    def publish_as(
+        self,
+        requester: Requester,
+        topic: str,
+        body: bytes,
+        retain: bool,
+        exclude_queue: str | None,
+        expiry: float | None = None,
+        local: bool = False,
+    ) -> None:
+        """A Publish command's publication, routed like the requester's own PUBLISH.
+
+        `expiry` (seconds, from <mqmd><Expiry>) bounds the life of its retained copy;
+        `local` (PubOpt Local) keeps it from the other brokers of the network.
+        """
+        message = message_of(requester, topic, body, requester.qos, retain)
+        message.local_only = local
+        if expiry is not None:
+            message.expiry_at = time.time() + expiry
+        self._stats.received_by_qos[message.qos] += 1
+        self.accept(message, hand_off_now=True, exclude_queue=exclude_queue)
+        self._committer.schedule()
+
+    def put_to_queue(
+        self, requester: Requester, queue: str, topic: str, body: bytes, qos: int
+    ) -> PutResult:
+        """Put one message on one queue only (a backfill): not retained, journaled or routed.
+
+        QoS 0 goes out only while the queue's client is connected and reading (else
+        NOT_CONNECTED, or FULL for a client that does not read); QoS 1/2 wait in the queue
+        (in the store when the session is persistent) like any routed delivery.
+        """
+        session = self._sessions.get(queue)
+        if session is None:
+            return PutResult.NO_QUEUE
+        message = message_of(requester, topic, body, qos, False)
+        deliveries = self._deliveries
+        if qos == 0:
+            client = session.client
+            if client is None:
+                return PutResult.NOT_CONNECTED
+            return PutResult.PUT if deliveries.send_qos0(client, message, False) else PutResult.FULL
+        if deliveries.enqueue(session, message, qos, False, session.persistent) is None:
+            return PutResult.FULL
+        deliveries.pump(session)
+        self._committer.schedule()
+        return PutResult.PUT
+
+    # -- accept and route -----------------------------------------------------
+
+    def accept(
+        self,
+        message: Message,
+        hand_off_now: bool,
+        journal: bool = True,
+        exclude_queue: str | None = None,
+    ) -> list[tuple[Session, Delivery]]:
+        """Retain, journal and route an accepted publication. With `hand_off_now` False the
+        deliveries are returned instead of sent (a QoS 2 release sends them after its commit)."""
+        if message.retain:
+            self._retained.keep(message)
+        if journal and self._journal_on:
+            journaled = self._journal_cache.get(message.topic)
+            if journaled is None:
+                journaled = self._journaled(message.topic)
+            if journaled:
+                seq = self.next_seq
+                self.next_seq = seq + 1
+                row = (
+                    seq,
+                    message.ts_us,
+                    message.topic,
+                    message.sub_point,
+                    message.qos,
+                    1 if message.retain else 0,
+                    bytearray(message.payload),  # see JournalRow
+                    message.client_id,
+                    message.user_id,
+                    bytearray(message.properties) if message.properties else 0,  # 0: none
+                )
+                if message.origin:  # made at another broker
+                    self._committer.pending.append_foreign_journal_row((*row, message.origin))
+                else:  # WriteBatch.append_journal_row, inlined: once per publication.
+                    self._committer.pending.journal += row
+        if self._on_accepted:
+            self._hooks.notify(self._on_accepted, message)
+        return self._route(message, hand_off_now, exclude_queue)
+
+    def _journaled(self, topic: str) -> bool:
+        cached = self._journal_cache.get(topic)
+        if cached is None:
+            cached = not any(topic_matches(f, topic) for f in self._journal_exclude)
+            size = self.cache_bytes + len(topic)
+            limit = self._journal_cache_limit
+            if len(self._journal_cache) > JOURNAL_CACHE_SIZE or (limit and size > limit):
+                self._journal_cache.clear()
+                size = len(topic)
+            self.cache_bytes = size
+            self._journal_cache[topic] = cached
+        return cached
+
+    def _route(
+        self, message: Message, hand_off_now: bool, exclude_queue: str | None
+    ) -> list[tuple[Session, Delivery]]:
+        """Deliver to every matching queue once, at its highest matching QoS."""
+        msg_qos = message.qos
+        targets = self._registry.targets(
+            message.sub_point,
+            message.topic,
+            message.payload,
+            msg_qos,
+            message.retain,
+            message.client_id,
+            message.user_id,
+            message.properties,
+            bool(message.net),
+            message.origin or self.own,
+        )
+        registry = self._registry
+        shares: dict[str, str] | None = None  # queue -> the shared group it was picked for
+        options5: dict[str, DeliveryOptions] | None = None
+        if registry.has_extras:  # MQTT 5.0 options or shared groups: only then looked up
+            options5, groups = registry.extras(message.sub_point, message.topic)
+            if groups:
+                targets, options5, shares = self._pick_shared(groups, targets or {}, options5)
+        if not targets:
+            return []
+        sessions = self._sessions
+        deliveries = self._deliveries
+        later: list[tuple[Session, Delivery]] = []
+        sync = message.sync  # a retained answer: RETAIN set for every subscriber
+        for queue, (granted, rank) in targets.items():
+            if queue == exclude_queue:
+                continue
+            qos = granted if granted < msg_qos else msg_qos
+            session = sessions.get(queue)
+            if session is None:
+                continue
+            retain = sync  # a live copy: RETAIN is for retained messages [MQTT-3.3.1-9]
+            extra = b""  # MQTT 5.0: the Subscription Identifiers
+            if options5 is not None:
+                options = options5.get(queue)
+                if options is not None:
+                    if options.no_local and queue == message.client_id:
+                        continue
+                    retain = (message.retain and options.retain_as_published) or sync
+                    extra = options.properties
+                    if session.link:  # a proxy subscription: the copy crosses a link
+                        if message.local_only:
+                            continue
+                        extra = message.net or self.envelopes[message.sub_point]
+                        session.forwarded += 1
+                    elif message.local_only and session.bridge:  # nor a bridge (PubOpt Local)
+                        continue
+            durable = session.persistent and durable_rank(rank, qos)
+            if durable and qos == 0:
+                qos = 1  # Pers / PersAsQueue: kept until acknowledged
+            if qos == 0:
+                client = session.client
+                if client is None and session.target is None:
+                    continue  # QoS 0 is not queued for offline sessions (as Mosquitto)
+                if session.holding and hand_off_now:
+                    deliveries.hold_qos0(session, message, retain, extra)
+                elif not hand_off_now:
+                    later.append((session, Delivery(message, 0, retain, 0, extra)))
+                elif client is not None:
+                    deliveries.send_qos0(client, message, retain, extra)
+                else:
+                    deliveries.to_target(session, Delivery(message, 0, retain, 0, extra))
+                continue
+            share = shares.get(queue, "") if shares is not None else ""
+            delivery = deliveries.enqueue(
+                session, message, qos, retain, durable, True, extra, share
+            )
+            if delivery is None:
+                continue
+            if hand_off_now:
+                deliveries.pump(session)
+            else:
+                later.append((session, delivery))
+        return later
+
+    def _pick_shared(
+        self,
+        groups: dict[str, list[Subscription]],
+        targets: dict[str, tuple[int, int]],
+        options5: dict[str, DeliveryOptions] | None,
+    ) -> tuple[dict[str, tuple[int, int]], dict[str, DeliveryOptions] | None, dict[str, str]]:
+        """One member per shared group (shares.py), added to the targets: copies of the
+        cached ones, with the member's options. A member that also has its own matching
+        subscription gets one copy (the highest QoS), as for two overlapping ones."""
+        targets = dict(targets)
+        options5 = dict(options5) if options5 is not None else {}
+        picked: dict[str, str] = {}
+        for group, members in groups.items():
+            member = self.shares.pick(group, members)
+            if member is None:
+                continue
+            queue = member.queue
+            entry = (member.qos, PERSISTENCE_RANK[member.persistence])
+            current = targets.get(queue)
+            targets[queue] = entry if current is None else max(current, entry)
+            if queue not in options5 and member.has_options5:
+                options5[queue] = delivery_options([member])
+            picked[queue] = group
+        return targets, options5 or None, picked
+
+
+def message_of(requester: Requester, topic: str, body: bytes, qos: int, retain: bool) -> Message:
+    """A publication made by an MQ command on behalf of its requester."""
+    return Message(
+        topic,
+        body,
+        qos,
+        retain,
+        requester.sub_point,
+        requester.client_id,
+        requester.user_id,
+        now_us(),
+    )
+
+
+def durable_rank(rank: int, qos: int) -> bool:
+    """Design §5: Pers and PersAsQueue (on a durable session) always; PersAsPub at QoS >= 1."""
+    return rank >= 2 or (rank == 1 and qos >= 1)
