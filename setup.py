@@ -38,7 +38,7 @@ COMPILED = [
     "src/telemq/subscriptions/registry.py",
     "src/telemq/subscriptions/topic_tree.py",
     "src/telemq/broker/peers/bridges.py",
-    "src/telemq/broker/core/client_protocol.py",
+    "src/telemq/broker/core/message.py",
     "src/telemq/broker/core/committer.py",
     "src/telemq/broker/core/delivery.py",
     "src/telemq/broker/peers/links.py",

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Sequence
 import pytest
 
 from telemq.broker import BrokerConfig
-from telemq.broker.core.session import Message
+from telemq.broker.core.message import Message
 from telemq.broker.edges.listeners import MemoryConnection, MemoryListener
 from telemq.broker.security.auth import Action
 from telemq.broker.security.hooks import Hook, Hooks

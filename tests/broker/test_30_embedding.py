@@ -12,7 +12,7 @@ import pytest
 
 import telemq
 from telemq.broker import BrokerConfig, ListenerConfig
-from telemq.broker.core.session import Message
+from telemq.broker.core.message import Message
 from telemq.broker.embedded import Received
 from telemq.protocol import Connect, Publish, Subscribe, encode
 from telemq.protocol.codec import Decoder

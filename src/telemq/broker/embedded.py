@@ -20,7 +20,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, NamedTuple
 
-from .core.session import Message
+from .core.message import Message
 
 if TYPE_CHECKING:
     from .core.session import Session

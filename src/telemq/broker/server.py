@@ -56,14 +56,14 @@ from ..protocol import (
 )
 from ..store import Store, SyncMode, open_store
 from ..subscriptions import Identity, Registry, Subscription
-from .core.client_protocol import Client, ClientHub, EventHandlers
 from .core.committer import Committer
 from .core.delivery import Deliveries
+from .core.message import Message
 from .core.restore import restore_state
 from .core.retained import RetainedMessages
 from .core.rooms import CoreRooms
 from .core.router import Router
-from .core.session import Message, Session
+from .core.session import Client, ClientHub, EventHandlers, Session
 from .core.sessions import Sessions
 from .core.stats import BrokerStats, PeerCounters
 from .core.subscribe import SubscriptionManager
@@ -135,7 +135,7 @@ class Broker:
         self.sys: SysReporter
         self.links: Links
         self.bridges: Bridges
-        self.hub: ClientHub  # what every client shares (core/client_protocol.py)
+        self.hub: ClientHub  # what every client shares (core/session.py)
         self._executor: ThreadPoolExecutor | None = None
         self._sys_task: asyncio.Task[None] | None = None
         self._started = False

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from .core.client_protocol import Client
+from .core.session import Client
 from .edges.http import Handler, HttpAuth, HttpServer
 from .edges.websockets import mqtt_over_websocket
 from .operations.admin_api import AdminApi
@@ -26,7 +26,7 @@ from .operations.metrics import MetricsRoute
 from .security.auth import Action
 
 if TYPE_CHECKING:
-    from .core.client_protocol import ClientHub
+    from .core.session import ClientHub
     from .operations.view import BrokerView
     from .security.hooks import Hooks
     from .settings.config import HttpConfig

@@ -32,7 +32,7 @@ from ..security.hooks import AuthExchange, AuthOutcome, AuthStep, Hooks
 if TYPE_CHECKING:
     import asyncio
 
-    from .client_protocol import Client
+    from .session import Client
 
 log = logging.getLogger("telemq.broker")
 

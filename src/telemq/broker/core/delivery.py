@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -44,10 +45,11 @@ from ...protocol.properties import (
 )
 from ...store import DeliveryRecord, DeliveryState
 from .committer import Committer
-from .session import Delivery, Message, Session
+from .message import Delivery, Message
+from .session import Session
 
 if TYPE_CHECKING:
-    from .client_protocol import Client
+    from .session import Client
     from .stats import BrokerStats
 
 log = logging.getLogger("telemq.broker")
@@ -398,6 +400,56 @@ class Deliveries:
             self._committer.pending.delete_message(message.store_id)
             message.store_id = 0
             message.refs = 0
+
+    # -- a session's queue, changed here only (`max_queued_bytes` counts QoS 1/2 copies) --
+
+    def restore_queued(self, session: Session, delivery: Delivery) -> None:
+        """A queued delivery read back from the store at start."""
+        session.queue.append(delivery)
+        if delivery.qos:
+            session.queued_bytes += delivery.message.size
+
+    def take_out(self, session: Session, delivery: Delivery) -> None:
+        """A queued or held delivery leaves its session (moved to another: shares.py)."""
+        if delivery in session.queue:
+            session.queue.remove(delivery)
+        else:
+            session.held.remove(delivery)
+        if delivery.qos:
+            session.queued_bytes -= delivery.message.size
+
+    def keep_queued(self, session: Session, keep: Callable[[Delivery], bool]) -> list[Delivery]:
+        """Only the queued and held deliveries `keep` admits stay; the others are
+        returned (for `drop`), in queue order."""
+        dropped: list[Delivery] = []
+        if not (session.queue or session.held):
+            return dropped
+        kept: deque[Delivery] = deque()
+        for delivery in session.queue:
+            (kept if keep(delivery) else dropped).append(delivery)
+        held: list[Delivery] = []
+        for delivery in session.held:
+            (held if keep(delivery) else dropped).append(delivery)
+        session.queue = kept
+        session.held = held
+        session.queued_bytes = sum(d.message.size for d in (*kept, *held) if d.qos)
+        return dropped
+
+    def rename_in_flight(
+        self, session: Session, rename: Callable[[bytes], bytes], keep_retain: bool
+    ) -> None:
+        """A bridge's restored in-flight copies, given the remote broker's topic names
+        (`rename`), and RETAIN only when the bridge passes it on (`keep_retain`)."""
+        for inflight in session.flows.outbound.values():
+            inflight.topic = rename(inflight.topic)
+            inflight.retain = inflight.retain and keep_retain
+
+    def clear_queued(self, session: Session) -> None:
+        """A session is discarded: nothing waits in it any more (`forget_session` first
+        releases what was durable)."""
+        session.queue.clear()
+        session.held.clear()
+        session.queued_bytes = 0
 
     def forget(self, delivery: Delivery) -> None:
         """A delivery taken out of its session (moved elsewhere, shares.py): out of the

@@ -33,9 +33,10 @@ from ...subscriptions import Registry, Subscription
 from ..settings.config import LimitsConfig
 from .committer import Committer
 from .delivery import Deliveries, in_flight_properties, restore_delivery
+from .message import Delivery, Message
 from .retained import RetainedMessages
 from .router import Router
-from .session import Delivery, Message, Session
+from .session import Session
 from .sessions import Sessions
 
 log = logging.getLogger("telemq.broker")
@@ -133,7 +134,7 @@ def restore_state(
                 beyond,
             )
             quarantined += 1
-    _restore_deliveries(state, now, by_id)
+    _restore_deliveries(state, now, by_id, deliveries)
     orphans: list[IncomingRecord] = []
     released: list[IncomingRecord] = []
     for incoming in state.incoming:
@@ -173,7 +174,9 @@ def restore_state(
     return quarantined
 
 
-def _restore_deliveries(state: StoreState, now: float, by_id: dict[str, Session]) -> None:
+def _restore_deliveries(
+    state: StoreState, now: float, by_id: dict[str, Session], deliveries: Deliveries
+) -> None:
     messages = {mid: Message.from_stored(stored) for mid, stored in state.messages.items()}
     wall_now = time.time()
     for record in state.deliveries:
@@ -186,8 +189,7 @@ def _restore_deliveries(state: StoreState, now: float, by_id: dict[str, Session]
         if record.data:
             restore_delivery(delivery, record.data)
         if record.state == DeliveryState.QUEUED or record.packet_id == 0:
-            target.queue.append(delivery)
-            target.queued_bytes += message.size
+            deliveries.restore_queued(target, delivery)
         else:
             target.flows.track(
                 record.qos,

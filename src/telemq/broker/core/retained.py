@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from ...store import RetainedRecord
 from .committer import Committer
-from .session import Message
+from .message import Message
 
 if TYPE_CHECKING:
     from .stats import BrokerStats

@@ -57,14 +57,15 @@ from ..security.auth import Action
 from ..security.hooks import Hooks
 from .committer import Committer
 from .delivery import Deliveries
+from .message import Delivery, Message
 from .retained import RetainedMessages
-from .session import Delivery, Message, Session
+from .session import Session
 from .shares import Shares
 
 if TYPE_CHECKING:
     from ...protocol.properties import Properties
     from ..settings.config import JournalConfig
-    from .client_protocol import Client
+    from .session import Client
     from .stats import BrokerStats
 
 log = logging.getLogger("telemq.broker")

@@ -1,182 +1,56 @@
-"""Messages, deliveries and sessions: the broker's in-memory state.
+"""A session and the connection it is attached to: `Session`, `Client` and the `ClientHub`.
 
-A `Message` is one accepted publication, shared by every delivery of it; it
-caches its encoded QoS 0 frames so that fan-out to many subscribers encodes
-once. A `Delivery` is one copy of a message owed to one session at one QoS. A
-`Session` outlives connections when it is persistent (clean session = 0): it
-keeps the subscriptions, the QoS flows (`protocol.Flows`) and the queue of
-deliveries waiting for a connection or for room in the in-flight window.
+A `Session` is the state of one client id. It outlives connections when it is persistent
+(clean session = 0): it keeps the subscriptions, the QoS flows (`protocol.Flows`) and the
+queue of deliveries waiting for a connection or for room in the in-flight window (changed
+by `Deliveries` only). Its deliveries go to its `client` while one is connected, or to a
+`DeliveryTarget` (an in-process subscriber, the way to a queue on another broker).
+
+A `Client` (an `asyncio.Protocol`, one per connection) owns nothing but the transport and
+the sans-IO `Connection`: bytes read are fed to the connection and the resulting events go
+to the event handlers, all inside the `data_received` callback, so a connection's packets
+are handled strictly in order and every complete packet of a read is handled before
+yielding. Writes are coalesced: whatever the broker queues for this client during one loop
+iteration goes out in one `transport.write`.
+
+A session and its client name each other, so they live in one module. A client never sees
+the broker: what it needs of it is the `ClientHub`, a concrete class (the per-message path
+stays on compiled calls): the loop and limits, the handler table of the protocol's events,
+the rooms' answers to a connection opening, ending or draining (given by the wiring), the
+clients with bytes to write this iteration, and the clients paused while the store catches
+up. The hub owns those two lists; the rooms own the rest.
 """
 
 from __future__ import annotations
 
-import math
+import asyncio
+import logging
+import time
 from collections import deque
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from ...protocol import Flows, encode_publish
-from ...protocol.peer5 import NO_EXPIRY
-from ...protocol.properties import Properties, message_expiry_property, message_properties
-from ...store import StoredMessage
+from ...protocol import (
+    Connection,
+    ConnectionClosed,
+    ConnectionState,
+    ConnectRequested,
+    Event,
+    Flows,
+    PacketType,
+    ReasonCode,
+)
+from ...protocol.packets import Will
+from ...protocol.peer5 import NO_EXPIRY, ServerLimits5
+from ..settings.tls import certificate_identity
+from .committer import Committer
+from .message import Delivery, Message
 
 if TYPE_CHECKING:
-    from .client_protocol import Client
+    from ..security.hooks import AuthExchange
+    from ..settings.config import LimitsConfig, ListenerConfig
 
-
-class Message:
-    """An accepted publication (see module docstring)."""
-
-    __slots__ = (
-        "_frames",
-        "client_id",
-        "expiry_at",
-        "local_only",
-        "net",
-        "origin",
-        "payload",
-        "properties",
-        "qos",
-        "refs",
-        "retain",
-        "size",
-        "store_id",
-        "sub_point",
-        "sync",
-        "topic",
-        "topic_bytes",
-        "ts_us",
-        "user_id",
-    )
-
-    def __init__(
-        self,
-        topic: str,
-        payload: bytes,
-        qos: int,
-        retain: bool,
-        sub_point: str,
-        client_id: str,
-        user_id: str,
-        ts_us: int,
-        topic_bytes: bytes | None = None,
-        frame_qos0: bytes | None = None,
-    ) -> None:
-        """`frame_qos0`: the message's QoS 0 PUBLISH without RETAIN, when already encoded."""
-        self.topic = topic
-        self.topic_bytes = topic_bytes if topic_bytes is not None else topic.encode("utf-8")
-        self.payload = payload
-        self.size = len(self.topic_bytes) + len(payload)  # what it counts against quotas
-        self.qos = qos
-        self.retain = retain
-        self.sub_point = sub_point
-        self.client_id = client_id
-        self.user_id = user_id
-        self.ts_us = ts_us
-        self.store_id = 0  # id in the store's messages table; 0 = not stored there
-        self.refs = 0  # durable deliveries that reference store_id
-        # UTC seconds after which the message is gone: a retained copy (MQ Expiry, MQTT 5.0's
-        # Message Expiry Interval), and a queued one not yet sent (5.0); 0 = never.
-        self.expiry_at = 0.0
-        # MQTT 5.0 properties forwarded to subscribers (`protocol.message_properties`): b""
-        # for none, and for every message published at 3.1/3.1.1.
-        self.properties = b""
-        # A publication that came over a link: the telemq-* user properties its copies
-        # to further links start with (the path so far and this broker; links.py). b"":
-        # made here.
-        self.net = b""
-        # The broker it was made at, when not this one (a link's copy: the first of its
-        # path). Journaled, and `Properties.Broker` to filters (docs/network.md §6).
-        self.origin = ""
-        self.local_only = False  # MQ PubOpt Local: not for the other brokers
-        # A retained copy answering a new proxy subscription (retained_sync.py): delivered
-        # with RETAIN set, not journaled again.
-        self.sync = False
-        self._frames: list[bytes | None] = [frame_qos0, None]
-
-    def frame_qos0(self, retain: bool) -> bytes:
-        """The QoS 0 PUBLISH of this message, encoded once per RETAIN flag."""
-        index = 1 if retain else 0
-        frame = self._frames[index]
-        if frame is None:
-            frame = self._frames[index] = encode_publish(
-                self.topic_bytes, self.payload, 0, retain, False, 0
-            )
-        return frame
-
-    def take_properties(self, props: Properties) -> None:
-        """An MQTT 5.0 PUBLISH's (or will's) properties: what is forwarded, and when the
-        message expires (counted from its receipt)."""
-        self.properties = message_properties(props)
-        if props.message_expiry_interval is not None:
-            self.expiry_at = self.ts_us / 1e6 + props.message_expiry_interval
-
-    def properties5(self, now: float) -> bytes | None:
-        """The properties of a PUBLISH of this message to an MQTT 5.0 client, with what is
-        left of its expiry interval; None when it has expired."""
-        expiry_at = self.expiry_at
-        if not expiry_at:
-            return self.properties
-        remaining = math.ceil(expiry_at - now)
-        if remaining <= 0:
-            return None
-        return message_expiry_property(remaining) + self.properties
-
-    def to_stored(self) -> StoredMessage:
-        return StoredMessage(
-            id=self.store_id,
-            topic=self.topic,
-            payload=self.payload,
-            qos=self.qos,
-            retain=self.retain,
-            sub_point=self.sub_point,
-            client_id=self.client_id,
-            user_id=self.user_id,
-            ts_us=self.ts_us,
-            properties=self.properties,
-            expiry_at=self.expiry_at,
-        )
-
-    @classmethod
-    def from_stored(cls, stored: StoredMessage) -> Message:
-        message = cls(
-            stored.topic,
-            stored.payload,
-            stored.qos,
-            stored.retain,
-            stored.sub_point,
-            stored.client_id,
-            stored.user_id,
-            stored.ts_us,
-        )
-        message.store_id = stored.id
-        message.properties = stored.properties
-        message.expiry_at = stored.expiry_at
-        return message
-
-
-class Delivery:
-    """One copy of a message owed to a session; `delivery_id` 0 = memory only.
-    `properties`: what this copy adds to the message's MQTT 5.0 properties (the matching
-    subscriptions' identifiers, an MQ CorrelId as Correlation Data: `subscriptions.options5`),
-    encoded; b"" for none. `share`: the shared subscription
-    group it came through ("" for none)."""
-
-    __slots__ = ("delivery_id", "message", "properties", "qos", "retain", "share")
-
-    def __init__(
-        self,
-        message: Message,
-        qos: int,
-        retain: bool,
-        delivery_id: int = 0,
-        properties: bytes = b"",
-    ) -> None:
-        self.message = message
-        self.qos = qos
-        self.retain = retain
-        self.delivery_id = delivery_id
-        self.properties = properties
-        self.share = ""  # the shared subscription group it was given through (shares.py)
+log = logging.getLogger("telemq.broker")
 
 
 class DeliveryTarget(Protocol):
@@ -253,3 +127,319 @@ class Session:
     def backlog(self) -> int:
         """Deliveries not yet done: queued, and sent but not acknowledged."""
         return len(self.queue) + len(self.flows.outbound)
+
+
+# States in which the connection decodes what it has buffered.
+_READING = (ConnectionState.CONNECTED, ConnectionState.AUTHENTICATING)
+
+
+EventHandlers = dict[type, Callable[["Client", Any], None]]
+
+
+class ClientHub:
+    """What every `Client` of one broker shares (see the module docstring).
+
+    Built by the wiring before the rooms (the committer flushes through it); `attach` gives
+    it the rooms' answers once they exist.
+    """
+
+    __slots__ = (
+        "_flush_scheduled",
+        "_paused_for_store",
+        "committer",
+        "dirty_clients",
+        "event_handlers",
+        "limits",
+        "limits5",
+        "loop",
+        "on_gone",
+        "on_opened",
+        "on_writable",
+        "start_read",
+    )
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        limits: LimitsConfig,
+        limits5: ServerLimits5 | None,
+    ) -> None:
+        self.loop = loop
+        self.limits = limits
+        # What MQTT 5.0 connections are told and held to; None: 5.0 is off.
+        self.limits5 = limits5
+        self.dirty_clients: list[Client] = []  # read by clients, changed by mark_dirty
+        self._paused_for_store: list[Client] = []  # see pause_for_store
+        self._flush_scheduled = False
+        self.committer: Committer
+        self.event_handlers: EventHandlers = {}
+        self.start_read: Callable[[], None]
+        self.on_opened: Callable[[Client], None]
+        self.on_gone: Callable[[Client], None]
+        self.on_writable: Callable[[Client], None]
+
+    def attach(
+        self,
+        committer: Committer,
+        event_handlers: EventHandlers,
+        start_read: Callable[[], None],
+        on_opened: Callable[[Client], None],
+        on_gone: Callable[[Client], None],
+        on_writable: Callable[[Client], None],
+    ) -> None:
+        """The rooms' answers: the handler of each event type, what starts a read (the
+        router's per-read caches), and who hears of a connection opening, ending, draining."""
+        self.committer = committer
+        self.event_handlers = event_handlers
+        self.start_read = start_read
+        self.on_opened = on_opened
+        self.on_gone = on_gone
+        self.on_writable = on_writable
+
+    def handle_events(self, client: Client, events: Iterable[Event]) -> None:
+        self.start_read()
+        handlers = client.handlers
+        for event in events:
+            handlers[type(event)](client, event)
+
+    def mark_dirty(self, client: Client) -> None:
+        """`client` has bytes to write: flushed at the end of this loop iteration."""
+        self.dirty_clients.append(client)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self.flush_dirty)
+
+    def flush_dirty(self) -> None:
+        self._flush_scheduled = False
+        dirty = self.dirty_clients
+        self.dirty_clients = []
+        for client in dirty:
+            client.flush()
+
+    def pause_for_store(self, client: Client) -> None:
+        """Stop reading from `client` until the running commit ends (`Committer.backlogged`)."""
+        transport = client.transport
+        if transport is None or transport.is_closing():
+            return
+        transport.pause_reading()
+        self._paused_for_store.append(client)
+        self.committer.on_commit = self._resume_readers
+
+    def _resume_readers(self) -> None:
+        self.committer.on_commit = None
+        paused = self._paused_for_store
+        self._paused_for_store = []
+        for client in paused:
+            if client.transport is not None and not client.transport.is_closing():
+                client.transport.resume_reading()
+
+
+
+class Client(asyncio.Protocol):
+    __slots__ = (
+        "_dirty",
+        "_timer",
+        "_timer_at",
+        "auth_connect",
+        "auth_exchange",
+        "backlog",
+        "certificate_user",
+        "client_id",
+        "connected_at",
+        "connection",
+        "dial",
+        "handlers",
+        "hub",
+        "listener",
+        "peer",
+        "session",
+        "transport",
+        "user_id",
+        "will",
+        "writable",
+    )
+
+    def __init__(
+        self,
+        hub: ClientHub,
+        listener: ListenerConfig,
+        dial: Callable[[float], Connection] | None = None,
+        handlers: EventHandlers | None = None,
+    ) -> None:
+        self.hub = hub
+        self.listener = listener
+        # An outbound connection (a link or bridge this broker dials): makes its client-role
+        # connection (`protocol.DialConnection`) when the TCP connection is made.
+        self.dial = dial
+        # Who handles this connection's events: the broker's table for clients; a link's
+        # or bridge's own for the connections they dial or accept (peers/links.py).
+        self.handlers: EventHandlers = hub.event_handlers if handlers is None else handlers
+        self.transport: asyncio.Transport | None = None
+        self.connection: Connection | None = None
+        self.session: Session | None = None
+        self.client_id = ""
+        self.user_id = ""
+        self.will: Will | None = None
+        self.peer = "?"
+        self.connected_at = 0.0  # UTC seconds the connection was made (the admin API)
+        self.certificate_user: str | None = None  # CN of a verified client certificate
+        # Enhanced authentication in progress (authentication.py): the exchange, and the
+        # CONNECT it answers (None for a re-authentication).
+        self.auth_exchange: AuthExchange | None = None
+        self.auth_connect: ConnectRequested | None = None
+        self.writable = True
+        self._dirty = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+
+    # -- asyncio callbacks ----------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports do not subclass asyncio.Transport, hence the cast.
+        self.transport = cast(asyncio.Transport, transport)
+        self.connected_at = time.time()
+        peer = transport.get_extra_info("peername")
+        if peer:
+            self.peer = f"{peer[0]}:{peer[1]}"
+        hub = self.hub
+        limits = hub.limits
+        if self.listener.use_identity_as_username:
+            self.certificate_user = certificate_identity(transport)
+        now = hub.loop.time()
+        if self.dial is not None:
+            self.connection = self.dial(now)
+        else:
+            self.connection = Connection(
+                now=now,
+                max_packet_size=limits.max_packet_size,
+                connect_timeout=limits.connect_timeout,
+                retry_interval=limits.retry_interval,
+                mqtt5=hub.limits5,
+            )
+        hub.on_opened(self)
+        if self.dial is not None:
+            self.flush()  # the CONNECT an outbound connection opens with
+        else:
+            self._arm_timer()
+
+    def data_received(self, data: bytes) -> None:
+        connection = self.connection
+        assert connection is not None
+        hub = self.hub
+        now = hub.loop.time()
+        events = connection.receive_data(data, now)
+        if events:
+            hub.handle_events(self, events)
+            if connection.has_buffered_input:
+                self._read_buffered(connection, now)
+            if hub.committer.backlogged and connection.state is ConnectionState.CONNECTED:
+                hub.pause_for_store(self)
+            if hub.dirty_clients:
+                # Deliveries leave before this client's acknowledgements: the subscribers'
+                # latency does not include a write to the publisher.
+                hub.flush_dirty()
+        self.flush()
+
+    def _read_buffered(self, connection: Connection, now: float) -> None:
+        """What followed CONNECT (or an AUTH of enhanced authentication) in the same read,
+        now that the server has answered it."""
+        while connection.has_buffered_input and connection.state in _READING:
+            events = connection.receive_data(b"", now)
+            if not events:
+                return
+            self.hub.handle_events(self, events)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        connection = self.connection
+        if connection is None:
+            return
+        reason = f"connection lost: {exc}" if exc else "connection closed by the client"
+        events = connection.connection_lost(reason)
+        if events:
+            self.hub.handle_events(self, events)
+        self.hub.on_gone(self)
+
+    def pause_writing(self) -> None:
+        self.writable = False
+
+    def resume_writing(self) -> None:
+        self.writable = True
+        self.hub.on_writable(self)
+
+    # -- output -----------------------------------------------------------
+
+    def mark_dirty(self) -> None:
+        """Bytes were queued outside this client's own callback: flush this iteration."""
+        if not self._dirty:
+            self._dirty = True
+            self.hub.mark_dirty(self)
+
+    def acknowledge(self, packet_type: PacketType, packet_id: int, reason_code: int = 0) -> None:
+        """PUBACK, PUBREC, PUBREL or PUBCOMP, unless the connection has ended meanwhile;
+        `reason_code` for an MQTT 5.0 client (3.1/3.1.1 have none)."""
+        connection = self.connection
+        if connection is not None and not connection.closed:
+            connection.acknowledge(packet_type, packet_id, reason_code)
+            self.mark_dirty()
+
+    def flush(self) -> None:
+        self._dirty = False
+        connection = self.connection
+        transport = self.transport
+        if connection is None or transport is None:
+            return
+        data = connection.data_to_send()
+        if data and not transport.is_closing():
+            transport.write(data)
+        if connection.closed and not transport.is_closing():
+            transport.close()
+        else:
+            self._arm_timer()
+
+    def close(self, reason: str, code: ReasonCode = ReasonCode.ADMINISTRATIVE_ACTION) -> None:
+        """Close from the server side (takeover, limits, shutdown): an abnormal end."""
+        connection = self.connection
+        if connection is None or connection.closed:
+            return
+        event: ConnectionClosed = connection.close(reason, code)
+        self.hub.handle_events(self, [event])
+        self.flush()
+
+    # -- timers -----------------------------------------------------------
+
+    def _arm_timer(self) -> None:
+        """Keep one timer at the connection's next deadline; re-armed lazily."""
+        connection = self.connection
+        if connection is None:
+            return
+        due = connection.next_timer()
+        if due is None:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+                self._timer_at = None
+            return
+        # Deadlines move later on every read; a timer firing early just re-arms.
+        if self._timer is not None and self._timer_at is not None and self._timer_at <= due:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = due
+        self._timer = self.hub.loop.call_at(due, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        connection = self.connection
+        if connection is None:
+            return
+        now = self.hub.loop.time()
+        due = connection.next_timer()
+        if due is not None and due <= now:
+            events = connection.handle_timer(now)
+            if events:
+                self.hub.handle_events(self, events)
+        self.flush()

@@ -28,7 +28,6 @@ import asyncio
 import logging
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
@@ -57,14 +56,15 @@ from ..security.hooks import Hooks
 from .authentication import Authentications
 from .committer import Committer
 from .delivery import Deliveries, refresh_in_flight
+from .message import Delivery
 from .router import Router, now_us
-from .session import Delivery, DeliveryTarget, Session
+from .session import DeliveryTarget, Session
 from .subscribe import SubscriptionManager
 from .wills import Wills
 
 if TYPE_CHECKING:
     from ..settings.config import LimitsConfig
-    from .client_protocol import Client
+    from .session import Client
     from .stats import BrokerStats
 
 log = logging.getLogger("telemq.broker")
@@ -443,13 +443,25 @@ class Sessions:
         self.by_id[client_id] = session
         return session
 
-    def ensure_link_session(self, client_id: str, max_inflight: int = 0) -> Session:
+    def ensure_link_session(self, client_id: str) -> Session:
         """The persistent session of a link (`$link/<neighbour>`) or a bridge
         (`$bridge/<name>`): it holds what is owed to the other broker while the connection
-        is down, and never expires. `max_inflight` > 0: the link's own in-flight window."""
+        is down, and never expires."""
         session = self.by_id.get(client_id)
         if session is None:
             session = self._new_persistent(client_id, "", LINK_OWNER)
+        return session
+
+    def configure_link_session(
+        self, client_id: str, *, bridge: bool, max_inflight: int = 0
+    ) -> Session:
+        """The session of a configured link (or bridge), made if new and marked as one;
+        `max_inflight` > 0: the link's own in-flight window instead of a client's."""
+        session = self.ensure_link_session(client_id)
+        if bridge:
+            session.bridge = True
+        else:
+            session.link = True
         if max_inflight > 0:
             session.flows.configured_inflight = max_inflight
         return session
@@ -521,20 +533,7 @@ class Sessions:
                 )
             return allowed
 
-        dropped: list[Delivery] = []
-        if session.queue or session.held:
-            kept: deque[Delivery] = deque()
-            for delivery in session.queue:
-                if may_read(delivery.message.topic):
-                    kept.append(delivery)
-                else:
-                    dropped.append(delivery)
-            held: list[Delivery] = []
-            for delivery in session.held:
-                (held if may_read(delivery.message.topic) else dropped).append(delivery)
-            session.queue = kept
-            session.held = held
-            session.queued_bytes = sum(d.message.size for d in (*kept, *held) if d.qos)
+        dropped = self.deliveries.keep_queued(session, lambda d: may_read(d.message.topic))
         outbound = session.flows.outbound
         for packet_id, inflight in list(outbound.items()):
             # A QoS 2 message whose PUBREC came is already the client's: PUBREL goes on.
@@ -569,9 +568,7 @@ class Sessions:
                 committer.pending.delete_incoming(session.client_id, packet_id)
             committer.schedule()
         session.flows.incoming.clear()
-        session.queue.clear()
-        session.held.clear()
-        session.queued_bytes = 0
+        self.deliveries.clear_queued(session)
         session.flows.outbound.clear()
         if self.by_id.get(session.client_id) is session:
             del self.by_id[session.client_id]

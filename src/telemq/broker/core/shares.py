@@ -29,7 +29,8 @@ import logging
 from ...protocol.flows import InflightState
 from ...subscriptions import Registry, Subscription
 from .delivery import Deliveries
-from .session import Delivery, Session
+from .message import Delivery
+from .session import Session
 
 log = logging.getLogger("telemq.broker")
 _PUBLISHED = InflightState.PUBLISHED
@@ -93,11 +94,7 @@ class Shares:
             if packet_id:
                 del session.flows.outbound[packet_id]
             else:
-                if delivery in session.queue:
-                    session.queue.remove(delivery)
-                else:
-                    session.held.remove(delivery)
-                session.queued_bytes -= delivery.message.size
+                self._deliveries.take_out(session, delivery)
             self._deliveries.forget(delivery)
             qos = min(delivery.qos, member.qos)
             copy = self._deliveries.enqueue(

@@ -60,12 +60,13 @@ from ..security.auth import Action
 from ..security.hooks import Hooks
 from .committer import Committer
 from .delivery import Deliveries
+from .message import Message
 from .retained import RetainedMessages
 from .router import durable_rank
-from .session import Message, Session
+from .session import Session
 
 if TYPE_CHECKING:
-    from .client_protocol import Client
+    from .session import Client
     from .stats import BrokerStats
 
 log = logging.getLogger("telemq.broker")

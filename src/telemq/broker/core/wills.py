@@ -27,8 +27,8 @@ from ...protocol.packets import Will
 from ..security.auth import Action
 from ..security.hooks import Hooks
 from .committer import Committer
+from .message import Message
 from .router import Router, now_us
-from .session import Message
 
 if TYPE_CHECKING:
     from .stats import BrokerStats

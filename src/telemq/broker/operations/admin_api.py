@@ -39,7 +39,7 @@ from ..edges.http import USER, Handler, json_error, offset_json, read_journal
 from .admin_views import client_json, retained_json, session_json, subscription_json
 
 if TYPE_CHECKING:
-    from ..core.client_protocol import Client
+    from ..core.session import Client
     from .view import BrokerView
 
 log = logging.getLogger("telemq.admin")

@@ -18,8 +18,8 @@ from ...subscriptions import LINK_QUEUE_PREFIX, Registry, Subscription
 from ..edges.websockets import WebSocketTransport
 
 if TYPE_CHECKING:
-    from ..core.client_protocol import Client
-    from ..core.session import Message, Session
+    from ..core.message import Message
+    from ..core.session import Client, Session
 
 PROTOCOLS = {3: "3.1", 4: "3.1.1", 5: "5"}
 

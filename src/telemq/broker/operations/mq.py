@@ -41,8 +41,8 @@ from ...subscriptions import Registry, Subscription
 from ..security.auth import Action
 
 if TYPE_CHECKING:
-    from ..core.client_protocol import Client
     from ..core.rooms import CoreRooms
+    from ..core.session import Client
     from ..settings.config import LimitsConfig
 
 log = logging.getLogger("telemq.broker")

@@ -22,9 +22,9 @@ from ...store import Store, StoreStats
 
 if TYPE_CHECKING:
     from ...subscriptions import Registry
-    from ..core.client_protocol import Client
     from ..core.retained import RetainedMessages
     from ..core.router import Router
+    from ..core.session import Client
     from ..core.sessions import Sessions
     from ..core.stats import BrokerStats
     from ..settings.config import BrokerConfig

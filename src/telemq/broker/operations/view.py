@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from ...store import Store
     from ...subscriptions import Registry
-    from ..core.client_protocol import Client
     from ..core.committer import Committer
+    from ..core.message import Message
     from ..core.retained import RetainedMessages
     from ..core.router import Router
-    from ..core.session import Message, Session
+    from ..core.session import Client, Session
     from ..core.sessions import Sessions
     from ..core.stats import BrokerStats, PeerCounters
     from ..settings.config import BrokerConfig

@@ -66,10 +66,10 @@ from ...protocol import (
 )
 from ...protocol.peer5 import NO_EXPIRY
 from ...subscriptions import Identity, Subscription
-from ..core.client_protocol import Client, EventHandlers
+from ..core.message import Message
 from ..core.rooms import CoreRooms
 from ..core.router import now_us
-from ..core.session import Message
+from ..core.session import Client, EventHandlers
 from ..core.sessions import BRIDGE_PREFIX, LINK_OWNER
 from ..core.stats import PeerCounters
 from ..settings.config import ListenerConfig
@@ -140,13 +140,14 @@ class Bridges:
         self._forget_removed()
         loop = asyncio.get_running_loop()
         for bridge in self.bridges.values():
-            session = self._sessions.ensure_link_session(bridge.session_id)
-            session.bridge = True
+            session = self._sessions.configure_link_session(bridge.session_id, bridge=True)
             self._subscribe_locally(bridge)
-            rename = functools.partial(self._remote_name, bridge)
-            for inflight in session.flows.outbound.values():  # restored: local names
-                inflight.topic = rename(inflight.topic)
-                inflight.retain = inflight.retain and bridge.config.outgoing_retain
+            # Restored in-flight copies carry local names: the remote broker gets its own.
+            self._rooms.deliveries.rename_in_flight(
+                session,
+                functools.partial(self._remote_name, bridge),
+                bridge.config.outgoing_retain,
+            )
             self._tasks.append(loop.create_task(self._dial(bridge)))
 
     async def stop(self) -> None:

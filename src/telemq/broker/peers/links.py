@@ -60,10 +60,10 @@ from ...protocol import (
 )
 from ...protocol.peer5 import NO_EXPIRY
 from ...protocol.properties import read_message_properties
-from ..core.client_protocol import Client, EventHandlers
+from ..core.message import Message
 from ..core.rooms import CoreRooms
 from ..core.router import now_us
-from ..core.session import Message
+from ..core.session import Client, EventHandlers
 from ..core.sessions import LINK_OWNER, LINK_PREFIX
 from ..core.stats import PeerCounters
 from ..settings.config import ListenerConfig
@@ -170,10 +170,9 @@ class Links:
             router.set_envelope(sub_point, closed_envelope(LinkInfo((self.own,), sub_point)))
         deliveries = self._rooms.deliveries
         for name, link in self.links.items():
-            session = self._sessions.ensure_link_session(
-                LINK_PREFIX + name, link.config.max_inflight
+            session = self._sessions.configure_link_session(
+                LINK_PREFIX + name, bridge=False, max_inflight=link.config.max_inflight
             )
-            session.link = True
             deliveries.set_link_limits(
                 session.client_id, link.config.max_queued_messages, link.config.max_queued_bytes
             )

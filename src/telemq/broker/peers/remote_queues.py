@@ -44,8 +44,9 @@ from typing import TYPE_CHECKING
 
 from ...network.envelope import LinkInfo, closed_envelope, extend, split
 from ...subscriptions import RESERVED_QUEUE_PREFIXES
+from ..core.message import Delivery, Message
 from ..core.router import Deliver
-from ..core.session import Delivery, DeliveryTarget, Message, Session
+from ..core.session import DeliveryTarget, Session
 from ..core.sessions import LINK_OWNER, LINK_PREFIX, REMOTE_PREFIX, Sessions
 
 if TYPE_CHECKING:

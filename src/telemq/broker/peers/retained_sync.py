@@ -42,9 +42,10 @@ from ...network.envelope import LinkInfo, closed_envelope, sync_tag
 from ...subscriptions import LINK_QUEUE_PREFIX
 from ..core.committer import Committer
 from ..core.delivery import Deliveries
+from ..core.message import Message
 from ..core.retained import RetainedMessages
 from ..core.router import now_us
-from ..core.session import Message, Session
+from ..core.session import Session
 
 log = logging.getLogger("telemq.broker")
 
