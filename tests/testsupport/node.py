@@ -198,7 +198,20 @@ class MqttJsClient(NodeScript):
     ) -> Event:
         """Take the first pending event of one of the kinds `events` (any kind when none is
         given) for which `match` holds, waiting up to `timeout` seconds for it."""
-        kinds: Collection[str] = events
+        event = self._take(events, match, timeout)
+        if event is None:
+            what = "/".join(events) or "any event"
+            raise self._failure(f"no {what} within {timeout or self.timeout} s")
+        return event
+
+    def _take(
+        self,
+        kinds: Collection[str],
+        match: Callable[[Event], bool] | None,
+        timeout: float | None,
+    ) -> Event | None:
+        """`wait_for`'s search: the event, or None when the deadline passed without one.
+        A ``fatal`` event or the script's end raises at once: neither is a quiet deadline."""
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         with self._cond:
             while True:
@@ -212,23 +225,22 @@ class MqttJsClient(NodeScript):
                 if fatal:
                     raise self._failure(f"the script reported a fatal error: {fatal[0]}")
                 if self._eof:
-                    break
+                    what = "/".join(kinds) or "any event"
+                    raise self._failure(f"the script ended before {what} came")
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    break
+                    return None
                 self._cond.wait(left)
-        what = "/".join(kinds) or "any event"
-        if self._eof:
-            raise self._failure(f"the script ended before {what} came")
-        raise self._failure(f"no {what} within {timeout or self.timeout} s")
 
     def expect_none(self, *events: str, within: float = 0.5) -> None:
-        """Fail if an event of one of the kinds `events` comes within `within` seconds."""
-        try:
-            event = self.wait_for(*events, timeout=within)
-        except MqttJsError:
-            return
-        raise self._failure(f"unexpected {event.get('event')} event: {event}")
+        """Fail if an event of one of the kinds `events` comes within `within` seconds, or
+        if the script ends or reports a fatal error meanwhile: a dead script sends nothing,
+        which proves nothing."""
+        event = self._take(events, None, within)
+        if event is not None:
+            raise self._failure(f"unexpected {event.get('event')} event: {event}")
+        if not self.running:
+            raise self._failure(f"the script exited while no {'/'.join(events)} was expected")
 
     def request(
         self, op: str, *, check: bool = True, timeout: float | None = None, **fields: Any

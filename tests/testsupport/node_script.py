@@ -9,7 +9,8 @@ the script's stderr, then runs the subclass's `_handshake` (its ``ready`` line a
 else the script needs first). `_write` sends one command line. `close` (also the context
 manager's exit) asks the script to stop (`_ask_to_exit`), closes its stdin and waits; past
 `exit_deadline` it is sent SIGTERM (where `terminate_first` says so) and SIGKILL, so the
-process never outlives the test. Whatever goes wrong raises the subclass's `error`, whose
+process never outlives the test; `finish` closes it the same way and fails unless it exited
+with status 0. Whatever goes wrong raises the subclass's `error`, whose
 message `_explain` builds from the script's recent output and stderr.
 """
 
@@ -145,6 +146,13 @@ class NodeScript(abc.ABC):
                 with contextlib.suppress(OSError, ValueError):
                     stream.close()
         return proc.returncode
+
+    def finish(self) -> None:
+        """`close`, then fail (`error`) unless the script exited with status 0: a script
+        that crashed, reported a fatal error or had to be killed fails the test that ran it."""
+        status = self.close()
+        if status != 0:
+            raise self._failure(f"the script ended with exit status {status}, not 0")
 
     def _read_stdout(self) -> None:
         assert self._proc is not None and self._proc.stdout is not None
