@@ -2,8 +2,8 @@
 
 Each MQTT.js client is a ``node`` process running ``tests/interop/node/mqttjs_client.mjs``,
 driven through `testsupport.node.MqttJsClient` (JSON lines both ways); the broker is a real
-subprocess shared by the module. Without Node or the installed packages the tests skip,
-except in CI, where they fail (`require_mqttjs`).
+subprocess shared by the module. Without Node or the installed packages the tests fail,
+naming what is missing (`require_mqttjs`).
 
 What is checked at 3.1.1: the CONNACK as MQTT.js reports it; a subscription at each QoS and
 publications at each QoS from another MQTT.js client, received with the publisher's payload

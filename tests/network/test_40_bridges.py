@@ -19,16 +19,12 @@ import pytest
 
 from mq.helpers import assert_ok, connected
 from testsupport.metrics import samples, value
-from testsupport.mosquitto import MosquittoProcess, mosquitto_binary
+from testsupport.mosquitto import MosquittoProcess
 from testsupport.paho import MQTT5, MQTT31, MQTT311, PahoClient
 from testsupport.process import HOST, BrokerProcess, connack_code, free_port, wait_until
 from testsupport.relay import Relay
 
 from .netsupport import sys_value
-
-pytestmark = pytest.mark.skipif(
-    mosquitto_binary() is None, reason="Debian's mosquitto is not installed"
-)
 
 PROTOCOLS = {MQTT31: "3.1", MQTT311: "3.1.1", MQTT5: "5"}
 SETTLE = 0.5  # seconds to wait for a copy that must not come

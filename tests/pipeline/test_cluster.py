@@ -11,7 +11,6 @@ of an ingest is replaced, and the lake still holds every seq exactly once.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,7 +23,7 @@ import pytest
 from telemq.cli.main import main
 from telemq.pipeline.ingest import journal_table
 from testsupport.process import users_and_acl, wait_until
-from testsupport.spark_cluster import SparkCluster, standalone_cluster, unshare_problem
+from testsupport.spark_cluster import SparkCluster, require_private_mounts, standalone_cluster
 
 from .helpers import journal_service, telemetry
 
@@ -50,11 +49,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str
 def cluster(
     tmp_path_factory: pytest.TempPathFactory, served: tuple[Path, str]
 ) -> Iterator[SparkCluster]:
-    problem = unshare_problem()
-    if problem is not None:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the cluster tests: {problem}")
-        pytest.skip(problem)
+    require_private_mounts()
     data, _ = served
     with standalone_cluster(tmp_path_factory.mktemp("cluster"), [data]) as running:
         yield running

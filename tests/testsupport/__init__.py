@@ -11,7 +11,9 @@
 * `node`: `MqttJsClient`, MQTT.js (npm, pinned by ``tests/interop/node/package-lock.json``)
   under Node, driven line by line, for interop tests with a client outside Python;
   `node_script`: `NodeScript`, the JSON-lines Node subprocess it and the dashboard's browser
-  driver (`tests/dashboard/browser.py`) are built on.
+  driver (`tests/dashboard/browser.py`) are built on;
+* `requirements`: `require`, the failure (never a skip) of a test whose program or npm
+  package is missing: the test command's bootstrap installs them all.
 
 The area-specific helpers (`tests/broker/helpers.py`: a raw MQTT codec and `RawClient`;
 `tests/mq/helpers.py`: MQ command forms) build on these.

@@ -28,8 +28,8 @@ MQTT.js's options pass through unchanged (camelCase, as MQTT.js spells them), so
 not within a few seconds: the process never outlives the test.
 
 `node_problem` says why MQTT.js cannot run here (no Node, too old a Node, no or a stale
-``node_modules``); `require_mqttjs` turns that into a skip, or a failure in CI (the ``CI``
-environment variable set), where the bootstrap must have installed everything.
+``node_modules``); `require_mqttjs` turns that into a failure that names the fix (the test
+command's bootstrap installs all of it, so a missing piece is never a reason to skip).
 """
 
 from __future__ import annotations
@@ -45,10 +45,9 @@ from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from .node_script import NodeScript, in_ci
+from .node_script import NodeScript
 from .process import HOST
+from .requirements import require
 
 NODE_DIR = Path(__file__).resolve().parents[1] / "interop" / "node"
 SCRIPT = NODE_DIR / "mqttjs_client.mjs"
@@ -70,10 +69,9 @@ class MqttJsError(AssertionError):
 @functools.cache
 def node_problem() -> str | None:
     """Why MQTT.js cannot run here, or None when it can."""
-    fix = "run `bash scripts/bootstrap.sh --test`"
     node = shutil.which("node")
     if node is None:
-        return f"no `node` on the PATH ({fix}: it installs Debian's nodejs and npm)"
+        return "no `node` on the PATH (Debian's nodejs)"
     try:
         version = subprocess.run(
             [node, "--version"], capture_output=True, text=True, timeout=30, check=True
@@ -86,7 +84,7 @@ def node_problem() -> str | None:
         return f"Node {version or '?'} at {node} is older than {wanted}"
     installed = NODE_DIR / "node_modules" / "mqtt" / "package.json"
     if not installed.is_file():
-        return f"MQTT.js is not installed in {NODE_DIR / 'node_modules'} ({fix}, or `npm ci` there)"
+        return f"MQTT.js is not installed in {NODE_DIR / 'node_modules'} (or `npm ci` there)"
     try:
         lock = json.loads((NODE_DIR / "package-lock.json").read_text(encoding="utf-8"))
         locked = lock["packages"]["node_modules/mqtt"]["version"]
@@ -94,18 +92,13 @@ def node_problem() -> str | None:
     except (OSError, ValueError, KeyError, TypeError) as error:
         return f"cannot compare the installed MQTT.js with package-lock.json: {error!r}"
     if have != locked:
-        return f"node_modules holds mqtt {have}, package-lock.json pins {locked} ({fix})"
+        return f"node_modules holds mqtt {have}, package-lock.json pins {locked}"
     return None
 
 
 def require_mqttjs() -> None:
-    """Skip the calling test when MQTT.js cannot run here; fail it instead in CI."""
-    problem = node_problem()
-    if problem is None:
-        return
-    if in_ci():
-        pytest.fail(f"MQTT.js is required in CI: {problem}", pytrace=False)
-    pytest.skip(f"MQTT.js unavailable: {problem}")
+    """Fail the calling test when MQTT.js cannot run here (see `node_problem`)."""
+    require("MQTT.js under Node", node_problem())
 
 
 def buffer(data: bytes) -> dict[str, str]:

@@ -20,7 +20,6 @@ import abc
 import contextlib
 import itertools
 import json
-import os
 import shutil
 import subprocess
 import threading
@@ -29,10 +28,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar, Self
 
-
-def in_ci() -> bool:
-    """Whether this is a CI run (``CI`` set to anything but empty, ``0`` or ``false``)."""
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false")
+from .requirements import BOOTSTRAP
 
 
 class NodeScript(abc.ABC):
@@ -78,7 +74,7 @@ class NodeScript(abc.ABC):
         assert self._proc is None, "already started"
         node = shutil.which("node")
         if node is None:
-            raise self.error("no `node` on the PATH")
+            raise self.error(f"no `node` on the PATH (Debian's nodejs; {BOOTSTRAP})")
         self._proc = subprocess.Popen(
             [node, str(self.script)],
             cwd=self.script.parent,

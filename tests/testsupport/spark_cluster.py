@@ -31,7 +31,7 @@ session of its own), then SIGKILL after `STOP_DEADLINE`. Every descendant seen b
 SIGKILLed too, so no JVM or Python worker is left behind; `ClusterStopError` if one is.
 
 `unshare_problem` says whether the mount namespace works here (root or CAP_SYS_ADMIN on
-Linux), for a test to skip with the reason.
+Linux); `require_private_mounts` fails the calling test, with that reason, when it does not.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from testsupport.process import HOST, free_port, wait_until
+from testsupport.requirements import require
 
 START_DEADLINE = 60.0
 STOP_DEADLINE = 15.0
@@ -163,7 +164,7 @@ def hiding_command(hidden: Sequence[Path], command: Sequence[str]) -> list[str]:
 
 def unshare_problem() -> str | None:
     """None when a tmpfs mounted in ``unshare -m`` hides a directory here and stays there;
-    else why not (a reason for `pytest.skip`)."""
+    else why not."""
     if not sys.platform.startswith("linux"):
         return f"mount namespaces are Linux-only, and this is {sys.platform}"
     for tool in ("unshare", "mount"):
@@ -187,6 +188,19 @@ def unshare_problem() -> str | None:
                 f" need root or CAP_SYS_ADMIN): {reason}"
             )
     return None
+
+
+def require_private_mounts() -> None:
+    """Fail the calling test unless the worker's mount namespace works here: the cluster
+    tests never skip (CI runs them as root; util-linux's ``unshare`` and ``mount`` come with
+    every Debian)."""
+    require(
+        "a private mount namespace for the Spark worker (`unshare -m` and `mount -t tmpfs`)",
+        unshare_problem(),
+        fix="run the tests as root (or with CAP_SYS_ADMIN), as CI does, on Linux with "
+        "util-linux; `bash scripts/bootstrap.sh --test` installs the rest of the cluster "
+        "(PySpark and Java)",
+    )
 
 
 # --- the cluster ------------------------------------------------------------------------------
