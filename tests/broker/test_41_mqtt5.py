@@ -22,7 +22,6 @@ from telemq.protocol import (
     ConnAck,
     Connect,
     Disconnect,
-    Packet,
     Properties,
     PubAck,
     PubComp,
@@ -34,93 +33,26 @@ from telemq.protocol import (
     UnsubAck,
     Unsubscribe,
     Will,
-    decode_packet,
     encode,
 )
 from testsupport.process import users_and_acl
+from testsupport.raw5 import V5, Raw5, Raw5Factory
 
 from .helpers import (
     BrokerProcess,
     PahoClient,
     RawClient,
     Received,
-    fixed,
     unique,
     write_config,
 )
 
 BrokerFactory = Callable[..., BrokerProcess]
 PahoFactory = Callable[..., PahoClient]
-V5 = 5
 
 
 # ---------------------------------------------------------------------------------------------
-# Raw MQTT 5.0 over a socket
-
-
-class Raw5:
-    """A raw socket speaking MQTT 5.0 with telemq's codec."""
-
-    def __init__(self, port: int) -> None:
-        self.raw = RawClient(port)
-
-    def send(self, packet: Packet) -> None:
-        self.raw.send(encode(packet, V5))
-
-    def send_bytes(self, data: bytes) -> None:
-        self.raw.send(data)
-
-    def recv(self, timeout: float = 10.0) -> Packet:
-        p = self.raw.recv_packet(timeout)
-        return decode_packet(fixed(p.type << 4 | p.flags, p.body), V5, mqtt5=True)
-
-    def connect(
-        self,
-        client_id: str = "",
-        *,
-        clean: bool = True,
-        properties: Properties | None = None,
-        **fields: object,
-    ) -> ConnAck:
-        self.send(
-            Connect(
-                client_id,
-                protocol_level=V5,
-                clean_session=clean,
-                properties=properties,
-                **fields,  # type: ignore[arg-type]
-            )
-        )
-        ack = self.recv()
-        assert isinstance(ack, ConnAck), ack
-        return ack
-
-    def disconnected(self, timeout: float = 10.0) -> Disconnect:
-        """The DISCONNECT the broker sends, then the close."""
-        packet = self.recv(timeout)
-        assert isinstance(packet, Disconnect), packet
-        assert self.raw.wait_closed(), "the broker did not close after its DISCONNECT"
-        return packet
-
-    def close(self) -> None:
-        self.raw.close()
-
-
-@pytest.fixture
-def raw5() -> object:
-    opened: list[Raw5] = []
-
-    def make(port: int) -> Raw5:
-        client = Raw5(port)
-        opened.append(client)
-        return client
-
-    yield make
-    for client in opened:
-        client.close()
-
-
-Raw5Factory = Callable[[int], Raw5]
+# Raw MQTT 5.0 over a socket (testsupport.raw5; the `raw5` fixture comes from conftest.py)
 
 
 def reason_string(packet: Disconnect | ConnAck) -> str:
@@ -348,7 +280,7 @@ def test_unknown_authentication_method_is_connack_0x8c(
     ack = client.connect(unique("v5"), properties=Properties(authentication_method="GS2-KRB5"))
     assert ack.return_code == 0x8C
     assert "GS2-KRB5" in reason_string(ack)
-    assert client.raw.wait_closed()
+    assert client.wait_closed()
 
 
 @pytest.fixture
@@ -393,7 +325,7 @@ def test_the_will_is_kept_by_disconnect_0x04(broker: BrokerProcess, raw5: Raw5Fa
     quiet = raw5(broker.port)
     quiet.connect(unique("v5"), will=Will(topic, b"never"))
     quiet.send(Disconnect())
-    assert watcher.raw.try_recv_packet(0.5) is None
+    assert watcher.try_recv(0.5) is None
 
 
 def test_disconnect_may_not_set_an_expiry_the_connect_did_not(
@@ -408,12 +340,12 @@ def test_disconnect_may_not_set_an_expiry_the_connect_did_not(
 def test_disabled_mqtt5_answers_connack_1(broker_factory: BrokerFactory, tmp_path: Path) -> None:
     config = write_config(tmp_path / "off.toml", "[mqtt5]\nenabled = false\n")
     broker = broker_factory(config=config)
-    client = Raw5(broker.port)
+    client = RawClient(broker.port)  # bytes as they come: the answer is no 5.0 CONNACK
     try:
-        client.send(Connect(unique("v5"), protocol_level=V5))
-        p = client.raw.recv_packet()
+        client.send(encode(Connect(unique("v5"), protocol_level=V5), V5))
+        p = client.recv_packet()
         assert (p.type, p.body) == (2, b"\x00\x01")  # the 3.1.1 CONNACK 1
-        assert client.raw.wait_closed()
+        assert client.wait_closed()
     finally:
         client.close()
 

@@ -28,11 +28,12 @@ from telemq.protocol import (
 )
 from telemq.protocol.scram import METHOD as SCRAM
 from telemq.protocol.scram import ScramClient
+from testsupport.paho import sys_value
 from testsupport.process import users_and_acl
+from testsupport.raw5 import V5, Raw5, Raw5Factory
 
 from .helpers import BrokerProcess, PahoClient, unique, wait_until, write_config
-from .test_41_mqtt5 import V5, Raw5, Raw5Factory, connect_properties, publish_properties
-from .test_41_mqtt5 import raw5 as raw5
+from .test_41_mqtt5 import connect_properties, publish_properties
 
 BrokerFactory = Callable[..., BrokerProcess]
 PahoFactory = Callable[..., PahoClient]
@@ -83,7 +84,7 @@ def test_the_expiry_set_at_disconnect_is_the_one_that_counts(
         client = raw5(broker.port)
         client.connect(client_id, properties=Properties(session_expiry_interval=at_connect))
         client.send(Disconnect(properties=Properties(session_expiry_interval=at_disconnect)))
-        assert client.raw.wait_closed()
+        assert client.wait_closed()
     time.sleep(2.5)  # past CONNECT's 1 s, and housekeeping (every second) has run
     for client_id, present in ((kept, True), (ended, False)):
         ack = raw5(broker.port).connect(client_id, clean=False)
@@ -126,18 +127,6 @@ def test_a_message_in_flight_is_resent_with_what_is_left_of_its_expiry(
     after = last.recv()
     assert isinstance(after, Publish) and after.dup and expiry_of(after) == 1
     last.send(PubAck(after.packet_id))
-
-
-def sys_value(port: int, topic: str) -> str | None:
-    client = PahoClient(port)
-    client.connect()
-    try:
-        client.subscribe(topic, qos=0)
-        if not wait_until(lambda: bool(client.received(topic)), 5.0):
-            return None
-        return client.received(topic)[-1].payload.decode()
-    finally:
-        client.close()
 
 
 def test_too_large_and_expired_drops_are_counted(
@@ -227,7 +216,7 @@ def test_a_packet_out_of_turn_during_authentication_is_connack_0x82(
     client.send(Publish("a/b", b"too early"))
     ack = client.recv()
     assert isinstance(ack, ConnAck) and ack.return_code == 0x82
-    assert client.raw.wait_closed()
+    assert client.wait_closed()
 
 
 def test_a_reauthentication_out_of_turn_is_disconnect_0x82(
@@ -311,7 +300,7 @@ def test_the_broker_never_exceeds_the_clients_receive_maximum(
     for index in range(3):
         packet = reader.recv()
         assert isinstance(packet, Publish) and packet.payload == f"m{index}".encode()
-        assert reader.raw.try_recv_packet(0.5) is None  # nothing more before the PUBACK
+        assert reader.try_recv(0.5) is None  # nothing more before the PUBACK
         reader.send(PubAck(packet.packet_id))
 
 
@@ -324,4 +313,4 @@ def test_a_client_silent_in_the_authentication_exchange_gets_connack_0x80(
     scram_connect(client)  # and no answer to the broker's AUTH
     ack = client.recv(timeout=5.0)
     assert isinstance(ack, ConnAck) and ack.return_code == 0x80
-    assert client.raw.wait_closed()
+    assert client.wait_closed()

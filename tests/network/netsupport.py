@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from testsupport.paho import PahoClient
+from testsupport.paho import sys_value
 from testsupport.process import BrokerProcess, free_port, users_and_acl, wait_until
 from testsupport.relay import Relay
 
@@ -99,19 +99,6 @@ class Network:
             except AssertionError as error:
                 problems.append(str(error))
         assert not problems, "\n".join(problems)
-
-
-def sys_value(port: int, topic: str, timeout: float = 5.0) -> str | None:
-    """The retained `$SYS` value of `topic` at the broker on `port` (None: none in time)."""
-    client = PahoClient(port)
-    client.connect()
-    try:
-        client.subscribe(topic, qos=0)
-        if not wait_until(lambda: bool(client.received(topic)), timeout):
-            return None
-        return client.received(topic)[-1].payload.decode("utf-8")
-    finally:
-        client.close()
 
 
 def wait_link_state(network: Network, broker: str, link: str, state: str) -> bool:

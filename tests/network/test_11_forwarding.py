@@ -6,10 +6,10 @@ from __future__ import annotations
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from testsupport.paho import MQTT5, PahoClient
+from testsupport.paho import MQTT5, PahoClient, sys_value
 from testsupport.process import unique, wait_until
 
-from .netsupport import LINK_TIMEOUT, Network, sys_value, wait_link_state
+from .netsupport import LINK_TIMEOUT, Network, wait_link_state
 
 
 def proxies_in(network: Network, broker: str, link: str) -> int:

@@ -8,10 +8,10 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from mq.helpers import MQClient, assert_error, assert_ok, connected
-from testsupport.paho import MQTT5, MQTT311, PahoClient
+from testsupport.paho import MQTT5, MQTT311, PahoClient, sys_value
 from testsupport.process import unique, wait_until
 
-from .netsupport import Network, sys_value, wait_link_state
+from .netsupport import Network, wait_link_state
 from .test_11_forwarding import wait_proxies
 
 WAIT = 20.0

@@ -20,11 +20,9 @@ import pytest
 from mq.helpers import assert_ok, connected
 from testsupport.metrics import samples, value
 from testsupport.mosquitto import MosquittoProcess
-from testsupport.paho import MQTT5, MQTT31, MQTT311, PahoClient
+from testsupport.paho import MQTT5, MQTT31, MQTT311, PahoClient, sys_value
 from testsupport.process import HOST, BrokerProcess, connack_code, free_port, wait_until
 from testsupport.relay import Relay
-
-from .netsupport import sys_value
 
 PROTOCOLS = {MQTT31: "3.1", MQTT311: "3.1.1", MQTT5: "5"}
 SETTLE = 0.5  # seconds to wait for a copy that must not come
