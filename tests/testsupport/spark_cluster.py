@@ -23,7 +23,8 @@ A driver joins with `SparkCluster.driver_conf` (the master URL, a loopback drive
 small executor) and, in a subprocess, `SparkCluster.driver_env` (PySpark's home, this
 interpreter for the Python workers). `executor_pids` finds the executor JVMs through
 ``/proc`` (descendants of the worker), so a test can kill them (`kill_executors`) and watch
-the worker start new ones.
+the worker start new ones; `executors` names them (application and executor id), and
+`executor_ids` and `executor_log` read what the worker keeps of every executor it launched.
 
 On exit the worker, then the master, get SIGTERM (to their process groups: each starts a
 session of its own), then SIGKILL after `STOP_DEADLINE`. Every descendant seen before that
@@ -37,6 +38,7 @@ Linux); `require_private_mounts` fails the calling test, with that reason, when 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import shlex
@@ -278,6 +280,34 @@ class SparkCluster:
             if EXECUTOR_CLASS in cmdline(stat.pid):
                 pids.append(stat.pid)
         return pids
+
+    def executors(self) -> dict[int, tuple[str, str]]:
+        """The executor JVMs the worker runs now: pid -> (application id, executor id), as
+        the worker passed them on each one's command line."""
+        found = {}
+        for pid in self.executor_pids():
+            args = cmdline(pid)
+            named = dict(itertools.pairwise(args))
+            if "--app-id" in named and "--executor-id" in named:
+                found[pid] = (named["--app-id"], named["--executor-id"])
+        return found
+
+    def executor_ids(self, app_id: str) -> list[str]:
+        """Every executor the worker has launched for `app_id`, running or ended: the
+        directories it made for them (``<work dir>/<app id>/<executor id>``)."""
+        app_dir = self.work_dir / app_id
+        if not app_dir.is_dir():
+            return []
+        return sorted((d.name for d in app_dir.iterdir() if d.is_dir()), key=int)
+
+    def executor_log(self, app_id: str, executor_id: str) -> str:
+        """What executor `executor_id` of `app_id` wrote to its stderr (Spark's log, at INFO:
+        "Running task ..." for every task it ran)."""
+        path = self.work_dir / app_id / executor_id / "stderr"
+        try:
+            return path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
 
     def wait_for_executors(self, count: int = 1, timeout: float = START_DEADLINE) -> list[int]:
         """Executor pids once at least `count` run; `AssertionError` after `timeout` s."""
