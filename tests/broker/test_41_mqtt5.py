@@ -44,6 +44,7 @@ from .helpers import (
     RawClient,
     Received,
     unique,
+    wait_until,
     write_config,
 )
 
@@ -325,7 +326,14 @@ def test_the_will_is_kept_by_disconnect_0x04(broker: BrokerProcess, raw5: Raw5Fa
     quiet = raw5(broker.port)
     quiet.connect(unique("v5"), will=Will(topic, b"never"))
     quiet.send(Disconnect())
-    assert watcher.try_recv(0.5) is None
+    assert quiet.wait_closed()  # the broker is done with it: its will, if any, was routed
+    # A sentinel on the same topic, routed after that will into the watcher's session,
+    # arrives first: the will never came.
+    sentinel = raw5(broker.port)
+    sentinel.connect(unique("sentinel"))
+    sentinel.send(Publish(topic, b"sentinel"))
+    after = watcher.recv()
+    assert isinstance(after, Publish) and after.payload == b"sentinel", after
 
 
 def test_disconnect_may_not_set_an_expiry_the_connect_did_not(
@@ -497,8 +505,10 @@ def test_paho_message_expiry_drops_queued_messages(
     [message] = back.wait_messages(1, topic=topic)
     assert message.payload == b"long"
     assert 95 <= message.properties.MessageExpiryInterval <= 98
-    time.sleep(0.5)
-    assert [m.payload for m in back.received(topic)] == [b"long"]
+    # The session's queue is delivered in order, ahead of a sentinel published now.
+    pub.publish(topic, b"sentinel", qos=1)
+    back.wait_messages(2, topic=topic)
+    assert [m.payload for m in back.received(topic)] == [b"long", b"sentinel"]
 
 
 def test_paho_maximum_packet_size_drops_large_messages(
@@ -612,12 +622,18 @@ def test_retain_handling(broker: BrokerProcess, paho_client: PahoFactory) -> Non
     """0: the retained message on every SUBSCRIBE; 1: only for a new subscription; 2: never."""
     topic = unique("handling")
     paho_client(broker.port, version=V5).publish(topic, b"retained", qos=1, retain=True)
+    sender = paho_client(broker.port, version=V5)
     for handling, expected in ((0, 2), (1, 1), (2, 0)):
         client = paho_client(broker.port, version=V5)
         for _ in range(2):
             client.subscribe(topic, options=SubscribeOptions(qos=1, retainHandling=handling))
-        time.sleep(0.3)
-        assert len(client.received(topic)) == expected, handling
+        # The broker sends a subscription's retained message right after its SUBACK, so
+        # before a sentinel (not retained) published after the SUBACKs.
+        sender.publish(topic, b"sentinel", qos=1)
+        client.wait_messages(1 + expected, topic=topic)
+        got = [m.payload for m in client.received(topic)]
+        assert got[-1] == b"sentinel", (handling, got)
+        assert len(got[:-1]) == expected, handling
 
 
 def test_subscription_identifiers_on_deliveries(
@@ -686,8 +702,13 @@ def test_shared_subscription_takes_turns_and_keeps_no_retained(
         publisher.publish(topic, f"m{index}", qos=1)
     got = [[m.payload for m in member.wait_messages(3)] for member in members]
     assert sorted(got[0] + got[1]) == [f"m{index}".encode() for index in range(6)]
-    time.sleep(0.3)
-    assert [len(member.received()) for member in members] == [3, 3]
+    # A sentinel to each member (its own, not shared, subscription) from the same
+    # publisher comes after anything more it was sent: one session, delivered in order.
+    for index, member in enumerate(members):
+        member.subscribe(f"{topic}/sentinel/{index}", qos=1)
+        publisher.publish(f"{topic}/sentinel/{index}", b"sentinel", qos=1)
+        member.wait_messages(1, topic=f"{topic}/sentinel/{index}")
+    assert [len(member.received(topic)) for member in members] == [3, 3]
 
 
 def test_no_local_on_a_shared_subscription_is_a_protocol_error(
@@ -747,8 +768,12 @@ def test_shared_subscriptions_of_persistent_sessions_survive_a_restart(
     members = [paho_factory(broker.port, client_id, version=V5, clean=False) for client_id in ids]
     for member in members:
         assert member.connect() is True
-    time.sleep(1.0)
-    got = sorted(m.payload for member in members for m in member.received(topic))
+
+    def delivered() -> list[bytes]:
+        return sorted(m.payload for member in members for m in member.received(topic))
+
+    assert wait_until(lambda: len(delivered()) >= 6, 10.0), delivered()
+    got = delivered()
     assert got == [f"m{index}".encode() for index in range(6)]
     assert all(member.received(topic) for member in members)  # both had some
 
