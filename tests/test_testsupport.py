@@ -3,12 +3,14 @@ that ignores SIGTERM, or one that logged a traceback (a handler that crashed and
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
 import pytest
 
 from testsupport.process import BrokerProcess, wait_until
+from testsupport.requirements import require, require_command
 
 
 class ScriptProcess(BrokerProcess):
@@ -63,3 +65,13 @@ def test_a_broker_that_ignores_sigterm_fails_the_test(tmp_path: Path) -> None:
     with pytest.raises(AssertionError, match="ignored signal"):
         process.finalize()
     assert not process.running  # killed all the same
+
+
+def test_a_missing_program_fails_the_test_naming_the_fix() -> None:
+    """A program the test command installs is never a reason to skip (requirements.py)."""
+    with pytest.raises(pytest.fail.Exception, match=r"bootstrap\.sh --test` installs it"):
+        require_command("telemq-no-such-program", "nothing")
+    with pytest.raises(pytest.fail.Exception, match=r"MQTT\.js .*: gone"):
+        require("MQTT.js", "gone")
+    require("a program that is there", None)
+    assert require_command("sh", "dash") == shutil.which("sh")

@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from testsupport.raw5 import raw5 as raw5
+
 from .helpers import (
     LIVE_BROKERS,
     BrokerProcess,

@@ -35,6 +35,7 @@ from testsupport.process import BrokerProcess as BrokerProcess
 from testsupport.process import BrokerStartError as BrokerStartError
 from testsupport.process import free_port as free_port
 from testsupport.process import unique, wait_until
+from testsupport.requirements import require_command
 
 HOST = "127.0.0.1"
 
@@ -487,7 +488,8 @@ class MosquittoSub:
 
     def __init__(self, port: int, topics: Iterable[str], *args: str, version: str = "mqttv311"):
         # stdbuf: line-buffered stdout, so that lines arrive while the process runs.
-        cmd = ["stdbuf", "-oL", "mosquitto_sub", "-h", HOST, "-p", str(port), "-V", version, "-d"]
+        sub = require_command("mosquitto_sub", "mosquitto-clients")
+        cmd = ["stdbuf", "-oL", sub, "-h", HOST, "-p", str(port), "-V", version, "-d"]
         for topic in topics:
             cmd += ["-t", topic]
         cmd += ["-F", MOSQ_FORMAT, *args]
@@ -563,7 +565,8 @@ def mosquitto_pub(
     port: int, *args: str, version: str = "mqttv311", stdin: bytes | None = None
 ) -> str:
     """Run ``mosquitto_pub`` to completion (deadline 20 s); returns its output, asserts rc 0."""
-    cmd = ["mosquitto_pub", "-h", HOST, "-p", str(port), "-V", version, *args]
+    pub = require_command("mosquitto_pub", "mosquitto-clients")
+    cmd = [pub, "-h", HOST, "-p", str(port), "-V", version, *args]
     result = subprocess.run(
         cmd,
         input=stdin,
@@ -579,7 +582,8 @@ def mosquitto_pub(
 
 def mosquitto_sub_run(port: int, *args: str, version: str = "mqttv311") -> tuple[int, str]:
     """Run ``mosquitto_sub`` to completion (deadline 30 s); returns (exit code, output)."""
-    cmd = ["mosquitto_sub", "-h", HOST, "-p", str(port), "-V", version, *args]
+    sub = require_command("mosquitto_sub", "mosquitto-clients")
+    cmd = [sub, "-h", HOST, "-p", str(port), "-V", version, *args]
     result = subprocess.run(
         cmd,
         stdin=subprocess.DEVNULL,

@@ -30,6 +30,8 @@ from pathlib import Path
 
 import pytest
 
+from testsupport.paho import sys_value
+
 from .conftest import BrokerFactory
 from .helpers import (
     BrokerProcess,
@@ -43,6 +45,7 @@ pytestmark = [pytest.mark.interop, pytest.mark.timeout(90)]
 
 SEED = 20261122
 SYS_QUARANTINED = "$SYS/broker/store/quarantined"
+SYS_WAIT = 10.0  # for the first $SYS value (published every second here)
 RETAINED_TOPICS = 40
 RETAINED_SIZE = 1500  # bytes: the store spans dozens of pages
 SESSIONS = 4
@@ -123,16 +126,6 @@ def drain_session(port: int, session: str, count: int) -> tuple[bool, list[bytes
         sub.unsubscribe([probe_topic])
         sub.disconnect()
     return present, queued, probed
-
-
-def sys_value(port: int, topic: str) -> str:
-    """A retained ``$SYS`` value (the broker publishes them every second here)."""
-    with raw_connected(port) as sub:
-        sub.subscribe([(topic, 0)])
-        message = sub.expect_publish(timeout=10)
-        sub.disconnect()
-    assert message.topic == topic, message
-    return message.payload.decode()
 
 
 def assert_serves(port: int) -> None:
@@ -280,7 +273,7 @@ def test_damaged_file_is_set_aside_and_the_broker_starts(
     assert re.search(
         r"ERROR .*store .* is damaged .*moved it to telemq\.db\.corrupt-\d{8}T\d{6}Z", log
     ), log
-    assert sys_value(broker.port, SYS_QUARANTINED) == "1", log
+    assert sys_value(broker.port, SYS_QUARANTINED, SYS_WAIT) == "1", log
     # Nothing of the damaged file was loaded (the new store starts empty).
     assert retained_under(broker.port, "rec/ret") == {}
 
@@ -298,7 +291,9 @@ def test_damaged_pages_are_reported_and_the_broker_serves(
     broker.start()
     assert_serves(broker.port)
     log = last_start_log(broker)
-    counted = int(sys_value(broker.port, SYS_QUARANTINED))
+    quarantined = sys_value(broker.port, SYS_QUARANTINED, SYS_WAIT)
+    assert quarantined is not None, f"no {SYS_QUARANTINED} within {SYS_WAIT} s\n{log}"
+    counted = int(quarantined)
     assert counted >= 1, f"the damage was not counted\n{log}"
     assert re.search(r"ERROR .*damaged", log), log
     aside = corrupt_files(broker)
@@ -370,7 +365,7 @@ def test_bad_records_are_quarantined_and_the_rest_loads(broker_factory: BrokerFa
     for table in ("retained", "subscriptions", "deliveries"):
         assert f"quarantined a row of {table}" in log, log
     assert "set aside 4 damaged records" in log, log
-    assert sys_value(broker.port, SYS_QUARANTINED) == "4", log
+    assert sys_value(broker.port, SYS_QUARANTINED, SYS_WAIT) == "4", log
     with sqlite3.connect(f"{db_file(broker).resolve().as_uri()}?mode=ro", uri=True) as conn:
         tables = sorted(row[0] for row in conn.execute("SELECT table_name FROM quarantine"))
     conn.close()
@@ -444,7 +439,7 @@ def test_lost_or_garbage_wal_after_a_crash(broker_factory: BrokerFactory, case: 
     assert_serves(broker.port)
     log = last_start_log(broker)
     assert corrupt_files(broker) == [], log
-    assert sys_value(broker.port, SYS_QUARANTINED) == "0", log
+    assert sys_value(broker.port, SYS_QUARANTINED, SYS_WAIT) == "0", log
     assert retained_under(broker.port, "rec/ret/a") == before.retained
     for session, queued in before.queued.items():
         assert drain_session(broker.port, session, len(queued)) == (True, queued, [b"probe"])

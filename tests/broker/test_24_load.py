@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from testsupport.paho import sys_value
+
 from .conftest import BrokerFactory
 from .helpers import (
     HOST,
@@ -150,24 +152,6 @@ def open_connections(
     return asyncio.run(_open_connections(port, count, prefix, concurrency, disconnect=disconnect))
 
 
-def sys_value(port: int, topic: str, predicate: Callable[[str], bool], timeout: float) -> str:
-    """Wait for a ``$SYS`` value satisfying ``predicate`` (published every second here);
-    returns the last value seen."""
-    last = ""
-    with raw_connected(port) as sub:
-        sub.subscribe([(topic, 0)])
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            packet = sub.try_recv_packet(max(0.0, deadline - time.monotonic()))
-            if packet is None:
-                break
-            last = parse_publish(packet).payload.decode()
-            if predicate(last):
-                break
-        sub.disconnect()
-    return last
-
-
 def assert_serves(port: int) -> None:
     """A new client connects and a QoS 1 publication reaches a subscriber."""
     topic = unique("load/rt/")
@@ -217,10 +201,10 @@ def test_ten_thousand_idle_connections_are_held(broker_factory: BrokerFactory) -
             connected = sys_value(
                 broker.port,
                 "$SYS/broker/clients/connected",
-                lambda v: int(v) >= IDLE_CONNECTIONS,
-                timeout=15,
+                15,
+                until=lambda v: int(v) >= IDLE_CONNECTIONS,
             )
-            assert int(connected) >= IDLE_CONNECTIONS, connected
+            assert connected is not None and int(connected) >= IDLE_CONNECTIONS, connected
             # Held connections are alive: a sample answers PINGREQ.
             sample = held[:: IDLE_CONNECTIONS // 50]
             assert sum(ping(sock) for sock in sample) == len(sample)
@@ -230,9 +214,9 @@ def test_ten_thousand_idle_connections_are_held(broker_factory: BrokerFactory) -
                 sock.close()
         # Everything closed: the broker notices and keeps serving.
         remaining = sys_value(
-            broker.port, "$SYS/broker/clients/connected", lambda v: int(v) <= 2, timeout=30
+            broker.port, "$SYS/broker/clients/connected", 30, until=lambda v: int(v) <= 2
         )
-        assert int(remaining) <= 2, remaining
+        assert remaining is not None and int(remaining) <= 2, remaining
         assert_serves(broker.port)
         assert broker.stop() == 0
 
@@ -250,9 +234,9 @@ def test_connection_storms_do_not_grow_memory(broker_factory: BrokerFactory) -> 
             )
             assert sockets == []
             idle = sys_value(
-                broker.port, "$SYS/broker/clients/connected", lambda v: int(v) <= 1, timeout=30
+                broker.port, "$SYS/broker/clients/connected", 30, until=lambda v: int(v) <= 1
             )
-            assert int(idle) <= 1, f"storm {storm}: {idle} clients still connected"
+            assert idle is not None and int(idle) <= 1, f"storm {storm}: {idle} clients connected"
             assert_serves(broker.port)
             after_storm.append(rss_bytes(pid))
         print(
@@ -370,9 +354,9 @@ def test_slow_consumer_does_not_stall_others(broker_factory: BrokerFactory, tmp_
         dropped = (total + 1) - len(kept)
         assert len(kept_q0) < SLOW_MESSAGES_PER_QOS, "the consumer's socket never filled up"
         counted = sys_value(
-            broker.port, "$SYS/broker/messages/dropped", lambda v: int(v) >= dropped, 15
+            broker.port, "$SYS/broker/messages/dropped", 15, until=lambda v: int(v) >= dropped
         )
-        assert int(counted) == dropped, (counted, dropped)
+        assert counted is not None and int(counted) == dropped, (counted, dropped)
     finally:
         reader.stop.set()
         reader.join(10)

@@ -2,8 +2,8 @@
 
 Each MQTT.js client is a ``node`` process running ``tests/interop/node/mqttjs_client.mjs``,
 driven through `testsupport.node.MqttJsClient` (JSON lines both ways); the broker is a real
-subprocess shared by the module. Without Node or the installed packages the tests skip,
-except in CI, where they fail (`require_mqttjs`).
+subprocess shared by the module. Without Node or the installed packages the tests fail,
+naming what is missing (`require_mqttjs`).
 
 What is checked at 3.1.1: the CONNACK as MQTT.js reports it; a subscription at each QoS and
 publications at each QoS from another MQTT.js client, received with the publisher's payload
@@ -31,8 +31,10 @@ from typing import Any
 import pytest
 
 from testsupport.node import (
+    EXIT_DEADLINE,
     Event,
     MqttJsClient,
+    MqttJsError,
     buffer,
     from_buffers,
     payload,
@@ -50,7 +52,8 @@ MqttJsMaker = Callable[..., MqttJsClient]
 
 @pytest.fixture
 def mqttjs() -> Iterator[MqttJsMaker]:
-    """Start MQTT.js script processes (not yet connected); all are stopped at the end."""
+    """Start MQTT.js script processes (not yet connected); all are stopped at the end, and
+    the test fails if one of them did not exit with status 0."""
     require_mqttjs()
     started: list[MqttJsClient] = []
 
@@ -60,14 +63,47 @@ def mqttjs() -> Iterator[MqttJsMaker]:
         return client.start()
 
     yield make
+    problems = []
     for client in started:
-        client.close()
+        try:
+            client.finish()
+        except MqttJsError as error:
+            problems.append(str(error))
+    assert not problems, "\n\n".join(problems)
 
 
 def connected(make: MqttJsMaker, port: int, name: str, **options: Any) -> MqttJsClient:
     client = make(name)
     client.connect(port, protocolVersion=MQTT311, clientId=unique(name), clean=True, **options)
     return client
+
+
+def test_a_dead_script_fails_expect_none_and_its_exit_status_fails_finish() -> None:
+    """Silence from a script that has died proves nothing: `expect_none` fails, and so does
+    `finish` (the fixture's teardown), on the exit status of a killed script."""
+    require_mqttjs()
+    client = MqttJsClient(name="doomed").start()
+    try:
+        assert client._proc is not None
+        client._proc.kill()
+        client._proc.wait(EXIT_DEADLINE)
+        with pytest.raises(MqttJsError, match=r"the script (ended|exited)"):
+            client.expect_none("message", within=0.3)
+        with pytest.raises(MqttJsError, match="exit status -9"):
+            client.finish()
+    finally:
+        client.close()
+
+
+def test_a_script_asked_to_exit_finishes_with_status_0() -> None:
+    require_mqttjs()
+    client = MqttJsClient(name="clean").start()
+    try:
+        client.expect_none("message", within=0.1)
+        client.finish()
+        assert not client.running
+    finally:
+        client.close()
 
 
 def test_connect_reports_the_connack(broker: BrokerProcess, mqttjs: MqttJsMaker) -> None:

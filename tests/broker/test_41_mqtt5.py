@@ -22,7 +22,6 @@ from telemq.protocol import (
     ConnAck,
     Connect,
     Disconnect,
-    Packet,
     Properties,
     PubAck,
     PubComp,
@@ -34,93 +33,27 @@ from telemq.protocol import (
     UnsubAck,
     Unsubscribe,
     Will,
-    decode_packet,
     encode,
 )
 from testsupport.process import users_and_acl
+from testsupport.raw5 import V5, Raw5, Raw5Factory
 
 from .helpers import (
     BrokerProcess,
     PahoClient,
     RawClient,
     Received,
-    fixed,
     unique,
+    wait_until,
     write_config,
 )
 
 BrokerFactory = Callable[..., BrokerProcess]
 PahoFactory = Callable[..., PahoClient]
-V5 = 5
 
 
 # ---------------------------------------------------------------------------------------------
-# Raw MQTT 5.0 over a socket
-
-
-class Raw5:
-    """A raw socket speaking MQTT 5.0 with telemq's codec."""
-
-    def __init__(self, port: int) -> None:
-        self.raw = RawClient(port)
-
-    def send(self, packet: Packet) -> None:
-        self.raw.send(encode(packet, V5))
-
-    def send_bytes(self, data: bytes) -> None:
-        self.raw.send(data)
-
-    def recv(self, timeout: float = 10.0) -> Packet:
-        p = self.raw.recv_packet(timeout)
-        return decode_packet(fixed(p.type << 4 | p.flags, p.body), V5, mqtt5=True)
-
-    def connect(
-        self,
-        client_id: str = "",
-        *,
-        clean: bool = True,
-        properties: Properties | None = None,
-        **fields: object,
-    ) -> ConnAck:
-        self.send(
-            Connect(
-                client_id,
-                protocol_level=V5,
-                clean_session=clean,
-                properties=properties,
-                **fields,  # type: ignore[arg-type]
-            )
-        )
-        ack = self.recv()
-        assert isinstance(ack, ConnAck), ack
-        return ack
-
-    def disconnected(self, timeout: float = 10.0) -> Disconnect:
-        """The DISCONNECT the broker sends, then the close."""
-        packet = self.recv(timeout)
-        assert isinstance(packet, Disconnect), packet
-        assert self.raw.wait_closed(), "the broker did not close after its DISCONNECT"
-        return packet
-
-    def close(self) -> None:
-        self.raw.close()
-
-
-@pytest.fixture
-def raw5() -> object:
-    opened: list[Raw5] = []
-
-    def make(port: int) -> Raw5:
-        client = Raw5(port)
-        opened.append(client)
-        return client
-
-    yield make
-    for client in opened:
-        client.close()
-
-
-Raw5Factory = Callable[[int], Raw5]
+# Raw MQTT 5.0 over a socket (testsupport.raw5; the `raw5` fixture comes from conftest.py)
 
 
 def reason_string(packet: Disconnect | ConnAck) -> str:
@@ -348,7 +281,7 @@ def test_unknown_authentication_method_is_connack_0x8c(
     ack = client.connect(unique("v5"), properties=Properties(authentication_method="GS2-KRB5"))
     assert ack.return_code == 0x8C
     assert "GS2-KRB5" in reason_string(ack)
-    assert client.raw.wait_closed()
+    assert client.wait_closed()
 
 
 @pytest.fixture
@@ -393,7 +326,14 @@ def test_the_will_is_kept_by_disconnect_0x04(broker: BrokerProcess, raw5: Raw5Fa
     quiet = raw5(broker.port)
     quiet.connect(unique("v5"), will=Will(topic, b"never"))
     quiet.send(Disconnect())
-    assert watcher.raw.try_recv_packet(0.5) is None
+    assert quiet.wait_closed()  # the broker is done with it: its will, if any, was routed
+    # A sentinel on the same topic, routed after that will into the watcher's session,
+    # arrives first: the will never came.
+    sentinel = raw5(broker.port)
+    sentinel.connect(unique("sentinel"))
+    sentinel.send(Publish(topic, b"sentinel"))
+    after = watcher.recv()
+    assert isinstance(after, Publish) and after.payload == b"sentinel", after
 
 
 def test_disconnect_may_not_set_an_expiry_the_connect_did_not(
@@ -408,12 +348,12 @@ def test_disconnect_may_not_set_an_expiry_the_connect_did_not(
 def test_disabled_mqtt5_answers_connack_1(broker_factory: BrokerFactory, tmp_path: Path) -> None:
     config = write_config(tmp_path / "off.toml", "[mqtt5]\nenabled = false\n")
     broker = broker_factory(config=config)
-    client = Raw5(broker.port)
+    client = RawClient(broker.port)  # bytes as they come: the answer is no 5.0 CONNACK
     try:
-        client.send(Connect(unique("v5"), protocol_level=V5))
-        p = client.raw.recv_packet()
+        client.send(encode(Connect(unique("v5"), protocol_level=V5), V5))
+        p = client.recv_packet()
         assert (p.type, p.body) == (2, b"\x00\x01")  # the 3.1.1 CONNACK 1
-        assert client.raw.wait_closed()
+        assert client.wait_closed()
     finally:
         client.close()
 
@@ -565,8 +505,10 @@ def test_paho_message_expiry_drops_queued_messages(
     [message] = back.wait_messages(1, topic=topic)
     assert message.payload == b"long"
     assert 95 <= message.properties.MessageExpiryInterval <= 98
-    time.sleep(0.5)
-    assert [m.payload for m in back.received(topic)] == [b"long"]
+    # The session's queue is delivered in order, ahead of a sentinel published now.
+    pub.publish(topic, b"sentinel", qos=1)
+    back.wait_messages(2, topic=topic)
+    assert [m.payload for m in back.received(topic)] == [b"long", b"sentinel"]
 
 
 def test_paho_maximum_packet_size_drops_large_messages(
@@ -680,12 +622,18 @@ def test_retain_handling(broker: BrokerProcess, paho_client: PahoFactory) -> Non
     """0: the retained message on every SUBSCRIBE; 1: only for a new subscription; 2: never."""
     topic = unique("handling")
     paho_client(broker.port, version=V5).publish(topic, b"retained", qos=1, retain=True)
+    sender = paho_client(broker.port, version=V5)
     for handling, expected in ((0, 2), (1, 1), (2, 0)):
         client = paho_client(broker.port, version=V5)
         for _ in range(2):
             client.subscribe(topic, options=SubscribeOptions(qos=1, retainHandling=handling))
-        time.sleep(0.3)
-        assert len(client.received(topic)) == expected, handling
+        # The broker sends a subscription's retained message right after its SUBACK, so
+        # before a sentinel (not retained) published after the SUBACKs.
+        sender.publish(topic, b"sentinel", qos=1)
+        client.wait_messages(1 + expected, topic=topic)
+        got = [m.payload for m in client.received(topic)]
+        assert got[-1] == b"sentinel", (handling, got)
+        assert len(got[:-1]) == expected, handling
 
 
 def test_subscription_identifiers_on_deliveries(
@@ -754,8 +702,13 @@ def test_shared_subscription_takes_turns_and_keeps_no_retained(
         publisher.publish(topic, f"m{index}", qos=1)
     got = [[m.payload for m in member.wait_messages(3)] for member in members]
     assert sorted(got[0] + got[1]) == [f"m{index}".encode() for index in range(6)]
-    time.sleep(0.3)
-    assert [len(member.received()) for member in members] == [3, 3]
+    # A sentinel to each member (its own, not shared, subscription) from the same
+    # publisher comes after anything more it was sent: one session, delivered in order.
+    for index, member in enumerate(members):
+        member.subscribe(f"{topic}/sentinel/{index}", qos=1)
+        publisher.publish(f"{topic}/sentinel/{index}", b"sentinel", qos=1)
+        member.wait_messages(1, topic=f"{topic}/sentinel/{index}")
+    assert [len(member.received(topic)) for member in members] == [3, 3]
 
 
 def test_no_local_on_a_shared_subscription_is_a_protocol_error(
@@ -815,8 +768,12 @@ def test_shared_subscriptions_of_persistent_sessions_survive_a_restart(
     members = [paho_factory(broker.port, client_id, version=V5, clean=False) for client_id in ids]
     for member in members:
         assert member.connect() is True
-    time.sleep(1.0)
-    got = sorted(m.payload for member in members for m in member.received(topic))
+
+    def delivered() -> list[bytes]:
+        return sorted(m.payload for member in members for m in member.received(topic))
+
+    assert wait_until(lambda: len(delivered()) >= 6, 10.0), delivered()
+    got = delivered()
     assert got == [f"m{index}".encode() for index in range(6)]
     assert all(member.received(topic) for member in members)  # both had some
 

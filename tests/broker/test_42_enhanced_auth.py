@@ -37,15 +37,15 @@ from telemq.protocol import (
     ReasonCode,
     SubAck,
     Subscribe,
-    decode_packet,
     encode,
 )
 from telemq.protocol.scram import METHOD as SCRAM
 from telemq.protocol.scram import ScramClient, ScramError
 from telemq.store import MemoryStore
 from testsupport.process import users_and_acl
+from testsupport.raw5 import Raw5Factory
 
-from .helpers import BrokerProcess, RawClient, fixed, write_config
+from .helpers import BrokerProcess, write_config
 
 BrokerFactory = Callable[..., BrokerProcess]
 V5 = 5
@@ -267,66 +267,14 @@ PASSWORDS = {"alice": "wonderland", "bob": "builder"}
 ACL = [("alice", "all", "alice/#", True), ("bob", "all", "bob/#", True)]
 
 
-class Raw5:
-    def __init__(self, port: int) -> None:
-        self.raw = RawClient(port)
-
-    def send(self, packet: Packet) -> None:
-        self.raw.send(encode(packet, V5))
-
-    def recv(self, timeout: float = 10.0) -> Packet:
-        p = self.raw.recv_packet(timeout)
-        return decode_packet(fixed(p.type << 4 | p.flags, p.body), V5, mqtt5=True)
-
-    def scram_connect(
-        self, user: str, password: str, username: str | None = None, client_id: str = ""
-    ) -> tuple[ScramClient, ConnAck]:
-        """CONNECT with SCRAM-SHA-256 through to the CONNACK (success or not)."""
-        client = ScramClient(user, password)
-        self.send(
-            Connect(
-                client_id,
-                protocol_level=V5,
-                username=username,
-                properties=auth_props(SCRAM, client.first()),
-            )
-        )
-        reply = self.recv()
-        if isinstance(reply, Auth):
-            assert reply.reason_code == 0x18
-            assert reply.properties is not None
-            assert reply.properties.authentication_method == SCRAM
-            final = client.final(reply.properties.authentication_data)
-            self.send(Auth(0x18, auth_props(SCRAM, final)))
-            reply = self.recv()
-        assert isinstance(reply, ConnAck), reply
-        return client, reply
-
-    def close(self) -> None:
-        self.raw.close()
-
-
 @pytest.fixture
 def secured(broker_factory: BrokerFactory, tmp_path: Path) -> BrokerProcess:
     text = users_and_acl(PASSWORDS, ACL)
     return broker_factory(config=write_config(tmp_path / "users.toml", text))
 
 
-@pytest.fixture
-def raw5() -> object:
-    opened: list[Raw5] = []
-
-    def make(port: int) -> Raw5:
-        opened.append(Raw5(port))
-        return opened[-1]
-
-    yield make
-    for client in opened:
-        client.close()
-
-
 def test_scram_logs_in_and_the_client_verifies_the_server(
-    secured: BrokerProcess, raw5: Callable[[int], Raw5]
+    secured: BrokerProcess, raw5: Raw5Factory
 ) -> None:
     raw = raw5(secured.port)
     scram, connack = raw.scram_connect("alice", "wonderland", client_id="scram-alice")
@@ -354,7 +302,7 @@ def test_scram_logs_in_and_the_client_verifies_the_server(
 )
 def test_scram_refusals_get_connack_0x86(
     secured: BrokerProcess,
-    raw5: Callable[[int], Raw5],
+    raw5: Raw5Factory,
     user: str,
     password: str,
     username: str | None,
@@ -362,15 +310,13 @@ def test_scram_refusals_get_connack_0x86(
     raw = raw5(secured.port)
     _, connack = raw.scram_connect(user, password, username=username)
     assert connack.return_code == ReasonCode.BAD_USER_NAME_OR_PASSWORD
-    assert raw.raw.wait_closed()
+    assert raw.wait_closed()
     # The broker goes on for everyone else.
     _, ok = raw5(secured.port).scram_connect("bob", "builder")
     assert ok.return_code == 0
 
 
-def test_a_forged_proof_never_gets_a_signature(
-    secured: BrokerProcess, raw5: Callable[[int], Raw5]
-) -> None:
+def test_a_forged_proof_never_gets_a_signature(secured: BrokerProcess, raw5: Raw5Factory) -> None:
     raw = raw5(secured.port)
     _, connack = raw.scram_connect("alice", "not-her-password")
     assert connack.properties is not None
@@ -379,7 +325,7 @@ def test_a_forged_proof_never_gets_a_signature(
         ScramClient("alice", "x").verify(connack.properties.authentication_data)
 
 
-def test_scram_reauthentication(secured: BrokerProcess, raw5: Callable[[int], Raw5]) -> None:
+def test_scram_reauthentication(secured: BrokerProcess, raw5: Raw5Factory) -> None:
     raw = raw5(secured.port)
     _, connack = raw.scram_connect("alice", "wonderland")
     assert connack.return_code == 0
@@ -399,12 +345,10 @@ def test_scram_reauthentication(secured: BrokerProcess, raw5: Callable[[int], Ra
         ReasonCode.NOT_AUTHORIZED,
         Properties(reason_string="SCRAM user 'bob' is not the user name 'alice'"),
     )
-    assert raw.raw.wait_closed()
+    assert raw.wait_closed()
 
 
-def test_password_logins_still_work_beside_scram(
-    secured: BrokerProcess, raw5: Callable[[int], Raw5]
-) -> None:
+def test_password_logins_still_work_beside_scram(secured: BrokerProcess, raw5: Raw5Factory) -> None:
     raw = raw5(secured.port)
     raw.send(Connect("pw", protocol_level=V5, username="bob", password=b"builder"))
     connack = raw.recv()
@@ -422,7 +366,7 @@ def test_password_logins_still_work_beside_scram(
 def test_without_scram_the_method_gets_connack_0x8c(
     broker_factory: BrokerFactory,
     tmp_path: Path,
-    raw5: Callable[[int], Raw5],
+    raw5: Raw5Factory,
     config_text: str,
 ) -> None:
     broker = broker_factory(config=write_config(tmp_path / "b.toml", config_text))
@@ -433,4 +377,4 @@ def test_without_scram_the_method_gets_connack_0x8c(
     assert connack.properties.reason_string == (
         "authentication method 'SCRAM-SHA-256' is not configured"
     )
-    assert raw.raw.wait_closed()
+    assert raw.wait_closed()

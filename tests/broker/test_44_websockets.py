@@ -88,6 +88,7 @@ def test_mqttjs_over_websockets(served: tuple[BrokerProcess, int]) -> None:
         assert payload(message) == b"to the browser"
         client.publish(topic + "/out", b"from the browser", qos=1)
         assert [m.payload for m in tcp.wait_messages(1)] == [b"from the browser"]
+        client.finish()  # and the script exited with status 0
     finally:
         client.close()
         tcp.close()

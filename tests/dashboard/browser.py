@@ -16,9 +16,8 @@ and ends the script: SIGTERM (on which it closes the browser too) and then SIGKI
 has not exited within a few seconds. That process plumbing (the threads, the stderr, the
 end) is `testsupport.node_script.NodeScript`'s, shared with the MQTT.js client.
 
-`require_browser` is what a test calls first: without Chromium the test is skipped (it fails
-instead in CI, the ``CI`` environment variable set, where the bootstrap must have installed
-it); a missing Node or ``node_modules`` is a failure that names the fix.
+`require_browser` is what a test calls first: a missing Chromium, Node or ``node_modules``
+fails the test, naming the fix (the test command's bootstrap installs all three).
 """
 
 from __future__ import annotations
@@ -28,9 +27,8 @@ import shutil
 from pathlib import Path
 from typing import Any, Self
 
-import pytest
-
-from testsupport.node_script import NodeScript, in_ci
+from testsupport.node_script import NodeScript
+from testsupport.requirements import require
 
 HARNESS_DIR = Path(__file__).resolve().parent
 SCRIPT = HARNESS_DIR / "browser.mjs"
@@ -48,7 +46,6 @@ CHROMIUM_FLAGS = [
 WAIT = 15.0  # default deadline for the page to show what a test waits for
 START_DEADLINE = 60.0  # Node's start and Chromium's, on a slow CI machine
 EXIT_DEADLINE = 10.0
-FIX = "run `bash scripts/bootstrap.sh --test`"
 
 
 class BrowserError(AssertionError):
@@ -66,24 +63,19 @@ def chromium_path() -> str | None:
 def harness_problem() -> str | None:
     """Why browser.mjs cannot run (no Node, no playwright-core), or None."""
     if shutil.which("node") is None:
-        return f"no `node` on the PATH ({FIX}: it installs Debian's nodejs and npm)"
+        return "no `node` on the PATH (Debian's nodejs)"
     if not (HARNESS_DIR / "node_modules" / "playwright-core" / "package.json").is_file():
-        return f"playwright-core is not installed in {HARNESS_DIR / 'node_modules'} ({FIX})"
+        return f"playwright-core is not installed in {HARNESS_DIR / 'node_modules'}"
     return None
 
 
 def require_browser() -> str:
-    """The path of Chromium; skips the calling test without one (fails it in CI), and fails
-    it when Chromium is there but the harness cannot run."""
+    """The path of Chromium; fails the calling test without one, or when the harness that
+    drives it cannot run."""
     executable = chromium_path()
-    if executable is None:
-        reason = f"Chromium is not installed (Debian's `chromium`; {FIX})"
-        if in_ci():
-            pytest.fail(f"the dashboard test needs Chromium in CI: {reason}", pytrace=False)
-        pytest.skip(reason)
-    problem = harness_problem()
-    if problem is not None:
-        pytest.fail(f"the dashboard test cannot drive Chromium: {problem}", pytrace=False)
+    require("Chromium", None if executable else "no `chromium` on the PATH (Debian's chromium)")
+    require("the dashboard test's browser driver", harness_problem())
+    assert executable is not None
     return executable
 
 

@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -111,6 +110,12 @@ def test_mqmd_wins_over_the_properties(broker: BrokerProcess, made: list[PahoCli
     assert parse_reply(message.payload).correl_id == "0A0B"
     # The reply echoes the command's own Correlation Data, which the requester matches on.
     assert message.properties.CorrelationData == b"zz"
+    # The broker sent its reply(ies) while handling the command; a sentinel the client
+    # publishes now, into its own session, comes after them.
+    sentinel = f"replies/{unique('sentinel')}"
+    client.subscribe(sentinel, qos=1)
+    client.publish(sentinel, b"sentinel", qos=1)
+    client.wait_messages(1, topic=sentinel)
     assert client.received(from_props) == []  # no reply went to the property's topic
 
 
@@ -216,5 +221,10 @@ def test_filters_read_content_type_and_user_properties(
     for payload, props in sent:
         publisher.publish(topic, payload, qos=1, properties=props)
     subscriber.wait_messages(len(wanted), topic=topic)
-    time.sleep(0.3)  # nothing else arrives
+    # Nothing else arrives: a sentinel from the same publisher into the same session (the
+    # queue the RegSub named is the subscriber's own) comes after whatever it was sent.
+    sentinel = f"mq5/{unique('sentinel')}"
+    subscriber.subscribe(sentinel, qos=1)
+    publisher.publish(sentinel, b"sentinel", qos=1)
+    subscriber.wait_messages(1, topic=sentinel)
     assert [m.payload for m in subscriber.received(topic)] == wanted

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from testsupport.paho import PahoClient
+from testsupport.paho import PahoClient, Received, sys_value
 from testsupport.process import BrokerProcess, free_port, users_and_acl, wait_until
 from testsupport.relay import Relay
 
@@ -101,21 +101,56 @@ class Network:
         assert not problems, "\n".join(problems)
 
 
-def sys_value(port: int, topic: str, timeout: float = 5.0) -> str | None:
-    """The retained `$SYS` value of `topic` at the broker on `port` (None: none in time)."""
-    client = PahoClient(port)
-    client.connect()
-    try:
-        client.subscribe(topic, qos=0)
-        if not wait_until(lambda: bool(client.received(topic)), timeout):
-            return None
-        return client.received(topic)[-1].payload.decode("utf-8")
-    finally:
-        client.close()
-
-
 def wait_link_state(network: Network, broker: str, link: str, state: str) -> bool:
     """Wait until `broker` reports `state` for its link to `link` ($SYS)."""
     port = network.ports[broker]
     topic = f"$SYS/broker/links/{link}/state"
     return wait_until(lambda: sys_value(port, topic, 1.0) == state, LINK_TIMEOUT, 0.2)
+
+
+SENTINEL = b"sentinel from "  # the payload of a sentinel starts so; the broker's name follows
+
+
+def sync_sentinels(
+    network: Network,
+    brokers: Iterable[str],
+    topic: str,
+    watchers: Sequence[PahoClient],
+    timeout: float = LINK_TIMEOUT,
+) -> None:
+    """Wait until a sentinel published on `topic` at each of `brokers` has reached every
+    one of `watchers` (each subscribed to `topic`): a copy that must not come, made or
+    forwarded by those brokers before their sentinel, would have arrived first.
+
+    Why that holds: a sentinel's publisher is a client of its broker, which routes its
+    publications in order, and every link carries its messages in order (one FIFO
+    queue per link session), as does each watcher's session. A broker may not route the
+    sentinel to a watcher yet (a proxy subscription still on its way to it), so each one
+    publishes again every 0.2 s until all the watchers have one; the first to arrive
+    was published after its broker had everything it sends them ahead of it. Tests leave
+    the sentinels out with `without_sentinels`.
+    """
+    publishers = {broker: PahoClient(network.ports[broker]) for broker in brokers}
+    try:
+        for broker, publisher in publishers.items():
+            publisher.connect()
+            payload = SENTINEL + broker.encode()
+
+            def arrived(publisher: PahoClient = publisher, payload: bytes = payload) -> bool:
+                publisher.publish(topic, payload, qos=1)
+                return all(
+                    any(m.payload == payload for m in watcher.received(topic))
+                    for watcher in watchers
+                )
+
+            assert wait_until(arrived, timeout, 0.2), (
+                f"the sentinel from {broker} on {topic!r} did not reach every watcher"
+            )
+    finally:
+        for publisher in publishers.values():
+            publisher.close()
+
+
+def without_sentinels(messages: Iterable[Received]) -> list[Received]:
+    """`messages` less the sentinels `sync_sentinels` published."""
+    return [m for m in messages if not m.payload.startswith(SENTINEL)]

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from testsupport.paho import MQTT5, PahoClient
+from testsupport.paho import MQTT5, PahoClient, sys_value
 from testsupport.process import wait_until
 
-from .netsupport import LINK_TIMEOUT, Network, sys_value, wait_link_state
+from .netsupport import LINK_TIMEOUT, Network, wait_link_state
 
 
 def test_a_chain_comes_up_and_every_broker_knows_who_it_reaches(chain: Network) -> None:

@@ -4,17 +4,14 @@ Local only where it is made (docs/network.md §5-6, broker/retained_sync.py)."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from mq.helpers import assert_ok, connected
 from testsupport.paho import PahoClient
 from testsupport.process import unique
 
-from .netsupport import Network, wait_link_state
+from .netsupport import Network, sync_sentinels, wait_link_state, without_sentinels
 from .test_11_forwarding import wait_proxies
-
-SETTLE = 0.5  # seconds to wait for a copy that must not come
 
 
 def subscriber(port: int, topic_filter: str) -> PahoClient:
@@ -25,7 +22,8 @@ def subscriber(port: int, topic_filter: str) -> PahoClient:
 
 
 def retained_values(client: PahoClient) -> list[tuple[str, bytes, bool]]:
-    return [(m.topic, m.payload, m.retain) for m in client.received()]
+    """What `client` received (topic, payload, RETAIN), the sentinels left out."""
+    return [(m.topic, m.payload, m.retain) for m in without_sentinels(client.received())]
 
 
 def test_a_later_subscriber_gets_what_was_retained_at_the_far_end(chain: Network) -> None:
@@ -36,7 +34,8 @@ def test_a_later_subscriber_gets_what_was_retained_at_the_far_end(chain: Network
     publisher.publish(f"{base}/q0", "zero", qos=0, retain=True)
     at_c = subscriber(chain.ports["C"], f"{base}/#")
     at_c.wait_messages(2)
-    time.sleep(SETTLE)
+    # A second answer, from A or from B, would come before the sentinels of A and B.
+    sync_sentinels(chain, "ABC", f"{base}/sentinel", [at_c])
     assert sorted(retained_values(at_c)) == [
         (f"{base}/a", b"v1", True),
         (f"{base}/q0", b"zero", True),
@@ -50,10 +49,11 @@ def test_a_later_subscriber_gets_what_was_retained_at_the_far_end(chain: Network
     at_b.wait_messages(2)
     late = subscriber(chain.ports["C"], f"{base}/a")
     late.wait_messages(1)
-    time.sleep(SETTLE)
+    # Sentinels on the topic itself (not retained: the retained value stays v2).
+    sync_sentinels(chain, "ABC", f"{base}/a", [late, at_b, at_c])
     assert retained_values(at_b) == [(f"{base}/a", b"v1", True), (f"{base}/a", b"v2", False)]
     assert retained_values(late) == [(f"{base}/a", b"v2", True)]
-    assert len(at_c.received()) == 3
+    assert len(without_sentinels(at_c.received())) == 3
     for client in (publisher, at_c, at_b, late):
         client.close()
 
@@ -70,7 +70,7 @@ def test_retained_messages_from_both_ends_meet_in_the_middle(chain: Network) -> 
     at_c = subscriber(chain.ports["C"], f"{base}/#")
     at_a.wait_messages(2)
     at_c.wait_messages(2)
-    time.sleep(SETTLE)
+    sync_sentinels(chain, "ABC", f"{base}/sentinel", [at_a, at_c])
     expected = [(f"{base}/A", b"from A", True), (f"{base}/C", b"from C", True)]
     assert sorted(retained_values(at_a)) == expected
     assert sorted(retained_values(at_c)) == expected
@@ -97,7 +97,7 @@ def test_deletepub_deletes_everywhere_unless_local(chain: Network) -> None:
     for watcher in watchers.values():
         watcher.wait_messages(3)
     late = {broker: subscriber(chain.ports[broker], f"{base}/#") for broker in ("A", "B", "C")}
-    time.sleep(SETTLE)
+    sync_sentinels(chain, "ABC", f"{base}/sentinel", list(late.values()))
     assert retained_values(late["A"]) == [(f"{base}/here", b"y", True)]
     assert retained_values(late["B"]) == [(f"{base}/here", b"y", True)]
     assert retained_values(late["C"]) == []
@@ -123,8 +123,8 @@ def test_a_deletepub_crosses_a_link_that_was_down(chain: Network) -> None:
     chain.brokers["C"].start()
     assert wait_link_state(chain, "C", "B", "connected")
     late = subscriber(chain.ports["C"], f"{base}/#")
-    time.sleep(2 * SETTLE)
-    assert [m.topic for m in late.received()] == []
+    sync_sentinels(chain, "ABC", f"{base}/sentinel", [late])
+    assert [m.topic for m in without_sentinels(late.received())] == []
     publisher.close()
     late.close()
 
@@ -147,7 +147,7 @@ def test_retained_messages_cross_a_star(tmp_path: Path) -> None:
         clients.append(at_l3)
         wait_proxies(network, "H", "L3", 1)
         at_l3.wait_messages(3)
-        time.sleep(SETTLE)
+        sync_sentinels(network, ["H", *leaves], f"{base}/sentinel", [at_l3])
         assert sorted(retained_values(at_l3)) == [
             (f"{base}/H", b"H", True),
             (f"{base}/L1", b"L1", True),
@@ -156,8 +156,8 @@ def test_retained_messages_cross_a_star(tmp_path: Path) -> None:
         at_l1 = subscriber(network.ports["L1"], f"{base}/#")
         clients.append(at_l1)
         at_l1.wait_messages(3)
-        time.sleep(SETTLE)
-        assert len(at_l1.received()) == 3
+        sync_sentinels(network, ["H", *leaves], f"{base}/sentinel", [at_l1])
+        assert len(without_sentinels(at_l1.received())) == 3
     finally:
         for client in clients:
             client.close()

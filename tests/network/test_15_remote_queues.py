@@ -8,10 +8,10 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from mq.helpers import MQClient, assert_error, assert_ok, connected
-from testsupport.paho import MQTT5, MQTT311, PahoClient
+from testsupport.paho import MQTT5, MQTT311, PahoClient, sys_value
 from testsupport.process import unique, wait_until
 
-from .netsupport import Network, sys_value, wait_link_state
+from .netsupport import Network, wait_link_state
 from .test_11_forwarding import wait_proxies
 
 WAIT = 20.0
@@ -39,9 +39,13 @@ def payloads(client: PahoClient, prefix: str) -> list[bytes]:
 
 
 def wait_payloads(client: PahoClient, prefix: str, expected: list[bytes]) -> list[bytes]:
-    """Wait until `client` holds `expected` (in any order) under `prefix`; what it holds."""
-    wait_until(lambda: sorted(payloads(client, prefix)) == sorted(expected), WAIT)
-    return payloads(client, prefix)
+    """Wait until `client` holds exactly `expected` (in any order) under `prefix`, and
+    return what it holds; fail if it does not within `WAIT` (a copy missing, or one too
+    many: a duplicate makes the multiset differ for good)."""
+    arrived = wait_until(lambda: sorted(payloads(client, prefix)) == sorted(expected), WAIT)
+    held = payloads(client, prefix)
+    assert arrived, f"{client.client_id} holds {sorted(held)}, expected {sorted(expected)}"
+    return held
 
 
 def test_publications_from_every_broker_reach_the_queue_at_c_once(chain: Network) -> None:
@@ -62,9 +66,14 @@ def test_publications_from_every_broker_reach_the_queue_at_c_once(chain: Network
     got = wait_payloads(owner, base, expected)
     assert sorted(got) == sorted(expected)
     # Nothing more comes: a last message from each broker arrives alone after the others.
+    # Each end sentinel follows its broker's three publications from the same publisher
+    # session, over the same links (A - B - C) into the same queue at C, and every hop
+    # forwards in order, so a duplicate of any of them would arrive before its sentinel;
+    # once the sentinels are in, the queue holds exactly one copy of each.
     for name, publisher in publishers.items():
         publisher.publish(f"{base}/end", f"end {name}".encode(), qos=1)
-    wait_payloads(owner, base, [*expected, b"end A", b"end B", b"end C"])
+    ended = wait_payloads(owner, base, [*expected, b"end A", b"end B", b"end C"])
+    assert sorted(ended) == sorted([*expected, b"end A", b"end B", b"end C"])
     # ListSubs at A says where the queue lives; the registrar's own queue is A's.
     listed = registrar.list_subs(QName=queue)  # QName names the queue, not where it waits
     assert [(s["QMgrName"], s["QName"], s["Topic"]) for s in listed] == [

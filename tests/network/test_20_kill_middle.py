@@ -12,10 +12,10 @@ import threading
 from collections import Counter
 from pathlib import Path
 
-from testsupport.paho import PahoClient
+from testsupport.paho import PahoClient, sys_value
 from testsupport.process import unique, wait_until
 
-from .netsupport import Network, sys_value, wait_link_state
+from .netsupport import Network, wait_link_state
 from .test_11_forwarding import wait_proxies
 
 MESSAGES = 1500

@@ -6,9 +6,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from testsupport.paho import sys_value
 from testsupport.process import wait_until
 
-from .netsupport import LINK_TIMEOUT, Network, sys_value, wait_link_state
+from .netsupport import LINK_TIMEOUT, Network, wait_link_state
 
 TRIANGLE = [("A", "B"), ("B", "C"), ("C", "A")]
 LINKS = [("A", "B"), ("B", "A"), ("B", "C"), ("C", "B"), ("C", "A"), ("A", "C")]

@@ -9,29 +9,35 @@ subscriptions get No Local, so nothing it sends comes back to it.
 
 from __future__ import annotations
 
+import base64
+import json
 import socket
 import threading
-import time
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from mq.helpers import assert_ok, connected
 from testsupport.metrics import samples, value
-from testsupport.mosquitto import MosquittoProcess, mosquitto_binary
-from testsupport.paho import MQTT5, MQTT31, MQTT311, PahoClient
-from testsupport.process import HOST, BrokerProcess, connack_code, free_port, wait_until
+from testsupport.mosquitto import MosquittoProcess
+from testsupport.paho import MQTT5, MQTT31, MQTT311, PahoClient, sys_value
+from testsupport.process import (
+    HOST,
+    BrokerProcess,
+    connack_code,
+    free_port,
+    users_and_acl,
+    wait_until,
+)
 from testsupport.relay import Relay
 
-from .netsupport import sys_value
-
-pytestmark = pytest.mark.skipif(
-    mosquitto_binary() is None, reason="Debian's mosquitto is not installed"
-)
-
 PROTOCOLS = {MQTT31: "3.1", MQTT311: "3.1.1", MQTT5: "5"}
-SETTLE = 0.5  # seconds to wait for a copy that must not come
+ADMIN = ("admin", "admin-pw")  # an administrator, for the admin API
+BRIDGE_SESSION = "$bridge/cloud"  # the bridge's session and queue at telemq
 
 
 class Bridged:
@@ -51,7 +57,10 @@ class Bridged:
         extra: str = "",
         relayed: bool = False,
         wait: bool = True,
+        before: str = "",
     ) -> Bridged:
+        """`extra`: more keys of the bridge's table; `before`: tables that come before it
+        (users, an HTTP listener), kept when a test takes the bridge out."""
         self.mosquitto.start()
         port = self.mosquitto.port
         if relayed:
@@ -62,7 +71,7 @@ class Bridged:
             self.tmp_path / "telemq",
             config_text=(
                 'name = "edge"\nallow_anonymous = true\n[sys]\ninterval = 0.2\n'
-                f'[[bridges]]\nname = "cloud"\nhost = "{HOST}"\nport = {port}\n'
+                f'{before}\n[[bridges]]\nname = "cloud"\nhost = "{HOST}"\nport = {port}\n'
                 f'protocol = "{protocol}"\nreconnect_min = 0.1\nreconnect_max = 1.0\n'
                 f"topics = [{rules}]\n{extra}"
             ),
@@ -115,6 +124,33 @@ def payloads(client: PahoClient, topic: str | None = None) -> list[bytes]:
     return [m.payload for m in client.received(topic)]
 
 
+SENTINELS = "end/"  # the last level of a sentinel's topic starts with this
+
+
+def chat(client: PahoClient) -> list[bytes]:
+    """The payloads `client` received, sentinels left out."""
+    return [m.payload for m in client.received() if SENTINELS not in m.topic]
+
+
+def sync_both_ways(
+    here: PahoClient, there: PahoClient, local: PahoClient, remote: PahoClient, base: str = "chat"
+) -> None:
+    """Wait until no echo can still be on its way, through a sentinel each way under
+    `base` (a `both` rule), at QoS 2 like what it follows.
+
+    An echo of what `local` got from the remote would go back out over the bridge when
+    telemq routed it, before a sentinel `here` publishes now, so `remote` sees that echo
+    before the sentinel; the same the other way round with `there`, whose sentinel
+    mosquitto forwards after any echo it owed. (telemq's bridge session is one FIFO queue,
+    and mosquitto forwards a connection's messages in the order it routed them.)"""
+    out, back = f"{base}/{SENTINELS}out", f"{base}/{SENTINELS}in"
+    here.publish(out, "sentinel", qos=2)
+    there.publish(back, "sentinel", qos=2)
+    for client in (local, remote):
+        client.wait_messages(1, topic=out)
+        client.wait_messages(1, topic=back)
+
+
 @pytest.mark.parametrize("version", [MQTT31, MQTT311, MQTT5])
 def test_out_and_in_with_prefixes(bridged: Bridged, version: int) -> None:
     bridged.start(["sensors/# out 2 local/ remote/", "cmd/# in 2 edge/ cloud/"], PROTOCOLS[version])
@@ -140,11 +176,38 @@ def test_out_and_in_with_prefixes(bridged: Bridged, version: int) -> None:
         ("edge/cmd/c1", b"in 1", 1),
         ("edge/cmd/c2", b"in 2", 2),
     ]
-    # Nothing outside the rules crosses.
+    # Nothing outside the rules crosses, under any name: a `#` watcher on each side sees
+    # everything published there. Each side's client publishes its forbidden message and
+    # then a sentinel on a topic its rule allows, both at QoS 1: had the forbidden one been
+    # taken by the bridge, it would have crossed first, on the same bridge connection
+    # (telemq's bridge session is one FIFO queue; mosquitto forwards a connection's
+    # messages in the order they came), so once a sentinel has crossed, nothing forbidden
+    # is on its way behind it.
+    remote_all = bridged.remote()
+    remote_all.subscribe("#", qos=1)
+    local_all = bridged.local()
+    local_all.subscribe("#", qos=1)
     publisher.publish("other/x", "no", qos=1)
+    publisher.publish("local/sensors/end", "sentinel out", qos=1)
     remote_publisher.publish("cloud/other", "no", qos=1)
-    time.sleep(SETTLE)
-    assert len(remote.received()) == 3 and len(local.received()) == 3
+    remote_publisher.publish("cloud/cmd/end", "sentinel in", qos=1)
+    remote_all.wait_messages(1, topic="remote/sensors/end")  # crossed out
+    remote_all.wait_messages(1, topic="cloud/cmd/end")  # published there
+    local_all.wait_messages(1, topic="edge/cmd/end")  # crossed in
+    local_all.wait_messages(1, topic="local/sensors/end")  # published here
+    remote.wait_messages(1, topic="remote/sensors/end")  # each watcher its own sentinel
+    local.wait_messages(1, topic="edge/cmd/end")
+    assert sorted(m.topic for m in remote_all.received()) == [
+        "cloud/cmd/end",
+        "cloud/other",
+        "remote/sensors/end",
+    ]
+    assert sorted(m.topic for m in local_all.received()) == [
+        "edge/cmd/end",
+        "local/sensors/end",
+        "other/x",
+    ]
+    assert len(remote.received()) == 3 + 1 and len(local.received()) == 3 + 1  # + sentinel
 
 
 @pytest.mark.parametrize("version", [MQTT311, MQTT5])
@@ -155,13 +218,14 @@ def test_both_does_not_echo(bridged: Bridged, version: int) -> None:
     local.subscribe("chat/#", qos=2)
     remote = bridged.remote()
     remote.subscribe("chat/#", qos=2)
-    bridged.local().publish("chat/here", "from telemq", qos=2)
-    bridged.remote().publish("chat/there", "from mosquitto", qos=2)
+    here, there = bridged.local(), bridged.remote()
+    here.publish("chat/here", "from telemq", qos=2)
+    there.publish("chat/there", "from mosquitto", qos=2)
     local.wait_messages(2)
     remote.wait_messages(2)
-    time.sleep(SETTLE)
-    assert sorted(payloads(local)) == [b"from mosquitto", b"from telemq"]
-    assert sorted(payloads(remote)) == [b"from mosquitto", b"from telemq"]
+    sync_both_ways(here, there, local, remote)
+    assert sorted(chat(local)) == [b"from mosquitto", b"from telemq"]
+    assert sorted(chat(remote)) == [b"from mosquitto", b"from telemq"]
 
 
 def test_without_private_mode_an_echo_comes_back_once(bridged: Bridged) -> None:
@@ -172,11 +236,19 @@ def test_without_private_mode_an_echo_comes_back_once(bridged: Bridged) -> None:
     local.subscribe("chat/#", qos=1)
     remote = bridged.remote()
     remote.subscribe("chat/#", qos=1)
-    bridged.local().publish("chat/here", "from telemq", qos=1)
+    here = bridged.local()
+    here.publish("chat/here", "from telemq", qos=1)
     local.wait_messages(2)
-    time.sleep(SETTLE)
-    assert payloads(local) == [b"from telemq", b"from telemq"]
-    assert payloads(remote) == [b"from telemq"]
+    # A sentinel from the same publisher, now that the echo is back: had telemq sent the
+    # echo out again, that copy would be ahead of the sentinel on the bridge (so at
+    # `remote` before it), and mosquitto's echo of it ahead of the sentinel's own echo
+    # (so at `local` before the sentinel's second copy).
+    sentinel = f"chat/{SENTINELS}x"
+    here.publish(sentinel, "sentinel", qos=1)
+    remote.wait_messages(1, topic=sentinel)
+    local.wait_messages(2, topic=sentinel)  # its own copy and its echo
+    assert chat(local) == [b"from telemq", b"from telemq"]
+    assert chat(remote) == [b"from telemq"]
 
 
 def test_an_mq_publish_with_pubopt_local_stays_here(bridged: Bridged) -> None:
@@ -198,16 +270,24 @@ def test_an_mq_publish_with_pubopt_local_stays_here(bridged: Bridged) -> None:
     finally:
         publisher.close()
     local.wait_messages(2)
-    remote.wait_messages(1)
-    time.sleep(SETTLE)
+    # mq/all is the sentinel: the same MQ publisher sent mq/local first, so had that gone
+    # over the bridge it would have reached `remote` before mq/all.
+    remote.wait_messages(1, topic="mq/all")
     assert [m.topic for m in remote.received()] == ["mq/all"]
 
 
 def test_retained_messages_cross(bridged: Bridged) -> None:
     bridged.start(["state/# out 1", "config/# in 1"])
+    # Watchers that were there before: once each has its copy, the broker it is connected
+    # to has received (and kept) the retained message.
+    remote_watcher = bridged.remote()
+    remote_watcher.subscribe("state/#", qos=1)
+    local_watcher = bridged.local()
+    local_watcher.subscribe("config/#", qos=1)
     bridged.local().publish("state/door", "open", qos=1, retain=True)
     bridged.remote().publish("config/rate", "10", qos=1, retain=True)
-    time.sleep(SETTLE)
+    remote_watcher.wait_messages(1, topic="state/door")
+    local_watcher.wait_messages(1, topic="config/rate")
     remote = bridged.remote()
     remote.subscribe("state/#", qos=1)
     (door,) = remote.wait_messages(1)
@@ -229,8 +309,12 @@ def test_outgoing_retain_false_clears_retain(bridged: Bridged) -> None:
     assert not door.retain
     late = bridged.remote()
     late.subscribe("state/#", qos=1)
-    time.sleep(SETTLE)
-    assert late.received() == []  # mosquitto kept nothing retained
+    # Mosquitto sends what it retained right after the SUBACK, before anything published
+    # later: a sentinel published now comes after it.
+    sentinel = f"state/{SENTINELS}x"
+    bridged.remote().publish(sentinel, "sentinel", qos=1)
+    late.wait_messages(1, topic=sentinel)
+    assert [m for m in late.received() if m.topic != sentinel] == []  # nothing retained
 
 
 def test_the_queue_waits_for_the_remote_across_a_cut_and_a_sigkill(bridged: Bridged) -> None:
@@ -310,24 +394,65 @@ def test_bridge_client_ids_are_reserved(bridged: Bridged) -> None:
         client.client.loop_stop()
 
 
+def admin_get(port: int, path: str, **query: str) -> Any:
+    """GET `path` of the admin API (`/api/v1`) on the HTTP listener at `port`, as `ADMIN`."""
+    url = f"http://{HOST}:{port}/api/v1{path}"
+    if query:
+        url += "?" + urllib.parse.urlencode(query)
+    request = urllib.request.Request(url)
+    token = base64.b64encode(f"{ADMIN[0]}:{ADMIN[1]}".encode()).decode()
+    request.add_header("Authorization", f"Basic {token}")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.load(response)
+
+
+def bridge_state(http_port: int) -> tuple[list[dict[str, Any]], list[str]]:
+    """The bridge sessions the broker holds (admin API: `/sessions`), and the topics
+    subscribed for the bridge's queue (`/subscriptions`)."""
+    sessions = admin_get(http_port, "/sessions", search=BRIDGE_SESSION)["sessions"]
+    subscriptions = admin_get(http_port, "/subscriptions", client_id=BRIDGE_SESSION)
+    return sessions, [s["topic"] for s in subscriptions["subscriptions"]]
+
+
 def test_a_bridge_removed_from_the_configuration_leaves_nothing(bridged: Bridged) -> None:
-    bridged.start(["jobs/# out 1"], relayed=True)
+    """Its session, with what it queued, and its queue's subscriptions go: the admin API
+    lists none of them after the restart, nor after another one (the store forgot them)."""
+    http_port = free_port()
+    admin = users_and_acl({ADMIN[0]: ADMIN[1]}, [], admins={ADMIN[0]})
+    http = f'[[http]]\nhost = "{HOST}"\nport = {http_port}\n'
+    bridged.start(["jobs/# out 1"], relayed=True, before=f"{admin}\n{http}")
     telemq, relay = bridged.telemq, bridged.relay
     assert telemq is not None and relay is not None
     relay.blocked = True
     relay.cut()
     assert bridged.wait_state("down")
     bridged.local().publish("jobs/x", "queued", qos=1)
+
+    # While configured: the bridge's session holds the copy, its queue subscribes jobs/#.
+    def held() -> list[tuple[str, int]]:
+        return [(s["client_id"], s["queued"] + s["inflight"]) for s in bridge_state(http_port)[0]]
+
+    assert wait_until(lambda: held() == [(BRIDGE_SESSION, 1)], 10.0), held()
+    assert bridge_state(http_port)[1] == ["jobs/#"]
     telemq.stop()
     text = telemq.config_path.read_text(encoding="utf-8")
     without = text[: text.index("[[bridges]]")] + text[text.index("\n[[listeners]]") :]
     telemq.config_path.write_text(without, encoding="utf-8")
     telemq.start()
     assert "bridge 'cloud' is no longer configured" in telemq.log_text()
+    assert bridge_state(http_port) == ([], [])
     local = bridged.local()
     local.subscribe("jobs/#", qos=1)
     local.publish("jobs/y", "still routed", qos=1)
     assert [m.payload for m in local.wait_messages(1)] == [b"still routed"]
+    # Nothing of it was left in the store either: a second restart brings none of it back.
+    for client in bridged.clients:
+        client.close()
+    bridged.clients.clear()
+    telemq.restart()
+    assert bridge_state(http_port) == ([], [])
+    # (The readiness probe's clean session ends with its connection.)
+    assert wait_until(lambda: admin_get(http_port, "/overview")["sessions"] == 0, 10.0)
 
 
 def _refusing_server(levels: list[int]) -> tuple[socket.socket, Callable[[], None]]:
@@ -426,7 +551,10 @@ def test_mosquitto_bridges_into_telemq(tmp_path: Path) -> None:
             return bool(at_mosquitto.received("mq/probe"))
 
         assert wait_until(crossed, 20.0, 0.3), mosquitto.log()
-        time.sleep(SETTLE)
+        # The probes still on their way arrive before a last one from the same publisher.
+        probe.publish("mq/probe-last", "p", qos=0)
+        at_telemq.wait_messages(1, topic="mq/probe-last")
+        at_mosquitto.wait_messages(1, topic="mq/probe-last")
         at_telemq.messages.clear()
         at_mosquitto.messages.clear()
         probe.publish("mq/a", "from telemq", qos=2)
@@ -436,9 +564,9 @@ def test_mosquitto_bridges_into_telemq(tmp_path: Path) -> None:
         sender.publish("mq/b", "from mosquitto", qos=2)
         at_telemq.wait_messages(2)
         at_mosquitto.wait_messages(2)
-        time.sleep(SETTLE)
-        assert sorted(payloads(at_telemq)) == [b"from mosquitto", b"from telemq"]
-        assert sorted(payloads(at_mosquitto)) == [b"from mosquitto", b"from telemq"]
+        sync_both_ways(probe, sender, at_telemq, at_mosquitto, base="mq")
+        assert sorted(chat(at_telemq)) == [b"from mosquitto", b"from telemq"]
+        assert sorted(chat(at_mosquitto)) == [b"from mosquitto", b"from telemq"]
         assert connack_code(telemq.port) == 0  # telemq still serves everyone
     finally:
         for client in clients:

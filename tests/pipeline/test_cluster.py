@@ -11,7 +11,6 @@ of an ingest is replaced, and the lake still holds every seq exactly once.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,7 +23,7 @@ import pytest
 from telemq.cli.main import main
 from telemq.pipeline.ingest import journal_table
 from testsupport.process import users_and_acl, wait_until
-from testsupport.spark_cluster import SparkCluster, standalone_cluster, unshare_problem
+from testsupport.spark_cluster import SparkCluster, require_private_mounts, standalone_cluster
 
 from .helpers import journal_service, telemetry
 
@@ -50,11 +49,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str
 def cluster(
     tmp_path_factory: pytest.TempPathFactory, served: tuple[Path, str]
 ) -> Iterator[SparkCluster]:
-    problem = unshare_problem()
-    if problem is not None:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the cluster tests: {problem}")
-        pytest.skip(problem)
+    require_private_mounts()
     data, _ = served
     with standalone_cluster(tmp_path_factory.mktemp("cluster"), [data]) as running:
         yield running
@@ -107,6 +102,12 @@ def table_rows(path: Path, key: tuple[str, ...]) -> list[tuple[Any, ...]]:
             if isinstance(value, float):
                 row[name] = round(value, 9)
     return sorted((tuple(r[k] for k in key), tuple(sorted(r.items()))) for r in rows)
+
+
+def batch_ids(lake: Path) -> set[int]:
+    """The ids of the batches with files in the lake's table (``batch-<id>-<k>.parquet``)."""
+    files = journal_table(lake).glob("date=*/batch-*.parquet")
+    return {int(f.name.split("-")[1]) for f in files}
 
 
 def lake_seqs(lake: Path) -> list[int]:
@@ -164,11 +165,12 @@ def test_an_executor_killed_mid_ingest_still_lands_every_seq_once(
         [*command, "-q"], env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     try:
-        started = wait_until(
-            lambda: len(list(journal_table(lake).glob("date=*/*.parquet"))) > 0, JOB_DEADLINE, 0.1
-        )
+        started = wait_until(lambda: bool(batch_ids(lake)), JOB_DEADLINE, 0.1)
         assert started, cluster.log_tail()
+        before_kill = batch_ids(lake)
+        killed = cluster.executors()  # pid -> (application id, executor id)
         assert cluster.kill_executors() >= 1, "no executor to kill"
+        after_kill = batch_ids(lake)
         stdout, stderr = job.communicate(timeout=JOB_DEADLINE)
     finally:
         if job.poll() is None:
@@ -178,3 +180,25 @@ def test_an_executor_killed_mid_ingest_still_lands_every_seq_once(
     assert stdout.decode().startswith(f"ingested {ROWS:,} rows"), stdout
     seqs = lake_seqs(lake)
     assert seqs == list(range(1, ROWS + 1)), (len(seqs), len(set(seqs)))
+    # The kill came before the last batch: batches run one after the other, and a batch's
+    # files enter the table only at its end, so when `after_kill` was read the batch after
+    # its last one may have been running already, but the one after that had not started.
+    # A batch numbered higher still ran, from start to end, after the kill.
+    batches = batch_ids(lake)
+    around = f"batches before the kill {sorted(before_kill)}, after it {sorted(after_kill)}"
+    assert max(batches) >= max(after_kill) + 2, f"{around}, at the end {sorted(batches)}"
+    # A replacement executor ran tasks: the application's executors that were not killed,
+    # launched after the kill (the killed ones held every core), with tasks in their logs.
+    apps = {app for app, _ in killed.values()}
+    assert len(apps) == 1, killed
+    (app,) = apps
+    dead = {executor for _, executor in killed.values()}
+    launched = cluster.executor_ids(app)
+    replacements = [e for e in launched if e not in dead]
+    ran = [e for e in replacements if "Running task" in cluster.executor_log(app, e)]
+    assert ran, (
+        f"no replacement executor of {app} ran a task: killed {sorted(dead)}, launched "
+        f"{launched}\n{cluster.log_tail()}"
+    )
+    # And what was killed was doing this job's work: it had run tasks before the kill.
+    assert any("Running task" in cluster.executor_log(app, e) for e in dead), sorted(dead)

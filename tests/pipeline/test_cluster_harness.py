@@ -9,7 +9,6 @@ SparkContext, and a Python process has one at most.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ from typing import Any
 import pytest
 
 from testsupport.process import wait_until
-from testsupport.spark_cluster import SparkCluster, standalone_cluster, unshare_problem
+from testsupport.spark_cluster import SparkCluster, require_private_mounts, standalone_cluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(120)]
 
@@ -105,11 +104,7 @@ def hidden_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory, hidden_dir: Path) -> Iterator[SparkCluster]:
-    problem = unshare_problem()
-    if problem is not None:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the cluster tests: {problem}")
-        pytest.skip(problem)
+    require_private_mounts()
     with standalone_cluster(tmp_path_factory.mktemp("cluster"), [hidden_dir]) as running:
         yield running
 

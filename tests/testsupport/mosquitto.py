@@ -8,19 +8,20 @@ stops it (SIGTERM, then SIGKILL).
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import time
 from pathlib import Path
 
 from .process import HOST, connack_code, free_port
+from .requirements import require_command
 
 START_DEADLINE = 10.0
 
 
-def mosquitto_binary() -> str | None:
-    """The broker's path: Debian installs it in /usr/sbin, which a user's PATH may lack."""
-    return shutil.which("mosquitto") or shutil.which("mosquitto", path="/usr/sbin:/usr/local/sbin")
+def mosquitto_binary() -> str:
+    """The broker's path (Debian installs it in /usr/sbin, which a user's PATH may lack);
+    fails the calling test when it is not installed."""
+    return require_command("mosquitto", "mosquitto", path="/usr/sbin:/usr/local/sbin")
 
 
 class MosquittoProcess:
@@ -35,7 +36,6 @@ class MosquittoProcess:
 
     def start(self) -> MosquittoProcess:
         binary = mosquitto_binary()
-        assert binary is not None, "Debian's mosquitto is needed (scripts/bootstrap.sh --test)"
         self.config_path.write_text(
             f"listener {self.port} {HOST}\n"
             "allow_anonymous true\n"

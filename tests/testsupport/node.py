@@ -28,8 +28,8 @@ MQTT.js's options pass through unchanged (camelCase, as MQTT.js spells them), so
 not within a few seconds: the process never outlives the test.
 
 `node_problem` says why MQTT.js cannot run here (no Node, too old a Node, no or a stale
-``node_modules``); `require_mqttjs` turns that into a skip, or a failure in CI (the ``CI``
-environment variable set), where the bootstrap must have installed everything.
+``node_modules``); `require_mqttjs` turns that into a failure that names the fix (the test
+command's bootstrap installs all of it, so a missing piece is never a reason to skip).
 """
 
 from __future__ import annotations
@@ -45,10 +45,9 @@ from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from .node_script import NodeScript, in_ci
+from .node_script import NodeScript
 from .process import HOST
+from .requirements import require
 
 NODE_DIR = Path(__file__).resolve().parents[1] / "interop" / "node"
 SCRIPT = NODE_DIR / "mqttjs_client.mjs"
@@ -70,10 +69,9 @@ class MqttJsError(AssertionError):
 @functools.cache
 def node_problem() -> str | None:
     """Why MQTT.js cannot run here, or None when it can."""
-    fix = "run `bash scripts/bootstrap.sh --test`"
     node = shutil.which("node")
     if node is None:
-        return f"no `node` on the PATH ({fix}: it installs Debian's nodejs and npm)"
+        return "no `node` on the PATH (Debian's nodejs)"
     try:
         version = subprocess.run(
             [node, "--version"], capture_output=True, text=True, timeout=30, check=True
@@ -86,7 +84,7 @@ def node_problem() -> str | None:
         return f"Node {version or '?'} at {node} is older than {wanted}"
     installed = NODE_DIR / "node_modules" / "mqtt" / "package.json"
     if not installed.is_file():
-        return f"MQTT.js is not installed in {NODE_DIR / 'node_modules'} ({fix}, or `npm ci` there)"
+        return f"MQTT.js is not installed in {NODE_DIR / 'node_modules'} (or `npm ci` there)"
     try:
         lock = json.loads((NODE_DIR / "package-lock.json").read_text(encoding="utf-8"))
         locked = lock["packages"]["node_modules/mqtt"]["version"]
@@ -94,18 +92,13 @@ def node_problem() -> str | None:
     except (OSError, ValueError, KeyError, TypeError) as error:
         return f"cannot compare the installed MQTT.js with package-lock.json: {error!r}"
     if have != locked:
-        return f"node_modules holds mqtt {have}, package-lock.json pins {locked} ({fix})"
+        return f"node_modules holds mqtt {have}, package-lock.json pins {locked}"
     return None
 
 
 def require_mqttjs() -> None:
-    """Skip the calling test when MQTT.js cannot run here; fail it instead in CI."""
-    problem = node_problem()
-    if problem is None:
-        return
-    if in_ci():
-        pytest.fail(f"MQTT.js is required in CI: {problem}", pytrace=False)
-    pytest.skip(f"MQTT.js unavailable: {problem}")
+    """Fail the calling test when MQTT.js cannot run here (see `node_problem`)."""
+    require("MQTT.js under Node", node_problem())
 
 
 def buffer(data: bytes) -> dict[str, str]:
@@ -198,7 +191,20 @@ class MqttJsClient(NodeScript):
     ) -> Event:
         """Take the first pending event of one of the kinds `events` (any kind when none is
         given) for which `match` holds, waiting up to `timeout` seconds for it."""
-        kinds: Collection[str] = events
+        event = self._take(events, match, timeout)
+        if event is None:
+            what = "/".join(events) or "any event"
+            raise self._failure(f"no {what} within {timeout or self.timeout} s")
+        return event
+
+    def _take(
+        self,
+        kinds: Collection[str],
+        match: Callable[[Event], bool] | None,
+        timeout: float | None,
+    ) -> Event | None:
+        """`wait_for`'s search: the event, or None when the deadline passed without one.
+        A ``fatal`` event or the script's end raises at once: neither is a quiet deadline."""
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         with self._cond:
             while True:
@@ -212,23 +218,22 @@ class MqttJsClient(NodeScript):
                 if fatal:
                     raise self._failure(f"the script reported a fatal error: {fatal[0]}")
                 if self._eof:
-                    break
+                    what = "/".join(kinds) or "any event"
+                    raise self._failure(f"the script ended before {what} came")
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    break
+                    return None
                 self._cond.wait(left)
-        what = "/".join(kinds) or "any event"
-        if self._eof:
-            raise self._failure(f"the script ended before {what} came")
-        raise self._failure(f"no {what} within {timeout or self.timeout} s")
 
     def expect_none(self, *events: str, within: float = 0.5) -> None:
-        """Fail if an event of one of the kinds `events` comes within `within` seconds."""
-        try:
-            event = self.wait_for(*events, timeout=within)
-        except MqttJsError:
-            return
-        raise self._failure(f"unexpected {event.get('event')} event: {event}")
+        """Fail if an event of one of the kinds `events` comes within `within` seconds, or
+        if the script ends or reports a fatal error meanwhile: a dead script sends nothing,
+        which proves nothing."""
+        event = self._take(events, None, within)
+        if event is not None:
+            raise self._failure(f"unexpected {event.get('event')} event: {event}")
+        if not self.running:
+            raise self._failure(f"the script exited while no {'/'.join(events)} was expected")
 
     def request(
         self, op: str, *, check: bool = True, timeout: float | None = None, **fields: Any

@@ -9,7 +9,8 @@ the script's stderr, then runs the subclass's `_handshake` (its ``ready`` line a
 else the script needs first). `_write` sends one command line. `close` (also the context
 manager's exit) asks the script to stop (`_ask_to_exit`), closes its stdin and waits; past
 `exit_deadline` it is sent SIGTERM (where `terminate_first` says so) and SIGKILL, so the
-process never outlives the test. Whatever goes wrong raises the subclass's `error`, whose
+process never outlives the test; `finish` closes it the same way and fails unless it exited
+with status 0. Whatever goes wrong raises the subclass's `error`, whose
 message `_explain` builds from the script's recent output and stderr.
 """
 
@@ -19,7 +20,6 @@ import abc
 import contextlib
 import itertools
 import json
-import os
 import shutil
 import subprocess
 import threading
@@ -28,10 +28,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar, Self
 
-
-def in_ci() -> bool:
-    """Whether this is a CI run (``CI`` set to anything but empty, ``0`` or ``false``)."""
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false")
+from .requirements import BOOTSTRAP
 
 
 class NodeScript(abc.ABC):
@@ -77,7 +74,7 @@ class NodeScript(abc.ABC):
         assert self._proc is None, "already started"
         node = shutil.which("node")
         if node is None:
-            raise self.error("no `node` on the PATH")
+            raise self.error(f"no `node` on the PATH (Debian's nodejs; {BOOTSTRAP})")
         self._proc = subprocess.Popen(
             [node, str(self.script)],
             cwd=self.script.parent,
@@ -145,6 +142,13 @@ class NodeScript(abc.ABC):
                 with contextlib.suppress(OSError, ValueError):
                     stream.close()
         return proc.returncode
+
+    def finish(self) -> None:
+        """`close`, then fail (`error`) unless the script exited with status 0: a script
+        that crashed, reported a fatal error or had to be killed fails the test that ran it."""
+        status = self.close()
+        if status != 0:
+            raise self._failure(f"the script ended with exit status {status}, not 0")
 
     def _read_stdout(self) -> None:
         assert self._proc is not None and self._proc.stdout is not None

@@ -17,7 +17,7 @@ import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
-from .process import HOST, unique
+from .process import HOST, unique, wait_until
 
 MQTT31 = 3
 MQTT311 = 4
@@ -247,3 +247,40 @@ class PahoClient:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
             sock.close()
+
+
+def sys_value(
+    port: int,
+    topic: str,
+    timeout: float = 5.0,
+    *,
+    until: Callable[[str], bool] | None = None,
+) -> str | None:
+    """A `$SYS` value of the broker on `port`, read by a fresh subscriber to `topic`.
+
+    Without `until`: the value as soon as one has come (the retained one), within
+    `timeout` s. With `until`: the first value for which it holds, waiting up to `timeout`
+    s while the broker publishes `$SYS` again every interval; past that, the last value
+    seen. None when no value came at all.
+    """
+    client = PahoClient(port)
+    client.connect()
+    try:
+        client.subscribe(topic, qos=0)
+
+        def values() -> list[str]:
+            return [m.payload.decode("utf-8") for m in client.received(topic)]
+
+        def done() -> bool:
+            seen = values()
+            return any(until(v) for v in seen) if until is not None else bool(seen)
+
+        wait_until(done, timeout)
+        seen = values()
+        if until is not None:
+            for value in seen:
+                if until(value):
+                    return value
+        return seen[-1] if seen else None
+    finally:
+        client.close()

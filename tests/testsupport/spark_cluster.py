@@ -23,7 +23,8 @@ A driver joins with `SparkCluster.driver_conf` (the master URL, a loopback drive
 small executor) and, in a subprocess, `SparkCluster.driver_env` (PySpark's home, this
 interpreter for the Python workers). `executor_pids` finds the executor JVMs through
 ``/proc`` (descendants of the worker), so a test can kill them (`kill_executors`) and watch
-the worker start new ones.
+the worker start new ones; `executors` names them (application and executor id), and
+`executor_ids` and `executor_log` read what the worker keeps of every executor it launched.
 
 On exit the worker, then the master, get SIGTERM (to their process groups: each starts a
 session of its own), then SIGKILL after `STOP_DEADLINE`. Every descendant seen before that
@@ -31,12 +32,13 @@ session of its own), then SIGKILL after `STOP_DEADLINE`. Every descendant seen b
 SIGKILLed too, so no JVM or Python worker is left behind; `ClusterStopError` if one is.
 
 `unshare_problem` says whether the mount namespace works here (root or CAP_SYS_ADMIN on
-Linux), for a test to skip with the reason.
+Linux); `require_private_mounts` fails the calling test, with that reason, when it does not.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import shlex
@@ -54,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from testsupport.process import HOST, free_port, wait_until
+from testsupport.requirements import require
 
 START_DEADLINE = 60.0
 STOP_DEADLINE = 15.0
@@ -163,7 +166,7 @@ def hiding_command(hidden: Sequence[Path], command: Sequence[str]) -> list[str]:
 
 def unshare_problem() -> str | None:
     """None when a tmpfs mounted in ``unshare -m`` hides a directory here and stays there;
-    else why not (a reason for `pytest.skip`)."""
+    else why not."""
     if not sys.platform.startswith("linux"):
         return f"mount namespaces are Linux-only, and this is {sys.platform}"
     for tool in ("unshare", "mount"):
@@ -187,6 +190,19 @@ def unshare_problem() -> str | None:
                 f" need root or CAP_SYS_ADMIN): {reason}"
             )
     return None
+
+
+def require_private_mounts() -> None:
+    """Fail the calling test unless the worker's mount namespace works here: the cluster
+    tests never skip (CI runs them as root; util-linux's ``unshare`` and ``mount`` come with
+    every Debian)."""
+    require(
+        "a private mount namespace for the Spark worker (`unshare -m` and `mount -t tmpfs`)",
+        unshare_problem(),
+        fix="run the tests as root (or with CAP_SYS_ADMIN), as CI does, on Linux with "
+        "util-linux; `bash scripts/bootstrap.sh --test` installs the rest of the cluster "
+        "(PySpark and Java)",
+    )
 
 
 # --- the cluster ------------------------------------------------------------------------------
@@ -264,6 +280,34 @@ class SparkCluster:
             if EXECUTOR_CLASS in cmdline(stat.pid):
                 pids.append(stat.pid)
         return pids
+
+    def executors(self) -> dict[int, tuple[str, str]]:
+        """The executor JVMs the worker runs now: pid -> (application id, executor id), as
+        the worker passed them on each one's command line."""
+        found = {}
+        for pid in self.executor_pids():
+            args = cmdline(pid)
+            named = dict(itertools.pairwise(args))
+            if "--app-id" in named and "--executor-id" in named:
+                found[pid] = (named["--app-id"], named["--executor-id"])
+        return found
+
+    def executor_ids(self, app_id: str) -> list[str]:
+        """Every executor the worker has launched for `app_id`, running or ended: the
+        directories it made for them (``<work dir>/<app id>/<executor id>``)."""
+        app_dir = self.work_dir / app_id
+        if not app_dir.is_dir():
+            return []
+        return sorted((d.name for d in app_dir.iterdir() if d.is_dir()), key=int)
+
+    def executor_log(self, app_id: str, executor_id: str) -> str:
+        """What executor `executor_id` of `app_id` wrote to its stderr (Spark's log, at INFO:
+        "Running task ..." for every task it ran)."""
+        path = self.work_dir / app_id / executor_id / "stderr"
+        try:
+            return path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
 
     def wait_for_executors(self, count: int = 1, timeout: float = START_DEADLINE) -> list[int]:
         """Executor pids once at least `count` run; `AssertionError` after `timeout` s."""
