@@ -15,6 +15,7 @@ from pathlib import Path
 from telemq.broker import BrokerConfig, Hook
 from telemq.broker.edges.listeners import MemoryListener
 from telemq.broker.embedded import LocalSubscription
+from telemq.broker.operations.view import FIGURES
 from telemq.broker.security.auth import Action
 from telemq.broker.server import Broker
 from telemq.filters import compile_filter
@@ -194,5 +195,35 @@ def test_every_sys_topic_is_published_and_moves(tmp_path: Path) -> None:
             await asyncio.sleep(1.1)
             later = await sys.refresh()
             assert int(later["uptime"].removesuffix(" seconds")) > uptime
+
+    asyncio.run(main())
+
+
+def test_sys_metrics_and_the_api_render_one_overview(tmp_path: Path) -> None:
+    """$SYS, /metrics and /api/v1/overview show the figures of one `Overview`: every figure
+    `FIGURES` lists is read, every README topic but the version is a figure, and a figure
+    shown twice shows the same value in each rendering."""
+    config = BrokerConfig()
+    config.sys.interval = 0
+    config.store.data_dir = str(tmp_path / "data")
+    config.limits.max_connections = 7
+
+    async def main() -> None:
+        async with Broker(config, listeners=[MemoryListener()]) as broker:
+            broker.publish("a/b", b"x", retain=True)
+            overview = broker.view.overview()
+            assert set(overview.values) == {figure.key for figure in FIGURES}
+            shown = {figure.sys: figure for figure in FIGURES if figure.sys}
+            assert sorted([*shown, "version"]) == sorted(README_TOPICS)
+            sys_values = broker.sys_values()
+            for topic, figure in shown.items():
+                expected = int(overview.values[figure.key])
+                text = sys_values["$SYS/broker/" + topic].removesuffix(" seconds")
+                if figure.key != "uptime_seconds":
+                    assert int(text) == expected, topic
+            assert sys_values["$SYS/broker/clients/maximum"] == "7"
+            assert sys_values["$SYS/broker/retained messages/count"] == "1"
+            names = {figure.metric for figure in FIGURES if figure.metric}
+            assert len(names) == len({(f.metric, f.help) for f in FIGURES if f.metric})
 
     asyncio.run(main())

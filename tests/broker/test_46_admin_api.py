@@ -299,7 +299,7 @@ def test_the_openapi_document_is_valid_and_names_every_route(
     validate(document)
     assert document == json.loads(OPENAPI.read_text("utf-8"))
     app = web.Application()
-    AdminApi(None, lambda user: True).install(app)  # type: ignore[arg-type]
+    AdminApi(None, None, lambda user: True).install(app)  # type: ignore[arg-type]
     served_routes = {
         (route.method.lower(), route.resource.canonical.removeprefix("/api/v1"))
         for route in app.router.routes()

@@ -73,6 +73,7 @@ from .embedded import CallbackTarget, LocalSubscription, Received
 from .operations.housekeeping import Housekeeping
 from .operations.mq import CommandHost
 from .operations.sys import SysReporter
+from .operations.view import BrokerView
 from .peers.bridges import Bridges
 from .peers.links import Links
 from .security.auth import Action
@@ -133,6 +134,7 @@ class Broker:
         self.wills: Wills
         self.housekeeping: Housekeeping
         self.sys: SysReporter
+        self.view: BrokerView  # what $SYS, /metrics and /api/v1 read
         self.links: Links
         self.bridges: Bridges
         self.hub: ClientHub  # what every client shares (core/session.py)
@@ -206,7 +208,7 @@ class Broker:
         if config.http:
             from .web import http_server  # aiohttp only for a broker that serves HTTP
 
-            self.http = http_server(self, self.hub, self.hooks)
+            self.http = http_server(self.view, self, self.hub, self.hooks)
             await self.http.start()
         for listener in self.listeners:
             await listener.start(self._client_factory(listener.config))
@@ -216,7 +218,7 @@ class Broker:
         if config.sys.interval > 0:
             self._sys_task = self.loop.create_task(self.sys.run())
         self.housekeeping.start(self.loop)
-        self.sys.started_at = time.monotonic()
+        self.view.mark_started()
 
     def _wire(self) -> None:
         """Build the rooms, each given what it reads and who it calls (module docstring)."""
@@ -284,17 +286,6 @@ class Broker:
             lambda: self.router.next_seq,
             sessions.expire,
         )
-        self.sys = SysReporter(
-            config,
-            self.stats,
-            sessions,
-            self.registry,
-            self.retained,
-            self.router,
-            self.store,
-            self._executor,
-            lambda: self.quarantined,
-        )
         self.hub.attach(
             committer,
             self._event_handlers_by_type(),
@@ -319,9 +310,13 @@ class Broker:
             self.sub_points,
         )
         self.links = Links(rooms)
-        self.sys.sources.append(self.links.sys_values)
         self.bridges = Bridges(rooms)
         self.command_host.attach(rooms, self.links)
+        self.view = BrokerView(
+            rooms, self.store, self._executor, lambda: self.quarantined, self.peer_counters
+        )
+        self.sys = SysReporter(config.sys.interval, self.view, self.router)
+        self.sys.sources.append(self.links.sys_values)
         self.sys.sources.append(self.bridges.sys_values)
 
     def _client_factory(self, listener: ListenerConfig) -> Callable[[], Client]:

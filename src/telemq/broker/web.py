@@ -27,17 +27,20 @@ from .security.auth import Action
 
 if TYPE_CHECKING:
     from .core.session import ClientHub
-    from .operations.view import BrokerView
+    from .operations.view import BrokerView, Operations
     from .security.hooks import Hooks
     from .settings.config import HttpConfig
 
 SYS_TOPICS = "$SYS/#"
 
 
-def http_server(broker: BrokerView, hub: ClientHub, hooks: Hooks) -> HttpServer:
-    """The `[[http]]` listeners of `broker`, not started yet: its WebSocket clients join
-    `hub`, and `hooks` authenticate and authorize the HTTP users."""
-    config = broker.config
+def http_server(
+    view: BrokerView, operations: Operations, hub: ClientHub, hooks: Hooks
+) -> HttpServer:
+    """The `[[http]]` listeners of a broker, not started yet: its reports read `view`, an
+    administrator's changes go through `operations`, its WebSocket clients join `hub`, and
+    `hooks` authenticate and authorize the HTTP users."""
+    config = view.rooms.config
     auth = HttpAuth(
         lambda user, password: hooks.authenticate("", user, password),
         lambda user, topic: hooks.may(Action.JOURNAL, topic, user, ""),
@@ -52,8 +55,8 @@ def http_server(broker: BrokerView, hub: ClientHub, hooks: Hooks) -> HttpServer:
         )
 
     dashboard = Dashboard()
-    metrics = MetricsRoute(broker, may_watch)
-    admin = AdminApi(broker, hooks.is_admin)
+    metrics = MetricsRoute(view, may_watch)
+    admin = AdminApi(view, operations, hooks.is_admin)
 
     def websocket(http: HttpConfig) -> Handler:
         mqtt = mqtt_over_websocket(
@@ -73,8 +76,8 @@ def http_server(broker: BrokerView, hub: ClientHub, hooks: Hooks) -> HttpServer:
     return HttpServer(
         config.http,
         auth,
-        broker.store,
-        broker.store_executor,
+        view.store,
+        view.executor,
         config.store.data_dir if config.store.kind == "sqlite" else None,
         websocket,
         routes=[metrics, admin, dashboard],

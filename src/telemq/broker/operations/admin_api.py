@@ -31,16 +31,17 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from aiohttp import web
 
-from ... import __version__
 from ...protocol import ReasonCode
 from ...protocol.topics import topic_filter_error
 from ...store import StoreError
 from ..edges.http import USER, Handler, json_error, offset_json, read_journal
 from .admin_views import client_json, retained_json, session_json, subscription_json
+from .view import FIGURES, BrokerView, Operations
+
+_API_FIGURES = tuple(figure for figure in FIGURES if figure.api)
 
 if TYPE_CHECKING:
     from ..core.session import Client
-    from .view import BrokerView
 
 log = logging.getLogger("telemq.admin")
 
@@ -57,8 +58,11 @@ class AdminApi:
 
     open_paths: tuple[str, ...] = (PREFIX + "/openapi.json",)
 
-    def __init__(self, broker: BrokerView, is_admin: Callable[[str], bool]) -> None:
-        self._broker = broker
+    def __init__(
+        self, view: BrokerView, operations: Operations, is_admin: Callable[[str], bool]
+    ) -> None:
+        self._view = view  # what the listings read
+        self._operations = operations  # what a change goes through
         self._is_admin = is_admin
 
     def install(self, app: web.Application) -> None:
@@ -97,30 +101,17 @@ class AdminApi:
     # -- overview, clients, sessions ---------------------------------------------------
 
     async def _overview(self, request: web.Request, admin: str) -> web.StreamResponse:
-        broker = self._broker
-        stats = broker.stats
-        bytes_received, bytes_sent = broker.sys.bytes_moved()
-        return web.json_response(
-            {
-                "version": __version__,
-                "uptime_seconds": round(time.monotonic() - broker.sys.started_at, 3),
-                "connections": broker.sessions_room.connected,
-                "sessions": len(broker.sessions),
-                "subscriptions": len(broker.registry),
-                "retained_messages": broker.retained.count(),
-                "messages_received": stats.messages_received,
-                "messages_sent": stats.messages_sent,
-                "messages_dropped": stats.messages_dropped,
-                "bytes_received": bytes_received,
-                "bytes_sent": bytes_sent,
-                "journal_last_seq": broker.router.next_seq - 1,
-            }
-        )
+        overview = self._view.overview()
+        body: dict[str, Any] = {"version": overview.version}
+        for figure in _API_FIGURES:
+            body[figure.key] = int(overview.values[figure.key])
+        body["uptime_seconds"] = round(overview.values["uptime_seconds"], 3)
+        return web.json_response(body)
 
     async def _clients(self, request: web.Request, admin: str) -> web.StreamResponse:
         search = request.query.get("search", "")
         clients = sorted(
-            (c for c in self._broker.clients if c.session is not None),
+            (c for c in self._view.rooms.sessions.clients if c.session is not None),
             key=lambda c: c.client_id,
         )
         found = [
@@ -128,13 +119,13 @@ class AdminApi:
             for c in clients
             if not search or any(search in f for f in (c.client_id, c.user_id, c.peer))
         ]
-        registry = self._broker.registry
+        registry = self._view.rooms.registry
         return _page(request, "clients", found, lambda c: client_json(c, registry))
 
     def _connected(self, request: web.Request) -> Client | web.Response:
         """The connected client the path names, or 404."""
         client_id = request.match_info["client_id"]
-        session = self._broker.sessions.get(client_id)
+        session = self._view.rooms.sessions.by_id.get(client_id)
         if session is None or session.client is None:
             return json_error(404, f"no client {client_id!r} is connected")
         return session.client
@@ -143,7 +134,7 @@ class AdminApi:
         client = self._connected(request)
         if isinstance(client, web.Response):
             return client
-        registry = self._broker.registry
+        registry = self._view.rooms.registry
         body = client_json(client, registry)
         body["subscription_list"] = [
             subscription_json(s) for s in registry.of_queue(client.client_id)
@@ -161,9 +152,9 @@ class AdminApi:
 
     async def _sessions(self, request: web.Request, admin: str) -> web.StreamResponse:
         search = request.query.get("search", "")
-        sessions = sorted(self._broker.sessions.values(), key=lambda s: s.client_id)
+        sessions = sorted(self._view.rooms.sessions.by_id.values(), key=lambda s: s.client_id)
         found = [s for s in sessions if not search or search in s.client_id or search in s.user_id]
-        registry = self._broker.registry
+        registry = self._view.rooms.registry
         return _page(request, "sessions", found, lambda s: session_json(s, registry))
 
     # -- subscriptions ------------------------------------------------------------------
@@ -171,7 +162,7 @@ class AdminApi:
     async def _subscriptions(self, request: web.Request, admin: str) -> web.StreamResponse:
         search = request.query.get("search", "")
         client_id = request.query.get("client_id")
-        registry = self._broker.registry
+        registry = self._view.rooms.registry
         subscriptions = registry.of_queue(client_id) if client_id is not None else list(registry)
         found = sorted(
             (
@@ -194,7 +185,7 @@ class AdminApi:
         invalid = topic_filter_error(topic_filter)
         if invalid is not None:
             return json_error(400, f"topic {topic_filter!r} is not a topic filter: {invalid}")
-        messages = self._broker.matching_retained(sub_point, topic_filter)
+        messages = self._view.rooms.retained.matching(sub_point, topic_filter)
         found = sorted(messages, key=lambda m: m.topic)
         return _page(request, "retained", found, retained_json)
 
@@ -203,7 +194,7 @@ class AdminApi:
         if problem is not None:
             return problem
         topic = request.match_info["topic"]
-        message = self._broker.retained.get(sub_point, topic)
+        message = self._view.rooms.retained.get(sub_point, topic)
         if message is None:
             return json_error(404, f"no retained message on {topic!r}")
         return web.json_response(retained_json(message))
@@ -213,7 +204,7 @@ class AdminApi:
         if problem is not None:
             return problem
         topic = request.match_info["topic"]
-        if not self._broker.delete_retained(sub_point, topic):
+        if not self._operations.delete_retained(sub_point, topic):
             return json_error(404, f"no retained message on {topic!r}")
         log.info(
             "admin %r: deleted the retained message on %r (sub point %r)", admin, topic, sub_point
@@ -223,7 +214,7 @@ class AdminApi:
 
     def _sub_point(self, request: web.Request) -> tuple[str, web.Response | None]:
         sub_point = request.query.get("sub_point", "")
-        if sub_point not in self._broker.sub_points:
+        if sub_point not in self._view.rooms.sub_points:
             return sub_point, json_error(404, f"no subscription point {sub_point!r}")
         return sub_point, None
 
@@ -243,7 +234,7 @@ class AdminApi:
         if topic.startswith("$"):
             return json_error(400, f"topic {topic!r}: topics starting with $ are the broker's")
         try:
-            self._broker.publish(topic, payload, qos, retain, sub_point)
+            self._operations.publish(topic, payload, qos, retain, sub_point)
         except ValueError as error:
             return json_error(400, str(error))
         log.info(
@@ -261,18 +252,18 @@ class AdminApi:
             if not done.done():  # the request may have been cancelled meanwhile
                 done.set_result(None)
 
-        self._broker.committer.after(committed)
-        self._broker.committer.schedule()
+        self._view.rooms.committer.after(committed)
+        self._view.rooms.committer.schedule()
         await done
 
     async def _journal(self, request: web.Request, admin: str) -> web.StreamResponse:
-        broker = self._broker
-        store_config = broker.config.store
+        view = self._view
+        store_config = view.rooms.config.store
         path = store_config.data_dir if store_config.kind == "sqlite" else None
         first, last = await read_journal(path, lambda reader: reader.bounds())
         try:
             offsets = await asyncio.get_running_loop().run_in_executor(
-                broker.store_executor, broker.store.consumer_offsets
+                view.executor, view.store.consumer_offsets
             )
         except StoreError as error:
             return json_error(503, f"the consumers cannot be read: {error}")

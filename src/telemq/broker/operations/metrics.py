@@ -2,12 +2,13 @@
 
 Theory of operation
 -------------------
-Nothing here runs per message. The rooms keep their plain counters (`BrokerStats`, the
-committer's histograms, the links' and bridges' own), as they do for `$SYS`; a scrape reads
-them on the event loop (where they are changed, so they need no lock) and `prometheus_client`
-renders them. That keeps the library out of the per-message path and makes a scrape cost
-what reading the counters costs: a few dozen families, a walk over the sessions for the queue
-depths (bench/bench_metrics.py measures it at one scrape a second).
+Nothing here runs per message. The rooms keep their plain counters, as they do for `$SYS`; a
+scrape takes the view's `Overview` (view.py) on the event loop, where they are changed, so
+they need no lock, and renders every figure that names a family in `view.FIGURES`, then
+what only `/metrics` shows: the store's histograms (observed once per commit), the queue
+depths (a walk over the sessions) and each link's and bridge's counters. `prometheus_client`
+renders them, which keeps the library out of the per-message path and makes a scrape cost
+what reading the counters costs (bench/bench_metrics.py measures it at one scrape a second).
 
 The names follow what operators know from EMQX (`emqx_connections_count`,
 `emqx_messages_received`, ...) with the `telemq_` prefix and Prometheus' conventions (a
@@ -23,9 +24,7 @@ to it; without an ACL, anyone the HTTP listener authenticates), since the metric
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -38,12 +37,9 @@ from prometheus_client.core import (
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
-from ... import __version__
 from ..core.stats import Histogram, PeerCounters
 from ..edges.http import USER, json_error
-
-if TYPE_CHECKING:
-    from .view import BrokerView
+from .view import COUNTER, FIGURES, BrokerView, Overview
 
 PREFIX = "telemq_"
 QOS_LABELS = ("0", "1", "2")
@@ -52,39 +48,24 @@ QOS_LABELS = ("0", "1", "2")
 class BrokerCollector(Collector):
     """One broker's metrics, read when Prometheus asks (see module docstring)."""
 
-    def __init__(self, broker: BrokerView) -> None:
-        self._broker = broker
+    def __init__(self, view: BrokerView) -> None:
+        self._view = view
 
     def collect(self) -> Iterator[Metric]:
-        yield from self._clients()
-        yield from self._messages()
-        yield from self._store()
-        yield from self._peers()
+        overview = self._view.overview()
+        yield _gauge("info", "telemq's version", 1.0, {"version": overview.version})
+        yield from _figures(overview)
+        yield from self._depths()
+        yield from self._histograms()
+        for kind, counters in overview.peers.items():
+            families = _PeerFamilies(kind)
+            for peer in counters:
+                families.add(peer)
+            yield from families.metrics()
 
-    def _clients(self) -> Iterator[Metric]:
-        broker = self._broker
-        sessions = broker.sessions_room
-        stats = broker.stats
-        yield _gauge("info", "telemq's version", 1.0, {"version": __version__})
-        yield _gauge(
-            "uptime_seconds", "Seconds since start", time.monotonic() - broker.sys.started_at
-        )
-        yield _gauge("connections", "Clients connected (past CONNECT)", sessions.connected)
-        yield _gauge("sessions", "Sessions, connected or not", len(sessions.by_id))
-        yield _counter(
-            "connections_accepted", "Connections accepted since start", stats.clients_total_ever
-        )
-        yield _gauge("subscriptions", "Subscriptions, MQ named ones included", len(broker.registry))
-        yield _gauge(
-            "topics", "Distinct topic filters subscribed to", broker.registry.topic_filters
-        )
-        retained = broker.retained
-        yield _gauge("retained_messages", "Retained messages", retained.count())
-        yield _gauge(
-            "retained_bytes", "Topic and payload bytes of retained messages", retained.bytes
-        )
+    def _depths(self) -> Iterator[Metric]:
         queued = inflight = 0
-        for session in sessions.by_id.values():
+        for session in self._view.rooms.sessions.by_id.values():
             queued += len(session.queue)
             inflight += len(session.flows.outbound)
         depth = GaugeMetricFamily(
@@ -95,60 +76,9 @@ class BrokerCollector(Collector):
         depth.add_metric(["queued"], queued)
         depth.add_metric(["inflight"], inflight)
         yield depth
-        yield _counter(
-            "authentication_failures",
-            "Connections refused for who the client is (CONNACK 4 or 5, 0x86, 0x87)",
-            stats.authentication_failures,
-        )
-        denied = CounterMetricFamily(
-            PREFIX + "authorization_denied",
-            "Publications and subscriptions the ACL refused",
-            labels=["action"],
-        )
-        denied.add_metric(["publish"], stats.publish_denied)
-        denied.add_metric(["subscribe"], stats.subscribe_denied)
-        yield denied
 
-    def _messages(self) -> Iterator[Metric]:
-        broker = self._broker
-        stats = broker.stats
-        received = CounterMetricFamily(
-            PREFIX + "messages_received",
-            "Publications accepted from clients, MQ Publish commands and links",
-            labels=["qos"],
-        )
-        sent = CounterMetricFamily(
-            PREFIX + "messages_sent", "PUBLISH packets sent to subscribers", labels=["qos"]
-        )
-        for qos in (0, 1, 2):
-            received.add_metric([QOS_LABELS[qos]], stats.received_by_qos[qos])
-            sent.add_metric([QOS_LABELS[qos]], stats.sent_by_qos[qos])
-        yield received
-        yield sent
-        yield _counter(
-            "messages_acked", "PUBACK and PUBCOMP from subscribers", stats.messages_acked
-        )
-        dropped = CounterMetricFamily(
-            PREFIX + "messages_dropped",
-            "Deliveries dropped: expired (5.0), too large for the client (5.0), or other"
-            " (a full queue, a client not reading, a refused queue)",
-            labels=["reason"],
-        )
-        other = stats.messages_dropped - stats.messages_expired - stats.messages_too_large
-        dropped.add_metric(["expired"], stats.messages_expired)
-        dropped.add_metric(["too_large"], stats.messages_too_large)
-        dropped.add_metric(["other"], max(other, 0))
-        yield dropped
-        bytes_received, bytes_sent = broker.sys.bytes_moved()
-        yield _counter("bytes_received", "Bytes read from clients", bytes_received)
-        yield _counter("bytes_sent", "Bytes written to clients", bytes_sent)
-        yield _counter("commands", "MQ command messages executed", stats.commands)
-
-    def _store(self) -> Iterator[Metric]:
-        broker = self._broker
-        committer = broker.committer
-        store_stats = broker.sys.store_stats  # as of the last $SYS update (sys.interval)
-        yield _counter("store_commits", "Store transactions committed", committer.commits)
+    def _histograms(self) -> Iterator[Metric]:
+        committer = self._view.rooms.committer
         yield _histogram(
             "store_commit_seconds",
             "Time of a store commit (a group commit: one transaction, many messages)",
@@ -164,21 +94,29 @@ class BrokerCollector(Collector):
             "Write operations per commit (group-commit batch sizes)",
             committer.batch_ops,
         )
-        yield _gauge("store_bytes", "Bytes of the store's files", store_stats.bytes_on_disk)
-        yield _gauge("journal_rows", "Rows in the journal", store_stats.journal_rows)
-        yield _gauge(
-            "journal_last_seq", "The last journal seq assigned", broker.router.next_seq - 1
-        )
-        yield _counter(
-            "journal_trimmed", "Journal rows deleted by retention", broker.stats.journal_trimmed
-        )
 
-    def _peers(self) -> Iterator[Metric]:
-        for kind, counters in self._broker.peer_counters().items():
-            families = _PeerFamilies(kind)
-            for peer in counters:
-                families.add(peer)
-            yield from families.metrics()
+
+def _figures(overview: Overview) -> Iterator[Metric]:
+    """The figures that have a family (`view.FIGURES`), a family per name, labelled
+    samples in it (received by QoS, dropped by reason, ...)."""
+    families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}
+    for figure in _METRIC_FIGURES:
+        value = overview.values[figure.key]
+        family = families.get(figure.metric)
+        if family is None:
+            kind = CounterMetricFamily if figure.kind == COUNTER else GaugeMetricFamily
+            name, labels = PREFIX + figure.metric, [label for label, _ in figure.labels]
+            if labels:
+                family = kind(name, figure.help, labels=labels)
+            else:
+                family = kind(name, figure.help, value=value)
+            families[figure.metric] = family
+        if figure.labels:
+            family.add_metric([label_value for _, label_value in figure.labels], value)
+    yield from families.values()
+
+
+_METRIC_FIGURES = tuple(figure for figure in FIGURES if figure.metric)
 
 
 class _PeerFamilies:
@@ -258,9 +196,9 @@ class MetricsRoute:
 
     open_paths: tuple[str, ...] = ()
 
-    def __init__(self, broker: BrokerView, may_watch: Callable[[str], bool]) -> None:
+    def __init__(self, view: BrokerView, may_watch: Callable[[str], bool]) -> None:
         self._registry = CollectorRegistry(auto_describe=False)
-        self._registry.register(BrokerCollector(broker))
+        self._registry.register(BrokerCollector(view))
         self._may_watch = may_watch
 
     def install(self, app: web.Application) -> None:
