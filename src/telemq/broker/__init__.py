@@ -1,12 +1,11 @@
 """The broker: the only asyncio code of telemq.
 
-Theory of operation: see `server.py`, which wires the rooms (sessions, router, delivery,
-subscribe, retained, stats, housekeeping) and lists what each owns. `client.py` is the asyncio
-edge (one protocol object per connection around a sans-IO `protocol.Connection`),
-`listeners.py` where connections come from, `http.py` the HTTP listeners (the journal
-service), `hooks.py` the extension points, `session.py`
-messages, deliveries and sessions, `committer.py` the group commit, `config.py` the settings,
-`tuning.py` the interpreter settings of a broker process.
+Theory of operation: see `server.py`, which wires the rooms and lists what each owns, and
+docs/architecture.md for the map: the wiring at the top (server.py, web.py, embedded.py,
+tuning.py), then `settings/` (configuration, TLS), `security/` (users, ACL, hooks), `core/`
+(the state and the per-message path), `edges/` (listeners, HTTP, WebSockets), `peers/`
+(links, bridges) and `operations/` ($SYS, /metrics, the admin API, the MQ commands).
+This module is the public API; its names keep working wherever their modules move.
 """
 
 from .edges.listeners import Listener, MemoryListener, TcpListener

@@ -5,27 +5,22 @@ Theory of operation
 All broker state lives in memory, owned by the event-loop thread; the store is its durable
 mirror, written through the `Committer` (group commit: acknowledgements after the commit
 that makes them true). The state is split into rooms, each the only code that changes
-what it owns:
+what it owns (docs/architecture.md has the map):
 
-- `Sessions` (sessions.py): sessions and connections: CONNECT, takeover, session expiry;
-- `Wills` (wills.py): wills, published at once or after their delay;
-- `Shares` (shares.py, made by the router): which member of a shared subscription group
-  gets a message, and the hand-over of a leaving member's messages;
-- `Router` (router.py): publications in: retained, journaled, routed; QoS 2 releases;
-- `Deliveries` (delivery.py): queues, the in-flight window and subscribers' acks;
-- `SubscriptionManager` (subscribe.py): SUBSCRIBE/UNSUBSCRIBE and every subscription change;
-- `RetainedMessages` (retained.py): the only code that changes retained messages;
-- `BrokerStats` (stats.py), `SysReporter` (operations/sys.py), `Housekeeping`;
-- `CommandHost` (mq.py): the MQ commands, through the broker's operations below.
+- core/: `Sessions` (sessions and connections: CONNECT, takeover, session expiry), `Wills`,
+  `Router` (publications in: retained, journaled, routed; QoS 2 releases), `Shares`,
+  `Deliveries` (queues, the in-flight window, subscribers' acks), `SubscriptionManager`,
+  `RetainedMessages`, `BrokerStats`, and the `ClientHub` every connection shares;
+- peers/: `Links` and `Bridges`, given the core's rooms (`CoreRooms`);
+- operations/: `BrokerView` and what renders it (`SysReporter`, /metrics, the admin API),
+  `Housekeeping`, and the `CommandHost` of the MQ commands.
 
 `Broker` builds the rooms when it starts (they need the loop and the committer), replays
-the store into them (restore.py), opens its listeners (listeners.py) and dispatches the
-protocol core's events to the room that handles each. Its public methods are the operations
-that the MQ command host and embedding programs use; hooks (hooks.py) decide authentication
-and authorization and hear what happens.
-
-The arrows inside `broker/` point one way: server -> sessions -> wills -> router -> shares
--> delivery -> session; a client connection (client.py) only calls the broker's methods.
+the store into them (core/restore.py), opens its listeners (edges/listeners.py) and gives
+the hub the handler of each event of the protocol core. Its public methods are the
+embedding API (docs/architecture.md, "Embedding"); hooks (security/hooks.py) decide
+authentication and authorization and hear what happens. Only this module, web.py and
+embedded.py see `Broker`: every room receives what it uses.
 """
 
 from __future__ import annotations
