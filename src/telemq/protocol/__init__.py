@@ -25,7 +25,8 @@ from .codec import (
 )
 from .codec5 import VALID_REASON_CODES
 from .connection import Connection, ConnectionState
-from .dialer import DialConnection, subscription_options
+from .dial_packets import subscription_options
+from .dialer import DialConnection
 from .errors import (
     LocalProtocolError,
     MalformedPacket,
