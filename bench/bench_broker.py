@@ -53,7 +53,7 @@ from telemq.protocol.packets import (
     SubAck,
     Subscribe,
 )
-from telemq.protocol.properties import Properties
+from telemq.protocol.property_table import Properties
 
 HOST = "127.0.0.1"
 NO_PROPERTIES = b"\x00"  # an empty 5.0 property block

@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from telemq.filters import FilterError, compile_filter, parse
 from telemq.filters import ast as A
-from telemq.filters.evaluate import Message, compile_condition
+from telemq.filters.evaluate import compile_condition
+from telemq.filters.message_view import Message
 from telemq.filters.render import render
 
 

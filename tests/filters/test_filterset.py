@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from telemq.filters import FilterError, FilterSet, compile_filter
-from telemq.filters import evaluate as evaluate_module
+from telemq.filters import message_view as message_module
 
 
 def test_registration() -> None:
@@ -72,14 +72,14 @@ def test_matching_returns_keys_whose_filter_is_true() -> None:
 
 def test_payload_is_parsed_once_per_message(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = 0
-    real = evaluate_module.parse_payload
+    real = message_module.parse_payload
 
     def counting(payload: bytes) -> object:
         nonlocal calls
         calls += 1
         return real(payload)
 
-    monkeypatch.setattr(evaluate_module, "parse_payload", counting)
+    monkeypatch.setattr(message_module, "parse_payload", counting)
     fs: FilterSet[int] = FilterSet()
     for i in range(50):
         fs.add(i, f"a > {i} OR b.c = {i}")

@@ -16,7 +16,8 @@ import pyarrow as pa  # type: ignore[import-untyped]
 
 from telemq.journal.arrow import JOURNAL_SCHEMA, read_properties
 from telemq.pipeline.journal import filter_mask, read_filtered
-from telemq.protocol.properties import Properties, message_properties
+from telemq.protocol.properties import message_properties
+from telemq.protocol.property_table import Properties
 from telemq.store import JournalReader, JournalRecord, SqliteStore, WriteBatch
 
 from .helpers import TS0

@@ -53,7 +53,8 @@ from telemq.protocol import (
     encode_remaining_length,
 )
 from telemq.protocol.codec5 import encode5
-from telemq.protocol.properties import EMPTY_PROPERTIES_BYTES, PropertyContext
+from telemq.protocol.properties import EMPTY_PROPERTIES_BYTES
+from telemq.protocol.property_table import PropertyContext
 
 
 def decode5(data: bytes) -> Packet:

@@ -18,14 +18,16 @@ from telemq.protocol.errors import MalformedPacket
 from telemq.protocol.packets import PacketType
 from telemq.protocol.properties import (
     EMPTY_PROPERTIES_BYTES,
+    PropertyError,
+    decode_properties,
+    encode_properties,
+)
+from telemq.protocol.property_table import (
     PROPERTY_TABLE,
     Properties,
     PropertyContext,
-    PropertyError,
     PropertyId,
     PropertyType,
-    decode_properties,
-    encode_properties,
 )
 
 C: TypeAlias = PropertyContext

@@ -26,7 +26,7 @@ from telemq.store import (
     open_store,
 )
 from telemq.store.base import JOURNAL_CHUNK_ROWS, JournalRow
-from telemq.store.sqlite import SCHEMA_VERSION
+from telemq.store.sqlite_schema import SCHEMA_VERSION
 
 # Content Type "a/b", User Properties ("k", "v") and ("k", "w"): a real forwarded block.
 PROPS = b"\x03\x00\x03a/b" + b"\x26\x00\x01k\x00\x01v" + b"\x26\x00\x01k\x00\x01w"

@@ -25,7 +25,7 @@ from telemq.store import (
     WriteBatch,
     _codec,
 )
-from telemq.store.sqlite import SCHEMA_VERSION
+from telemq.store.sqlite_schema import SCHEMA_VERSION
 
 # Content Type "a/b", User Property ("k", "v"), Message Expiry Interval 60: a real block.
 PROPS = b"\x03\x00\x03a/b" + b"\x26\x00\x01k\x00\x01v" + b"\x02\x00\x00\x00\x3c"

@@ -29,7 +29,7 @@ from telemq.store import (
     WriteBatch,
     open_journal_reader,
 )
-from telemq.store.sqlite import SCHEMA_VERSION
+from telemq.store.sqlite_schema import SCHEMA_VERSION
 
 
 def journal(seq: int, payload: bytes = b"x") -> JournalRecord:

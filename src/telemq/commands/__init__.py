@@ -11,6 +11,7 @@ authorization, sessions and retained messages, and returns the `<pscr>` reply,
 which the broker publishes to the reply topic.
 """
 
+from .checks import subscription_attributes
 from .codec import (
     Command,
     CommandSyntaxError,
@@ -23,7 +24,8 @@ from .codec import (
     parse_reply,
     reply_correl_id,
 )
-from .handlers import Host, PutResult, Requester, execute, subscription_attributes
+from .handlers import execute
+from .host import Host, PutResult, Requester
 from .reasons import COMMAND_TOPICS, CONTROL_QUEUE, DEFAULT_STREAM, RESPONSE_PREFIX, ReasonCode
 
 __all__ = [

@@ -20,8 +20,9 @@ Text goes through a pipeline of small parts, each with one job::
   Python's recursion limit; nesting is capped at 64 levels and text at 65,536 characters.
 - `ast`: frozen dataclasses; chains (``a OR b OR ...``, ``a + b + ...``) are n-ary nodes.
 - `check`: identifier forms, literal values, LIKE escapes, "is this a condition".
-- `evaluate`: closures with three-valued logic, ``None`` being UNKNOWN; a `Message`
-  parses the payload once for all filters.
+- `evaluate`: closures with three-valued logic, ``None`` being UNKNOWN.
+- `message`: what filters read of a publication; a `Message` parses the payload once for
+  all filters.
 - `filterset`: many filters against one message, grouped by canonical text and indexed
   on equality/IN conjuncts.
 - `spark` (imported on demand, the only place pyspark is used): the same semantics as
@@ -37,8 +38,8 @@ from __future__ import annotations
 from .ast import PROPERTY_NAMES, USER_PROPERTY_PREFIX
 from .compiled import Filter, compile_filter
 from .errors import MQRCCF_FILTER_ERROR, FilterError
-from .evaluate import Message, parse_payload
 from .filterset import FilterSet
+from .message_view import Message, parse_payload
 from .parser import MAX_DEPTH, parse
 from .render import render
 from .tokens import MAX_LENGTH

@@ -6,7 +6,8 @@ from collections.abc import Mapping
 
 from . import ast
 from .errors import FilterError, TooManyTokens
-from .evaluate import Condition, Message, compile_condition
+from .evaluate import Condition, compile_condition
+from .message_view import Message
 from .parser import parse
 from .render import render, render_path
 

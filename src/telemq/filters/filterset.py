@@ -34,7 +34,8 @@ from typing import Generic, TypeVar
 
 from . import ast
 from .compiled import Filter, compile_filter
-from .evaluate import Condition, Message, compile_condition, compile_value
+from .evaluate import Condition, compile_condition, compile_value
+from .message_view import Message
 from .render import render
 
 __all__ = ["FilterSet"]

@@ -25,7 +25,8 @@ from .codec import (
 )
 from .codec5 import VALID_REASON_CODES
 from .connection import Connection, ConnectionState
-from .dialer import DialConnection, subscription_options
+from .dial_packets import subscription_options
+from .dialer import DialConnection
 from .errors import (
     LocalProtocolError,
     MalformedPacket,
@@ -78,13 +79,8 @@ from .packets import (
     Unsubscribe,
     Will,
 )
-from .properties import (
-    Properties,
-    PropertyContext,
-    PropertyError,
-    decode_properties,
-    encode_properties,
-)
+from .properties import PropertyError, decode_properties, encode_properties
+from .property_table import Properties, PropertyContext
 from .reasons import ReasonCode
 from .topics import (
     TopicLimits,

@@ -45,7 +45,8 @@ from .packets import (
     SubAck,
     Subscribe,
 )
-from .properties import EMPTY_PROPERTIES_BYTES, Properties, PropertyContext, encode_properties
+from .properties import EMPTY_PROPERTIES_BYTES, encode_properties
+from .property_table import Properties, PropertyContext
 from .reasons import pre_5_refusal
 from .topics import topic_name_error
 

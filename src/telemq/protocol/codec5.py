@@ -70,12 +70,11 @@ from .packets import (
 from .properties import (
     EMPTY_PROPERTIES_BYTES,
     PROTOCOL_ERROR,
-    Properties,
-    PropertyContext,
     PropertyError,
     decode_properties,
     encode_properties,
 )
+from .property_table import Properties, PropertyContext
 from .topics import topic_name_error
 from .wire import (
     Reader,

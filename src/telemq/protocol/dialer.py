@@ -84,6 +84,16 @@ from collections.abc import Callable, Sequence
 
 from .codec import encode, encode_publish
 from .connection import Connection, ConnectionState
+from .dial_packets import (
+    check_filter,
+    connack_refusal,
+    known_reason,
+    packet_size,
+    reason_label,
+    server_details,
+    split_frame_qos0,
+    stated_limits,
+)
 from .errors import LocalProtocolError, PacketIdsExhausted
 from .events import (
     ConnectAcknowledged,
@@ -94,13 +104,9 @@ from .events import (
 )
 from .flows import MAX_PACKET_ID, Flows
 from .packets import (
-    NO_LOCAL,
     PROTOCOL_NAMES,
-    RETAIN_AS_PUBLISHED,
-    RETAIN_HANDLING_SHIFT,
     ConnAck,
     Connect,
-    ConnectReturnCode,
     Disconnect,
     Packet,
     PacketType,
@@ -116,10 +122,9 @@ from .packets import (
     UnsubAck,
     Unsubscribe,
 )
-from .peer5 import MAX_MQTT_PACKET, Peer5, ServerLimits5
-from .properties import Properties
-from .reasons import REFUSAL_REASONS, ReasonCode, pre_5_refusal
-from .topics import topic_filter_error
+from .peer5 import Peer5, ServerLimits5
+from .property_table import Properties
+from .reasons import ReasonCode, pre_5_refusal
 
 PINGREQ_BYTES = b"\xc0\x00"
 
@@ -131,28 +136,6 @@ _UNSUBSCRIBE = PacketType.UNSUBSCRIBE
 _CLIENT_DISCONNECT_REASONS = frozenset(
     (0x00, 0x04, 0x80, 0x81, 0x82, 0x83, 0x90, 0x93, 0x94, 0x95, 0x96, 0x97, 0x98, 0x99)
 )
-
-
-def subscription_options(
-    qos: int,
-    *,
-    no_local: bool = False,
-    retain_as_published: bool = False,
-    retain_handling: int = 0,
-) -> int:
-    """The MQTT 5.0 subscription options byte of one topic filter (section 3.8.3.1).
-    `retain_handling`: 0 sends retained messages, 1 sends them only for a new subscription,
-    2 never sends them."""
-    if qos not in (0, 1, 2):
-        raise ValueError(f"QoS must be 0, 1 or 2, got {qos}")
-    if retain_handling not in (0, 1, 2):
-        raise ValueError(f"retain handling must be 0, 1 or 2, got {retain_handling}")
-    return (
-        qos
-        | (NO_LOCAL if no_local else 0)
-        | (RETAIN_AS_PUBLISHED if retain_as_published else 0)
-        | retain_handling << RETAIN_HANDLING_SHIFT
-    )
 
 
 class DialConnection(Connection):
@@ -194,7 +177,7 @@ class DialConnection(Connection):
                 raise ValueError("an MQTT 5.0 CONNECT needs the dialer's own limits (mqtt5)")
             if bridge:
                 raise ValueError("private bridge levels (0x80 | level) are MQTT 3.1/3.1.1 only")
-            connect, limits = _state_limits(connect, mqtt5, max_packet_size)
+            connect, limits = stated_limits(connect, mqtt5, max_packet_size)
             max_packet_size = limits.maximum_packet_size
         elif level == ProtocolLevel.MQTT_3_1 or level == ProtocolLevel.MQTT_3_1_1:
             connect = dataclasses.replace(
@@ -253,7 +236,7 @@ class DialConnection(Connection):
         self.bytes_received += len(data)
         early = self._early
         early += data
-        size = _packet_size(early)
+        size = packet_size(early)
         if size < 0:
             return [
                 self._end(
@@ -284,7 +267,7 @@ class DialConnection(Connection):
             return events
         packets, error = self._decoder.feed_partial(chunk)
         if error is not None:
-            code = _code(error.reason)
+            code = known_reason(error.reason)
             return [self._end(f"{code.name.lower().replace('_', ' ')}: {error}", code)]
         self.last_received = now
         events = []
@@ -310,7 +293,7 @@ class DialConnection(Connection):
         level = self.protocol_level
         if code >= 0x80 if level == _MQTT_5 else code != 0:
             events.append(ConnectAcknowledged(code, packet.session_present, props))
-            reason, reason_code = _refusal(code, level, props)
+            reason, reason_code = connack_refusal(code, level, props)
             self._close(reason)
             events.append(ConnectionClosed(reason, False, reason_code))
             return
@@ -394,9 +377,9 @@ class DialConnection(Connection):
     def _disconnected(self, packet: Disconnect, events: list[Event]) -> None:
         """MQTT 5.0: the server closes the connection, and says why."""
         code = packet.reason_code
-        reason = f"server sent DISCONNECT {_label(code)}{_details(packet.properties)}"
+        reason = f"server sent DISCONNECT {reason_label(code)}{server_details(packet.properties)}"
         self._close(reason)
-        events.append(ConnectionClosed(reason, True, _code(code)))
+        events.append(ConnectionClosed(reason, True, known_reason(code)))
 
     # -- answers and requests from the owner ----------------------------
 
@@ -453,7 +436,7 @@ class DialConnection(Connection):
         if rename is None:
             super().send_frame_qos0(frame)
             return
-        topic, payload, retain = _split_frame_qos0(frame)
+        topic, payload, retain = split_frame_qos0(frame)
         retain = retain and self._outgoing_retain
         super().send_frame_qos0(encode_publish(rename(topic), payload, 0, retain, False, 0))
 
@@ -467,7 +450,7 @@ class DialConnection(Connection):
         QoS or options, or properties below 5.0."""
         level5 = self.protocol_level == _MQTT_5
         for topic_filter, options in filters:
-            _check_filter(topic_filter)
+            check_filter(topic_filter)
             if not level5 and options not in (0, 1, 2):
                 raise ValueError(
                     f"topic filter {topic_filter!r}: MQTT 3.1/3.1.1 takes a QoS of 0, 1 or 2, "
@@ -482,7 +465,7 @@ class DialConnection(Connection):
     def unsubscribe(self, filters: Sequence[str], properties: Properties | None = None) -> int:
         """Send UNSUBSCRIBE; returns its packet id (`UnsubscribeAcknowledged` answers it)."""
         for topic_filter in filters:
-            _check_filter(topic_filter)
+            check_filter(topic_filter)
         packet_id = self._request_id(len(filters), properties)
         packet = Unsubscribe(packet_id, list(filters), properties=properties)
         self._out.append(encode(packet, self.protocol_level))
@@ -588,96 +571,3 @@ class DialConnection(Connection):
                 self._last_sent = now
                 self._sent_mark = self.bytes_sent + len(self._out)
         return super().handle_timer(now)
-
-
-def _state_limits(
-    connect: Connect, limits: ServerLimits5, max_packet_size: int
-) -> tuple[Connect, ServerLimits5]:
-    """The CONNECT stating the dialer's limits (those its properties leave out, from
-    `limits` and `max_packet_size`), and the limits it states, to hold the server to."""
-    props = connect.properties
-    stated = Properties() if props is None else dataclasses.replace(props)
-    if stated.receive_maximum is None and limits.receive_maximum < 65535:
-        stated.receive_maximum = limits.receive_maximum
-    if stated.topic_alias_maximum is None and limits.topic_alias_maximum:
-        stated.topic_alias_maximum = limits.topic_alias_maximum
-    if stated.maximum_packet_size is None and max_packet_size < MAX_MQTT_PACKET:
-        stated.maximum_packet_size = max_packet_size
-    own = dataclasses.replace(
-        limits,
-        receive_maximum=65535 if stated.receive_maximum is None else stated.receive_maximum,
-        topic_alias_maximum=stated.topic_alias_maximum or 0,
-        maximum_packet_size=(
-            MAX_MQTT_PACKET if stated.maximum_packet_size is None else stated.maximum_packet_size
-        ),
-    )
-    return dataclasses.replace(connect, properties=None if stated.is_empty() else stated), own
-
-
-def _packet_size(data: bytearray) -> int:
-    """The size of the packet `data` begins with, read from its fixed header: 0 while the
-    header is incomplete, -1 for a remaining length longer than 4 bytes."""
-    length = 0
-    shift = 0
-    for index in range(1, min(len(data), 5)):
-        byte = data[index]
-        length |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return index + 1 + length
-        shift += 7
-    return -1 if len(data) >= 5 else 0
-
-
-def _split_frame_qos0(frame: bytes) -> tuple[bytes, bytes, bool]:
-    """Topic, payload and RETAIN of an encoded 3.1/3.1.1 QoS 0 PUBLISH."""
-    at = 1
-    while frame[at] & 0x80:  # the remaining length: 1 to 4 bytes
-        at += 1
-    at += 1
-    length = frame[at] << 8 | frame[at + 1]
-    return frame[at + 2 : at + 2 + length], frame[at + 2 + length :], bool(frame[0] & 0x01)
-
-
-def _check_filter(topic_filter: str) -> None:
-    problem = topic_filter_error(topic_filter)
-    if problem is not None:
-        raise ValueError(f"invalid topic filter {topic_filter!r}: {problem}")
-
-
-def _code(code: int) -> ReasonCode:
-    """`code` as a `ReasonCode`, or "unspecified error" for one it does not name."""
-    try:
-        return ReasonCode(code)
-    except ValueError:
-        return ReasonCode.UNSPECIFIED_ERROR
-
-
-def _label(code: int) -> str:
-    """`0x87 not authorized`; the number alone for a code `ReasonCode` does not name."""
-    try:
-        return ReasonCode(code).label
-    except ValueError:
-        return f"0x{code:02X}"
-
-
-def _details(props: Properties | None) -> str:
-    """What a 5.0 server adds to a refusal or a DISCONNECT, for the log."""
-    if props is None:
-        return ""
-    text = f": {props.reason_string}" if props.reason_string else ""
-    if props.server_reference:
-        text += f" (server reference {props.server_reference!r})"
-    return text
-
-
-def _refusal(code: int, level: int, props: Properties | None) -> tuple[str, ReasonCode]:
-    """A refusing CONNACK's code for the log ("CONNACK 5 not authorized", "CONNACK 0x87
-    not authorized: ...") and as a `ReasonCode`."""
-    if level == _MQTT_5:
-        return f"CONNACK {_label(code)}{_details(props)}", _code(code)
-    try:
-        return_code = ConnectReturnCode(code)
-    except ValueError:
-        return f"CONNACK {code} (unknown return code)", ReasonCode.UNSPECIFIED_ERROR
-    name = return_code.name.lower().replace("_", " ")
-    return f"CONNACK {code} {name}", REFUSAL_REASONS.get(return_code, ReasonCode.UNSPECIFIED_ERROR)

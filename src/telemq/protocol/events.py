@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from .flows import OwnerRef
 from .packets import Connect, Publish, Subscribe, Unsubscribe
-from .properties import Properties
+from .property_table import Properties
 from .reasons import ReasonCode
 
 

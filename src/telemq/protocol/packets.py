@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # properties -> reasons -> packets: only the annotations need it here
-    from .properties import Properties
+    from .property_table import Properties
 
 
 class PacketType(enum.IntEnum):

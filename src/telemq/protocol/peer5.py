@@ -40,7 +40,7 @@ from .packets import (
     Subscribe,
     Will,
 )
-from .properties import Properties
+from .property_table import Properties
 from .reasons import ReasonCode
 from .wire import encode_remaining_length
 

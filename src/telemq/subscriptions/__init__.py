@@ -1,10 +1,11 @@
 """Subscriptions, MQTT and MQ alike: the registry, identities, options and the topic trie.
 
-Pure data and policy, no I/O. See `registry` for the theory of operation.
+Pure data and policy, no I/O. See `subscription` and `registry` for the theory of operation.
 """
 
 from .options5 import DeliveryOptions, delivery_options, filter_properties
-from .registry import (
+from .registry import Registry, Route
+from .subscription import (
     BRIDGE_QUEUE_PREFIX,
     LINK_QUEUE_PREFIX,
     PERSISTENCE_RANK,
@@ -13,8 +14,6 @@ from .registry import (
     STORED_OPTIONS,
     Identity,
     Persistence,
-    Registry,
-    Route,
     Subscription,
     SubscriptionKey,
 )

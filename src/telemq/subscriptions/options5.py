@@ -33,7 +33,7 @@ from ..protocol.properties import (
 )
 
 if TYPE_CHECKING:
-    from .registry import Subscription
+    from .subscription import Subscription
 
 
 @dataclass(slots=True)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 
 from ...protocol import encode_publish
-from ...protocol.properties import Properties, message_expiry_property, message_properties
+from ...protocol.properties import message_expiry_property, message_properties
+from ...protocol.property_table import Properties
 from ...store import StoredMessage
 
 

@@ -63,7 +63,7 @@ from .session import Session
 from .shares import Shares
 
 if TYPE_CHECKING:
-    from ...protocol.properties import Properties
+    from ...protocol.property_table import Properties
     from ..settings.config import JournalConfig
     from .session import Client
     from .stats import BrokerStats

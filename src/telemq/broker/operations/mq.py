@@ -36,7 +36,8 @@ from ...commands import (
     parse_command,
 )
 from ...protocol import TopicLimits
-from ...protocol.properties import Properties, message_properties
+from ...protocol.properties import message_properties
+from ...protocol.property_table import Properties
 from ...subscriptions import Registry, Subscription
 from ..security.auth import Action
 
