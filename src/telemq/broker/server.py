@@ -75,7 +75,7 @@ from .operations.mq import CommandHost
 from .operations.sys import SysReporter
 from .peers.bridges import Bridges
 from .peers.links import Links
-from .security.auth import Action
+from .security.acl import Action
 from .security.hooks import Hook, Hooks, acl_hook
 from .settings.config import BrokerConfig, ListenerConfig, build_authorizer
 

@@ -53,7 +53,7 @@ from ...subscriptions import (
     Subscription,
     delivery_options,
 )
-from ..security.auth import Action
+from ..security.acl import Action
 from ..security.hooks import Hooks
 from .committer import Committer
 from .delivery import Deliveries

@@ -51,7 +51,7 @@ from ...subscriptions import (
     REMOTE_QUEUE_PREFIX,
     Registry,
 )
-from ..security.auth import Action
+from ..security.acl import Action
 from ..security.hooks import Hooks
 from .authentication import Authentications
 from .committer import Committer

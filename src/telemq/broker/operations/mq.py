@@ -38,7 +38,7 @@ from ...commands import (
 from ...protocol import TopicLimits
 from ...protocol.properties import Properties, message_properties
 from ...subscriptions import Registry, Subscription
-from ..security.auth import Action
+from ..security.acl import Action
 
 if TYPE_CHECKING:
     from ..core.rooms import CoreRooms
