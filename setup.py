@@ -48,6 +48,7 @@ COMPILED = [
     "src/telemq/broker/server.py",
     "src/telemq/broker/core/session.py",
     "src/telemq/broker/core/sessions.py",
+    "src/telemq/broker/core/admission.py",
     "src/telemq/broker/core/shares.py",
     "src/telemq/broker/core/stats.py",
     "src/telemq/broker/core/rooms.py",

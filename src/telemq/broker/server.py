@@ -7,7 +7,8 @@ mirror, written through the `Committer` (group commit: acknowledgements after th
 that makes them true). The state is split into rooms, each the only code that changes
 what it owns:
 
-- `Sessions` (sessions.py): sessions and connections: CONNECT, takeover, session expiry;
+- `Admission` (admission.py): whether a CONNECT is accepted, and as whom;
+- `Sessions` (sessions.py): sessions and connections: takeover, session expiry;
 - `Wills` (wills.py): wills, published at once or after their delay;
 - `Shares` (shares.py, made by the router): which member of a shared subscription group
   gets a message, and the hand-over of a leaving member's messages;
@@ -24,8 +25,9 @@ protocol core's events to the room that handles each. Its public methods are the
 that the MQ command host and embedding programs use; hooks (hooks.py) decide authentication
 and authorization and hear what happens.
 
-The arrows inside `broker/` point one way: server -> sessions -> wills -> router -> shares
--> delivery -> session; a client connection (client.py) only calls the broker's methods.
+The arrows inside `broker/` point one way: server -> admission -> sessions -> wills -> router
+-> shares -> delivery -> session; a client connection (client.py) only calls the broker's
+methods.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from ..protocol import (
 )
 from ..store import Store, SyncMode, open_store
 from ..subscriptions import Identity, Registry, Subscription
+from .core.admission import Admission
 from .core.committer import Committer
 from .core.delivery import Deliveries
 from .core.message import Message
@@ -126,6 +129,7 @@ class Broker:
         self.loop: asyncio.AbstractEventLoop  # the rooms below are set by start()
         self.committer: Committer
         self.sessions_room: Sessions
+        self.admission: Admission
         self.deliveries: Deliveries
         self.retained: RetainedMessages
         self.router: Router
@@ -241,8 +245,10 @@ class Broker:
             self.hooks,
             self.registry,
             self.deliveries,
-            self.topic_limits,
             config.mqtt5.max_session_expiry_interval,
+        )
+        self.admission = Admission(
+            self.loop, config.limits, self.stats, self.hooks, self.topic_limits, sessions
         )
         self.router = Router(
             committer,
@@ -374,6 +380,7 @@ class Broker:
         """Each event type's handler: one lookup per event, not a chain of type tests
         (a QoS 2 message makes four events). Covers the core's whole `Event` union."""
         sessions = self.sessions_room
+        admission = self.admission
         return {
             MessageReceived: self.router.on_publish,
             DeliveryAcknowledged: self.deliveries.on_acknowledged,
@@ -381,9 +388,9 @@ class Broker:
             MessageReleased: self.router.on_release,
             SubscribeRequested: self.subscriptions.on_subscribe,
             UnsubscribeRequested: self.subscriptions.on_unsubscribe,
-            ConnectRequested: sessions.on_connect_requested,
+            ConnectRequested: admission.on_connect_requested,
             DisconnectRequested: sessions.on_disconnect,
-            AuthRequested: sessions.on_auth,
+            AuthRequested: admission.on_auth,
             ConnectionClosed: sessions.on_closed,
             # Answers a server never gets: only the broker's own outbound connections
             # (links, bridges) have them, in their own handler tables.
