@@ -45,6 +45,8 @@ COMPILED = [
     "src/telemq/broker/peers/remote_queues.py",
     "src/telemq/broker/core/retained.py",
     "src/telemq/broker/core/router.py",
+    "src/telemq/broker/core/releases.py",
+    "src/telemq/broker/core/command_puts.py",
     "src/telemq/broker/server.py",
     "src/telemq/broker/core/session.py",
     "src/telemq/broker/core/sessions.py",
