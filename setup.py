@@ -42,6 +42,8 @@ COMPILED = [
     "src/telemq/broker/core/committer.py",
     "src/telemq/broker/core/delivery.py",
     "src/telemq/broker/peers/links.py",
+    "src/telemq/broker/peers/arrivals.py",
+    "src/telemq/broker/peers/link_control.py",
     "src/telemq/broker/peers/remote_queues.py",
     "src/telemq/broker/core/retained.py",
     "src/telemq/broker/core/router.py",
