@@ -35,7 +35,7 @@ import time
 from multiprocessing.synchronize import Event
 from pathlib import Path
 
-from telemq.broker.security.auth import hash_password
+from telemq.broker.security.passwords import hash_password
 from telemq.protocol.codec import encode, encode_publish
 from telemq.protocol.packets import Connect, Subscribe
 

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from telemq.broker.security.auth import hash_password
+from telemq.broker.security.passwords import hash_password
 from telemq.protocol import Connect, Publish, Subscribe, encode
 from telemq.protocol.codec import Decoder
 from telemq.protocol.packets import ConnAck, Packet, PingResp, PubAck, SubAck

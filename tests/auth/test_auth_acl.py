@@ -9,15 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from telemq.broker.security.auth import (
-    COMMAND_TOPICS,
-    AclRule,
-    Action,
-    AuthError,
-    Authorizer,
-    UserConfig,
-    hash_password,
-)
+from telemq.broker.security.acl import COMMAND_TOPICS, AclRule, Action
+from telemq.broker.security.auth import Authorizer
+from telemq.broker.security.passwords import hash_password
+from telemq.broker.security.users import AuthError, UserConfig
 from telemq.protocol.topics import topic_filter_error, topic_matches, topic_name_error
 
 PUB, SUB, CMD = Action.PUBLISH, Action.SUBSCRIBE, Action.COMMAND

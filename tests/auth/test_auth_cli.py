@@ -11,7 +11,9 @@ import tomllib
 
 import pytest
 
-from telemq.broker.security.auth import Authorizer, UserConfig, verify_password
+from telemq.broker.security.auth import Authorizer
+from telemq.broker.security.passwords import verify_password
+from telemq.broker.security.users import UserConfig
 from telemq.cli import main as cli_main
 from telemq.cli import passwd
 

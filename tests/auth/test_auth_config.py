@@ -9,14 +9,10 @@ from typing import Any
 
 import pytest
 
-from telemq.broker.security.auth import (
-    AclRule,
-    Action,
-    AuthError,
-    Authorizer,
-    UserConfig,
-    hash_password,
-)
+from telemq.broker.security.acl import AclRule, Action
+from telemq.broker.security.auth import Authorizer
+from telemq.broker.security.passwords import hash_password
+from telemq.broker.security.users import AuthError, UserConfig
 
 HASH = hash_password("pw", iterations=1_000)
 STRONG = hash_password("pw", iterations=100_000)

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from telemq.broker.security.auth import (
+from telemq.broker.security.acl import (
     _covers_levels,
     _overlap_levels,
     filter_covers,

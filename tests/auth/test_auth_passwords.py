@@ -1,4 +1,5 @@
-"""Password hashing and CONNECT authentication (`telemq.broker.security.auth`)."""
+"""Password hashing and CONNECT authentication (`telemq.broker.security.passwords`,
+`telemq.broker.security.auth`)."""
 
 from __future__ import annotations
 
@@ -8,15 +9,10 @@ import hmac
 
 import pytest
 
-from telemq.broker.security import auth
-from telemq.broker.security.auth import (
-    HASH_SCHEME,
-    AuthError,
-    Authorizer,
-    UserConfig,
-    hash_password,
-    verify_password,
-)
+from telemq.broker.security import passwords
+from telemq.broker.security.auth import Authorizer
+from telemq.broker.security.passwords import HASH_SCHEME, hash_password, verify_password
+from telemq.broker.security.users import AuthError, UserConfig
 
 FAST = 1_000  # iterations: enough to exercise PBKDF2, cheap enough for a test run
 SALT = bytes(range(16))
@@ -56,10 +52,10 @@ def test_unicode_passwords_are_utf8() -> None:
 
 
 def test_default_iterations() -> None:
-    assert auth.DEFAULT_ITERATIONS == 600_000
+    assert passwords.DEFAULT_ITERATIONS == 600_000
 
 
-@pytest.mark.parametrize("iterations", [0, -1, auth.MAX_ITERATIONS + 1])
+@pytest.mark.parametrize("iterations", [0, -1, passwords.MAX_ITERATIONS + 1])
 def test_hash_password_rejects_bad_iterations(iterations: int) -> None:
     with pytest.raises(ValueError):
         hash_password("x", iterations=iterations)

@@ -26,15 +26,10 @@ from typing import Any, ClassVar, SupportsIndex, overload
 
 import pytest
 
-from telemq.broker.security.auth import (
-    AclRule,
-    Action,
-    AuthError,
-    Authorizer,
-    UserConfig,
-    hash_password,
-    verify_password,
-)
+from telemq.broker.security.acl import AclRule, Action
+from telemq.broker.security.auth import Authorizer
+from telemq.broker.security.passwords import hash_password, verify_password
+from telemq.broker.security.users import AuthError, UserConfig
 from telemq.cli import passwd
 from telemq.filters import compile_filter
 from telemq.filters.errors import FilterError

@@ -17,7 +17,7 @@ import pytest
 from telemq.broker import BrokerConfig
 from telemq.broker.core.message import Message
 from telemq.broker.edges.listeners import MemoryConnection, MemoryListener
-from telemq.broker.security.auth import Action
+from telemq.broker.security.acl import Action
 from telemq.broker.security.hooks import Hook, Hooks
 from telemq.broker.server import Broker
 from telemq.protocol import Connect, Disconnect, Publish, Subscribe, Unsubscribe, encode

@@ -16,7 +16,7 @@ from telemq.broker import BrokerConfig, Hook
 from telemq.broker.edges.listeners import MemoryListener
 from telemq.broker.embedded import LocalSubscription
 from telemq.broker.operations.view import FIGURES
-from telemq.broker.security.auth import Action
+from telemq.broker.security.acl import Action
 from telemq.broker.server import Broker
 from telemq.filters import compile_filter
 from telemq.protocol import Connect, Disconnect, Publish, Subscribe

@@ -26,7 +26,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from telemq.broker.security.auth import hash_password
+from telemq.broker.security.passwords import hash_password
 
 HOST = "127.0.0.1"
 START_DEADLINE = 15.0

@@ -7,7 +7,8 @@ mirror, written through the `Committer` (group commit: acknowledgements after th
 that makes them true). The state is split into rooms, each the only code that changes
 what it owns (docs/architecture.md has the map):
 
-- core/: `Sessions` (sessions and connections: CONNECT, takeover, session expiry), `Wills`,
+- core/: `Admission` (whether a CONNECT is accepted, and as whom), `Sessions` (sessions
+  and connections: takeover, session expiry), `Wills`,
   `Router` (publications in: retained, journaled, routed; QoS 2 releases), `Shares`,
   `Deliveries` (queues, the in-flight window, subscribers' acks), `SubscriptionManager`,
   `RetainedMessages`, `BrokerStats`, and the `ClientHub` every connection shares;
@@ -51,6 +52,7 @@ from ..protocol import (
 )
 from ..store import Store, SyncMode, open_store
 from ..subscriptions import Identity, Registry, Subscription
+from .core.admission import Admission
 from .core.committer import Committer
 from .core.delivery import Deliveries
 from .core.message import Message
@@ -71,7 +73,7 @@ from .operations.sys import SysReporter
 from .operations.view import BrokerView
 from .peers.bridges import Bridges
 from .peers.links import Links
-from .security.auth import Action
+from .security.acl import Action
 from .security.hooks import Hook, Hooks, acl_hook
 from .settings.config import BrokerConfig, ListenerConfig, build_authorizer
 
@@ -122,6 +124,7 @@ class Broker:
         self.loop: asyncio.AbstractEventLoop  # the rooms below are set by start()
         self.committer: Committer
         self.sessions_room: Sessions
+        self.admission: Admission
         self.deliveries: Deliveries
         self.retained: RetainedMessages
         self.router: Router
@@ -238,8 +241,10 @@ class Broker:
             self.hooks,
             self.registry,
             self.deliveries,
-            self.topic_limits,
             config.mqtt5.max_session_expiry_interval,
+        )
+        self.admission = Admission(
+            self.loop, config.limits, self.stats, self.hooks, self.topic_limits, sessions
         )
         self.router = Router(
             committer,
@@ -364,6 +369,7 @@ class Broker:
         """Each event type's handler: one lookup per event, not a chain of type tests
         (a QoS 2 message makes four events). Covers the core's whole `Event` union."""
         sessions = self.sessions_room
+        admission = self.admission
         return {
             MessageReceived: self.router.on_publish,
             DeliveryAcknowledged: self.deliveries.on_acknowledged,
@@ -371,9 +377,9 @@ class Broker:
             MessageReleased: self.router.on_release,
             SubscribeRequested: self.subscriptions.on_subscribe,
             UnsubscribeRequested: self.subscriptions.on_unsubscribe,
-            ConnectRequested: sessions.on_connect_requested,
+            ConnectRequested: admission.on_connect_requested,
             DisconnectRequested: sessions.on_disconnect,
-            AuthRequested: sessions.on_auth,
+            AuthRequested: admission.on_auth,
             ConnectionClosed: sessions.on_closed,
             # Answers a server never gets: only the broker's own outbound connections
             # (links, bridges) have them, in their own handler tables.

@@ -23,7 +23,7 @@ from .edges.websockets import mqtt_over_websocket
 from .operations.admin_api import AdminApi
 from .operations.dashboard import Dashboard
 from .operations.metrics import MetricsRoute
-from .security.auth import Action
+from .security.acl import Action
 
 if TYPE_CHECKING:
     from .core.session import ClientHub

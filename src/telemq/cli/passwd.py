@@ -10,12 +10,8 @@ import argparse
 import getpass
 import sys
 
-from ..broker.security.auth import (
-    DEFAULT_ITERATIONS,
-    MAX_ITERATIONS,
-    hash_password,
-    user_name_error,
-)
+from ..broker.security.passwords import DEFAULT_ITERATIONS, MAX_ITERATIONS, hash_password
+from ..broker.security.users import user_name_error
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -99,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     except UnicodeEncodeError:
         print("telemq passwd: the password is not valid Unicode text", file=sys.stderr)
         return 2
-    except ValueError as error:  # a trailing NUL (see auth._ambiguous)
+    except ValueError as error:  # a trailing NUL (see passwords._ambiguous)
         print(f"telemq passwd: {error}", file=sys.stderr)
         return 2
     if args.iterations < DEFAULT_ITERATIONS:

@@ -9,7 +9,7 @@ Authentication Data of the CONNECT or AUTH that started it, then of each AUTH 0x
 its `step`, whose answer goes back through the connection:
 
 - continue: AUTH 0x18 with the server's data; the connection reads the client's next AUTH.
-- success: for a CONNECT, `Sessions` goes on as for a CONNECT whose password verified, as
+- success: for a CONNECT, `Admission` goes on as for a CONNECT whose password verified, as
   the user the exchange proved, and CONNACK carries the server's last data; for a
   re-authentication, AUTH 0x00 with that data, unless the client proved to be another user
   than the one connected (DISCONNECT 0x87: a connection never changes its user).
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("telemq.broker")
 
-# What `Sessions` does at the end of a CONNECT's exchange.
+# What `Admission` (admission.py) does at the end of a CONNECT's exchange.
 Accept = Callable[["Client", ConnectRequested, str, "bytes | None"], None]
 Refuse = Callable[["Client", str, ReasonCode], None]
 

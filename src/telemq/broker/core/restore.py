@@ -34,6 +34,7 @@ from ..settings.config import LimitsConfig
 from .committer import Committer
 from .delivery import Deliveries, in_flight_properties, restore_delivery
 from .message import Delivery, Message
+from .releases import remember_release
 from .retained import RetainedMessages
 from .router import Router
 from .session import Session
@@ -148,7 +149,7 @@ def restore_state(
             orphans.append(incoming)
         else:
             holder.flows.hold_incoming(incoming.packet_id, held)
-    _restore_released(released, by_id, router, committer)
+    _restore_released(released, by_id, committer)
     for incoming in orphans:
         held = Message.from_stored(incoming.message)
         held.store_id = 0
@@ -209,7 +210,7 @@ def _restore_deliveries(
 
 
 def _restore_released(
-    records: list[IncomingRecord], by_id: dict[str, Session], router: Router, committer: Committer
+    records: list[IncomingRecord], by_id: dict[str, Session], committer: Committer
 ) -> None:
     """Released QoS 2 ids, oldest first, back into their sessions' flows (a record of a
     session that is gone is deleted: it must never be released again)."""
@@ -221,7 +222,7 @@ def _restore_released(
             continue
         stored = record.message
         digest = release_digest(stored.topic.encode("utf-8"), stored.payload, stored.retain)
-        router.remember_release(holder, record.packet_id, digest, 0)
+        remember_release(committer, holder, record.packet_id, digest, 0)
 
 
 def _number(value: object, default: float) -> float:

@@ -16,14 +16,13 @@ For one PUBLISH from a client (`on_publish`):
 4. QoS 2 follows the seed's receiver rule: the message is stored (PUBREC after commit) but
    made available only on PUBREL (`on_release`), when it is journaled and routed in one
    transaction. Persistent subscribers get it, and a persistent publisher its PUBCOMP, after
-   that commit. Clean sessions do not wait for it: a crash before it leaves the stored
-   message unreleased, and it is released at restart (the clean publisher's session is gone,
-   and so are the clean subscribers' that had it), so nobody gets it twice and the journal
-   has it once. That commit comes within `RELEASE_COMMIT_WITHIN` seconds, or with the next
-   one. A persistent session remembers the ids it released (`Flows.released`): a client may
-   lose the PUBCOMP with its connection and re-send the PUBLISH instead of the PUBREL.
+   that commit; clean sessions do not wait for it, and a persistent session remembers the
+   ids it released (`Flows.released`). Why, and the bookkeeping: releases.py.
 
-The router owns the journal's sequence numbers; sessions are read from the `Sessions` room.
+Publications also come from inside the broker (`publish`: $SYS, command replies; wills.py),
+over links and bridges (`on_link_publish`), and from the MQ commands (command_puts.py);
+all go through `accept`. The router owns the journal's sequence numbers; sessions are read
+from the `Sessions` room.
 """
 
 from __future__ import annotations
@@ -33,7 +32,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from ...commands import COMMAND_TOPICS, PutResult, Requester
+from ...commands import COMMAND_TOPICS, Requester
 from ...protocol import (
     MessageReceived,
     MessageReleased,
@@ -43,21 +42,15 @@ from ...protocol import (
     TopicLimits,
     topic_matches,
 )
-from ...protocol.flows import release_digest
 from ...protocol.properties import read_message_properties
 from ...store import IncomingRecord
-from ...subscriptions import (
-    PERSISTENCE_RANK,
-    DeliveryOptions,
-    Registry,
-    Subscription,
-    delivery_options,
-)
-from ..security.auth import Action
+from ...subscriptions import DeliveryOptions, Registry
+from ..security.acl import Action
 from ..security.hooks import Hooks
 from .committer import Committer
 from .delivery import Deliveries
 from .message import Delivery, Message
+from .releases import complete_release, record_release
 from .retained import RetainedMessages
 from .session import Session
 from .shares import Shares
@@ -97,10 +90,6 @@ class CommandRunner(Protocol):
 # remote_queues.py): `(message, hand_off_now)`, returning the deliveries to hand off after
 # the commit when `hand_off_now` is False, as `Router.accept` does.
 Deliver = Callable[[Message, bool], list[tuple[Session, Delivery]]]
-
-# Seconds within which a clean session's QoS 2 release (its journal row) is committed when
-# nothing waits for it: soon, and usually sooner with the next publication's commit.
-RELEASE_COMMIT_WITHIN = 0.002
 
 JOURNAL_CACHE_SIZE = 16384  # topics whose journal exclusion is remembered
 
@@ -260,7 +249,7 @@ class Router:
             # Nothing held under this id (released before, or never received): PUBCOMP.
             committer.after(lambda: client.acknowledge(PacketType.PUBCOMP, packet_id))
             return
-        self._record_release(session, packet_id, message)
+        record_release(committer, session, packet_id, message)
         if message.topic in COMMAND_TOPICS:
             props = read_message_properties(message.properties) if message.properties else None
             self.commands.run_for(client, message.topic, message.payload, 2, props)
@@ -272,32 +261,7 @@ class Router:
             hand_offs = deliver(message, False)
         else:
             hand_offs = self.accept(message, False, not message.sync, exclude_queue)
-        # The release is durable once this commit ends. Until then a crash leaves the stored
-        # message unreleased, and it is released again (at restart for a clean publisher, on
-        # the PUBREL it re-sends for a persistent one): a persistent subscriber must not have
-        # had it yet, or it would get it twice. A clean one may: its session ends with the
-        # crash. Likewise only a persistent publisher must wait for PUBCOMP: a clean one's
-        # held message is released at restart.
-        deliveries = self._deliveries
-        waiting: list[tuple[Session, Delivery]] = []
-        for target, delivery in hand_offs:
-            if target.persistent:
-                waiting.append((target, delivery))
-            else:
-                deliveries.hand_off(target, delivery)
-        if session.persistent:
-
-            def after_commit() -> None:
-                deliveries.hand_off_all(waiting)
-                client.acknowledge(PacketType.PUBCOMP, packet_id)
-
-            committer.after(after_commit)
-        else:
-            client.acknowledge(PacketType.PUBCOMP, packet_id)
-            if waiting:
-                committer.after(lambda: deliveries.hand_off_all(waiting))
-            else:
-                committer.schedule_lazy(RELEASE_COMMIT_WITHIN)
+        complete_release(committer, self._deliveries, client, session, packet_id, hand_offs)
 
     def on_link_publish(
         self,
@@ -334,27 +298,6 @@ class Router:
             committer.after(lambda: client.acknowledge(PacketType.PUBACK, packet_id))
         elif committer.pending:
             committer.schedule_lazy()
-
-    def _record_release(self, session: Session, packet_id: int, message: Message) -> None:
-        """The held message leaves the store in the release's commit. A persistent session
-        keeps its id, marked released, instead: the client may lose the PUBCOMP with its
-        connection, and re-send the PUBLISH rather than the PUBREL (`Flows.released`)."""
-        pending = self._committer.pending
-        if not session.persistent:
-            pending.delete_incoming(session.client_id, packet_id)
-            return
-        pending.release_incoming(session.client_id, packet_id)
-        digest = release_digest(message.topic_bytes, message.payload, message.retain)
-        self.remember_release(session, packet_id, digest, session.flows.connection_number)
-
-    def remember_release(
-        self, session: Session, packet_id: int, digest: int, connection_number: int
-    ) -> None:
-        """Into the session's released ids; the one that makes room leaves the store too."""
-        forgotten = session.flows.remember_released(packet_id, digest, connection_number)
-        if forgotten:
-            self._committer.pending.delete_incoming(session.client_id, forgotten)
-            self._committer.schedule()
 
     def _message_from(self, client: Client, publish: Publish) -> Message:
         """The accepted publication of a PUBLISH being handled."""
@@ -393,54 +336,6 @@ class Router:
         self.accept(message, hand_off_now=True, journal=journal)
         if self._committer.pending:
             self._committer.schedule_lazy()
-
-    def publish_as(
-        self,
-        requester: Requester,
-        topic: str,
-        body: bytes,
-        retain: bool,
-        exclude_queue: str | None,
-        expiry: float | None = None,
-        local: bool = False,
-    ) -> None:
-        """A Publish command's publication, routed like the requester's own PUBLISH.
-
-        `expiry` (seconds, from <mqmd><Expiry>) bounds the life of its retained copy;
-        `local` (PubOpt Local) keeps it from the other brokers of the network.
-        """
-        message = message_of(requester, topic, body, requester.qos, retain)
-        message.local_only = local
-        if expiry is not None:
-            message.expiry_at = time.time() + expiry
-        self._stats.received_by_qos[message.qos] += 1
-        self.accept(message, hand_off_now=True, exclude_queue=exclude_queue)
-        self._committer.schedule()
-
-    def put_to_queue(
-        self, requester: Requester, queue: str, topic: str, body: bytes, qos: int
-    ) -> PutResult:
-        """Put one message on one queue only (a backfill): not retained, journaled or routed.
-
-        QoS 0 goes out only while the queue's client is connected and reading (else
-        NOT_CONNECTED, or FULL for a client that does not read); QoS 1/2 wait in the queue
-        (in the store when the session is persistent) like any routed delivery.
-        """
-        session = self._sessions.get(queue)
-        if session is None:
-            return PutResult.NO_QUEUE
-        message = message_of(requester, topic, body, qos, False)
-        deliveries = self._deliveries
-        if qos == 0:
-            client = session.client
-            if client is None:
-                return PutResult.NOT_CONNECTED
-            return PutResult.PUT if deliveries.send_qos0(client, message, False) else PutResult.FULL
-        if deliveries.enqueue(session, message, qos, False, session.persistent) is None:
-            return PutResult.FULL
-        deliveries.pump(session)
-        self._committer.schedule()
-        return PutResult.PUT
 
     # -- accept and route -----------------------------------------------------
 
@@ -518,7 +413,7 @@ class Router:
         if registry.has_extras:  # MQTT 5.0 options or shared groups: only then looked up
             options5, groups = registry.extras(message.sub_point, message.topic)
             if groups:
-                targets, options5, shares = self._pick_shared(groups, targets or {}, options5)
+                targets, options5, shares = self.shares.add_members(groups, targets or {}, options5)
         if not targets:
             return []
         sessions = self._sessions
@@ -575,45 +470,6 @@ class Router:
             else:
                 later.append((session, delivery))
         return later
-
-    def _pick_shared(
-        self,
-        groups: dict[str, list[Subscription]],
-        targets: dict[str, tuple[int, int]],
-        options5: dict[str, DeliveryOptions] | None,
-    ) -> tuple[dict[str, tuple[int, int]], dict[str, DeliveryOptions] | None, dict[str, str]]:
-        """One member per shared group (shares.py), added to the targets: copies of the
-        cached ones, with the member's options. A member that also has its own matching
-        subscription gets one copy (the highest QoS), as for two overlapping ones."""
-        targets = dict(targets)
-        options5 = dict(options5) if options5 is not None else {}
-        picked: dict[str, str] = {}
-        for group, members in groups.items():
-            member = self.shares.pick(group, members)
-            if member is None:
-                continue
-            queue = member.queue
-            entry = (member.qos, PERSISTENCE_RANK[member.persistence])
-            current = targets.get(queue)
-            targets[queue] = entry if current is None else max(current, entry)
-            if queue not in options5 and member.has_options5:
-                options5[queue] = delivery_options([member])
-            picked[queue] = group
-        return targets, options5 or None, picked
-
-
-def message_of(requester: Requester, topic: str, body: bytes, qos: int, retain: bool) -> Message:
-    """A publication made by an MQ command on behalf of its requester."""
-    return Message(
-        topic,
-        body,
-        qos,
-        retain,
-        requester.sub_point,
-        requester.client_id,
-        requester.user_id,
-        now_us(),
-    )
 
 
 def durable_rank(rank: int, qos: int) -> bool:

@@ -1,19 +1,19 @@
-"""Sessions: CONNECT, takeover, wills and the end of connections.
+"""Sessions: a CONNECT's session, takeover, wills and the end of connections.
 
 Theory of operation
 -------------------
 `Sessions` owns the map of client id -> `Session`, the set of open client connections and
-the count of connected ones. A CONNECT is authenticated by the hooks (on a worker thread when
-a hook says its check is slow, reading paused meanwhile), refused with the CONNACK code the
-protocol gives, or accepted: a session with the same client id is taken over (its old
-connection closed, its will published), a clean session starts empty and a persistent one
-resumes with its subscriptions, queue and in-flight messages.
+the count of connected ones. Whether a CONNECT is accepted, and as which user, is decided
+first (`Admission`, admission.py); an accepted one comes here (`accept`): a session with the
+same client id is taken over (its old connection closed, its will published), a clean
+session starts empty and a persistent one resumes with its subscriptions, queue and
+in-flight messages.
 
 A session belongs to the user who created it (`Session.user_id`, "" for anonymous clients,
-kept in the store). Another user connecting with its client id is refused with CONNACK 5,
-whatever its clean-session flag: it can neither resume, discard nor take over the session.
-A resumed session keeps only what its user may read (subscriptions another user registered
-for it, queued and in-flight messages): the ACL may have changed since.
+kept in the store); `Admission` refuses another user's CONNECT with its client id, so it can
+neither resume, discard nor take over the session. A resumed session keeps only what its
+user may read (subscriptions another user registered for it, queued and in-flight
+messages): the ACL may have changed since (`_recheck`).
 
 When a connection ends without DISCONNECT its will is published (wills.py); a clean session
 ends with its connection, a persistent one waits for the next: for ever at MQTT 3.1/3.1.1,
@@ -27,20 +27,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from ...protocol import (
-    AuthRequested,
     Connect,
     ConnectionClosed,
-    ConnectRequested,
-    ConnectReturnCode,
     DialConnection,
     DisconnectRequested,
     ReasonCode,
-    TopicLimits,
 )
 from ...protocol.flows import InflightState
 from ...protocol.peer5 import NO_EXPIRY
@@ -51,9 +46,8 @@ from ...subscriptions import (
     REMOTE_QUEUE_PREFIX,
     Registry,
 )
-from ..security.auth import Action
+from ..security.acl import Action
 from ..security.hooks import Hooks
-from .authentication import Authentications
 from .committer import Committer
 from .delivery import Deliveries, refresh_in_flight
 from .message import Delivery
@@ -80,14 +74,11 @@ LINK_OWNER = "\x00link"
 BRIDGE_PREFIX = BRIDGE_QUEUE_PREFIX
 # Deliveries on their way to queues on other brokers (remote_queues.py): `$remote/C/Q`.
 REMOTE_PREFIX = REMOTE_QUEUE_PREFIX
-# The CONNACK codes of a refusal for who the client is (counted for /metrics).
-_AUTHENTICATION_FAILURES = frozenset(
-    (ConnectReturnCode.BAD_USERNAME_OR_PASSWORD, ConnectReturnCode.NOT_AUTHORIZED)
-)
 
 
 class LinkGate(Protocol):
-    """Who decides on a CONNECT with a `$link/` client id (the links room)."""
+    """Who decides on a CONNECT with a `$link/` client id (the links room): `Admission`
+    asks for its `refusal`, `accept` tells it the link is `accepted`."""
 
     def refusal(self, client: Client, packet: Connect, user: str) -> str | None:
         """Why this connection may not be the link it claims to be; None: it may."""
@@ -108,13 +99,11 @@ class Sessions:
         hooks: Hooks,
         registry: Registry,
         deliveries: Deliveries,
-        topic_limits: TopicLimits,
         max_session_expiry: int = NO_EXPIRY,
     ) -> None:
         self._loop = loop
         self._limits = limits
         self._max_expiry = max_session_expiry
-        self._topic_limits = topic_limits
         self._committer = committer
         self._stats = stats
         self._hooks = hooks
@@ -124,14 +113,6 @@ class Sessions:
         self.connected = 0  # clients past CONNECT
         self._local_count = 0  # in-process sessions opened (their client ids)
         self.deliveries = deliveries
-        self.authentications = Authentications(
-            hooks,
-            loop,
-            lambda client, event, user, data: self._connect(client, event, True, user, data),
-            lambda client, reason, code: self._refuse(
-                client, ConnectReturnCode.NOT_AUTHORIZED, reason, code
-            ),
-        )
         self.link_gate: LinkGate | None = None  # set by the links room, when configured
         # Sessions named with one of these prefixes deliver to a target made for them when
         # they are made or restored (the links room's `$remote/` sessions).
@@ -158,13 +139,6 @@ class Sessions:
         if connection is not None:
             self._stats.connection_ended(connection.bytes_received, connection.bytes_sent)
 
-    def on_connect_requested(self, client: Client, event: ConnectRequested) -> None:
-        if not self._authenticate_later(client, event):
-            self._connect(client, event)
-
-    def on_auth(self, client: Client, event: AuthRequested) -> None:
-        self.authentications.on_auth(client, event)
-
     def on_disconnect(self, client: Client, event: DisconnectRequested) -> None:
         if not event.keeps_will:
             client.will = None
@@ -174,158 +148,27 @@ class Sessions:
             session.expiry_interval = min(expiry, self._max_expiry)
             self._save(session)
 
-    def _authenticate_later(self, client: Client, event: ConnectRequested) -> bool:
-        """Check a password off the event loop (a key derivation takes a while).
-
-        The connection buffers whatever follows CONNECT until it is answered; reading
-        pauses meanwhile, and resumes with those bytes once the client is accepted.
-        """
-        hooks = self._hooks
-        packet = event.packet
-        if (
-            not hooks.authenticate_off_loop
-            or packet.username is None
-            or client.listener.use_identity_as_username
-            or (packet.properties is not None and packet.properties.authentication_method)
-        ):
-            return False
-        if client.transport is not None:
-            client.transport.pause_reading()
-        future = self._loop.run_in_executor(
-            None, hooks.authenticate, packet.client_id, packet.username, packet.password
-        )
-
-        def done(result: asyncio.Future[bool]) -> None:
-            if client.transport is not None and not client.transport.is_closing():
-                client.transport.resume_reading()
-            ok = not result.cancelled() and result.exception() is None and result.result()
-            if client.connection is None or client.connection.closed:
-                return
-            if ok:
-                self._connect(client, event, authenticated=True)
-                client.data_received(b"")
-            else:
-                self._refuse(
-                    client,
-                    ConnectReturnCode.BAD_USERNAME_OR_PASSWORD,
-                    f"bad user name or password for {packet.username!r}",
-                )
-            client.flush()
-
-        future.add_done_callback(done)
-        return True
-
-    def _refuse(
+    def accept(
         self,
         client: Client,
-        code: ConnectReturnCode,
-        reason: str,
-        code5: ReasonCode | None = None,
+        packet: Connect,
+        client_id: str,
+        user_id: str,
+        link: bool,
+        auth_data: bytes | None,
     ) -> None:
-        connection = client.connection
-        assert connection is not None
-        if code in _AUTHENTICATION_FAILURES:
-            self._stats.authentication_failures += 1
-        closed = connection.refuse(code, reason, code5)
-        self.on_closed(client, closed)
-
-    def _connect(
-        self,
-        client: Client,
-        event: ConnectRequested,
-        authenticated: bool = False,
-        proven: str | None = None,
-        auth_data: bytes | None = None,
-    ) -> None:
-        """Accept or refuse a CONNECT. `authenticated`: its password verified already;
-        `proven`: the user an enhanced authentication proved, whose last data is
-        `auth_data` (authentication.py)."""
-        packet = event.packet
+        """A CONNECT that `Admission` accepted as `user_id`: the client takes over the
+        session of `client_id` or starts a new one, and CONNACK is queued. `link`: a link's
+        connection (the gate let it in); `auth_data`: the last data of its enhanced
+        authentication, for CONNACK."""
         connection = client.connection
         assert connection is not None
         limits = self._limits
-        if limits.max_connections and self.connected >= limits.max_connections:
-            self._refuse(
-                client,
-                ConnectReturnCode.SERVER_UNAVAILABLE,
-                f"connection limit of {limits.max_connections} reached",
-            )
-            return
-        props = packet.properties
-        if props is not None and props.authentication_method is not None and proven is None:
-            self.authentications.begin(client, event)
-            return
         hooks = self._hooks
-        user_id = (packet.username or "") if proven is None else proven
-        authenticated = authenticated or proven is not None
-        if client.listener.use_identity_as_username:
-            # The certificate vouches for the user; the password is not asked for.
-            if client.certificate_user is None:
-                self._refuse(
-                    client, ConnectReturnCode.NOT_AUTHORIZED, "no client certificate identity"
-                )
-                return
-            user_id = client.certificate_user
-            authenticated = True
-        if (
-            not authenticated
-            and hooks.authenticators
-            and not hooks.authenticate(packet.client_id, packet.username, packet.password)
-        ):
-            if packet.username is None:
-                self._refuse(client, ConnectReturnCode.NOT_AUTHORIZED, "anonymous access is off")
-            else:
-                self._refuse(
-                    client,
-                    ConnectReturnCode.BAD_USERNAME_OR_PASSWORD,
-                    f"bad user name or password for {packet.username!r}",
-                )
-            return
-        if packet.will is not None:
-            too_large = self._topic_limits.size_error(packet.will.topic)
-            if too_large is not None:
-                client.close(f"will refused: {too_large}", ReasonCode.TOPIC_NAME_INVALID)
-                return
-        client_id = packet.client_id or f"telemq-{uuid.uuid4().hex[:16]}"
-        if client_id.startswith((BRIDGE_PREFIX, REMOTE_PREFIX)):  # `$link/`: the gate below
-            self._refuse(
-                client,
-                ConnectReturnCode.IDENTIFIER_REJECTED,
-                f"client id {client_id!r}: {BRIDGE_PREFIX}... and {REMOTE_PREFIX}... client ids"
-                " are the network's",
-                ReasonCode.CLIENT_IDENTIFIER_NOT_VALID,
-            )
-            return
-        link = client_id.startswith(LINK_PREFIX)
-        if link:
-            gate = self.link_gate
-            refusal = (
-                "no links are configured" if gate is None else gate.refusal(client, packet, user_id)
-            )
-            if refusal is not None:
-                log.warning("link from %s refused: %s", client.peer, refusal)
-                self._refuse(
-                    client, ConnectReturnCode.NOT_AUTHORIZED, refusal, ReasonCode.NOT_AUTHORIZED
-                )
-                return
-            user_id = LINK_OWNER  # the link session's owner: no client can resume it
-        session = self.by_id.get(client_id)
-        if session is not None and session.user_id != user_id:
-            log.warning(
-                "client %r from %s (user %r) refused: the session belongs to another user",
-                client_id,
-                client.peer,
-                user_id,
-            )
-            self._refuse(
-                client,
-                ConnectReturnCode.NOT_AUTHORIZED,
-                f"client id {client_id!r} belongs to another user's session",
-            )
-            return
         client.client_id = client_id
         client.user_id = user_id
         client.will = packet.will
+        session = self.by_id.get(client_id)
         if session is not None and session.client is not None and session.client is not client:
             log.info("client %r taken over by a new connection from %s", client_id, client.peer)
             session.client.close(

@@ -6,7 +6,8 @@ A shared subscription (`$share/{name}/{filter}`, MQTT 5.0 §4.8.2; Mosquitto and
 it from 3.1.1 clients too) is a subscription like any other in the registry, of one
 session, marked with its share name; the subscriptions with the same `$share/...` string at
 one subscription point form a group. The registry lists the groups a topic matches
-(`Registry.shared`); for each, `Shares.pick` chooses the member that gets the publication:
+(`Registry.shared`); for each, `Shares.pick` chooses the member that gets the publication,
+and `add_members` adds it to the router's targets. The choice:
 
 - round robin among the members whose client is connected and reading;
 - when none is, round robin among the persistent ones (the message waits in its queue);
@@ -27,7 +28,13 @@ from __future__ import annotations
 import logging
 
 from ...protocol.flows import InflightState
-from ...subscriptions import Registry, Subscription
+from ...subscriptions import (
+    PERSISTENCE_RANK,
+    DeliveryOptions,
+    Registry,
+    Subscription,
+    delivery_options,
+)
 from .delivery import Deliveries
 from .message import Delivery
 from .session import Session
@@ -74,6 +81,32 @@ class Shares:
         if fallback is not None:
             self._next[group] = (members.index(fallback) + 1) % count
         return fallback
+
+    def add_members(
+        self,
+        groups: dict[str, list[Subscription]],
+        targets: dict[str, tuple[int, int]],
+        options5: dict[str, DeliveryOptions] | None,
+    ) -> tuple[dict[str, tuple[int, int]], dict[str, DeliveryOptions] | None, dict[str, str]]:
+        """One member per shared group a publication matches (`pick`), added to the router's
+        targets: copies of the cached ones, with the member's options, and the group each
+        queue was picked for. A member that also has its own matching subscription gets one
+        copy (the highest QoS), as for two overlapping ones."""
+        targets = dict(targets)
+        options5 = dict(options5) if options5 is not None else {}
+        picked: dict[str, str] = {}
+        for group, members in groups.items():
+            member = self.pick(group, members)
+            if member is None:
+                continue
+            queue = member.queue
+            entry = (member.qos, PERSISTENCE_RANK[member.persistence])
+            current = targets.get(queue)
+            targets[queue] = entry if current is None else max(current, entry)
+            if queue not in options5 and member.has_options5:
+                options5[queue] = delivery_options([member])
+            picked[queue] = group
+        return targets, options5 or None, picked
 
     def reshare(self, session: Session) -> int:
         """A member's connection ended: its unacknowledged group messages go to another

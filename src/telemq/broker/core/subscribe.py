@@ -56,7 +56,7 @@ from ...subscriptions import (
     delivery_options,
     filter_properties,
 )
-from ..security.auth import Action
+from ..security.acl import Action
 from ..security.hooks import Hooks
 from .committer import Committer
 from .delivery import Deliveries

@@ -24,7 +24,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from ...protocol.packets import Will
-from ..security.auth import Action
+from ..security.acl import Action
 from ..security.hooks import Hooks
 from .committer import Committer
 from .message import Message

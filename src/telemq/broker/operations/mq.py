@@ -39,7 +39,8 @@ from ...protocol import TopicLimits
 from ...protocol.properties import message_properties
 from ...protocol.property_table import Properties
 from ...subscriptions import Registry, Subscription
-from ..security.auth import Action
+from ..core.command_puts import publish_as, put_to_queue
+from ..security.acl import Action
 
 if TYPE_CHECKING:
     from ..core.rooms import CoreRooms
@@ -189,7 +190,7 @@ class CommandHost:
         expiry: float | None = None,
         local: bool = False,
     ) -> None:
-        self._rooms.router.publish_as(requester, topic, body, retain, exclude_queue, expiry, local)
+        publish_as(self._rooms, requester, topic, body, retain, exclude_queue, expiry, local)
 
     def retained_topics(self, sub_point: str, topic_filter: str) -> list[str]:
         return [m.topic for m in self._rooms.retained.matching(sub_point, topic_filter)]
@@ -203,7 +204,7 @@ class CommandHost:
     def put_to_queue(
         self, requester: Requester, queue: str, topic: str, body: bytes, qos: int
     ) -> PutResult:
-        return self._rooms.router.put_to_queue(requester, queue, topic, body, qos)
+        return put_to_queue(self._rooms, requester, queue, topic, body, qos)
 
 
 def run_command(

@@ -44,7 +44,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ...protocol import scram
-from .auth import Action, Authorizer
+from .acl import Action
+from .auth import Authorizer
 
 if TYPE_CHECKING:
     from ...subscriptions import Subscription

@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from ...protocol.peer5 import ServerLimits5
-from ..security.auth import AclRule, AuthError, Authorizer, UserConfig
+from ..security.acl import AclRule
+from ..security.auth import Authorizer
+from ..security.users import AuthError, UserConfig
 from .errors import ConfigError
 from .network import BridgeConfig, LinkConfig, check_network
 from .tls import server_context
