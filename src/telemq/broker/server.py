@@ -258,6 +258,7 @@ class Broker:
             self.command_host,
             self.topic_limits,
             config.limits.max_topic_cache_bytes,
+            self.hub.read_clock,
             config.name,
         )
         self.subscriptions = SubscriptionManager(
@@ -289,7 +290,6 @@ class Broker:
         self.hub.attach(
             committer,
             self._event_handlers_by_type(),
-            self.router.start_read,
             sessions.opened,
             sessions.gone,
             self._client_writable,

@@ -52,7 +52,7 @@ from .delivery import Deliveries
 from .message import Delivery, Message
 from .releases import complete_release, record_release
 from .retained import RetainedMessages
-from .session import Session
+from .session import ReadClock, Session
 from .shares import Shares
 
 if TYPE_CHECKING:
@@ -112,7 +112,7 @@ class Router:
         "_journal_on",
         "_on_accepted",
         "_publish_checked",
-        "_received_us",
+        "_read_clock",
         "_registry",
         "_retained",
         "_sessions",
@@ -139,6 +139,7 @@ class Router:
         commands: CommandRunner,
         topic_limits: TopicLimits,
         cache_bytes: int,
+        read_clock: ReadClock,
         own: str = "",
     ) -> None:
         self.own = own  # this broker's name: the origin of the publications made here
@@ -159,7 +160,7 @@ class Router:
         self._journal_exclude = list(journal.exclude)
         self._journal_cache: dict[str, bool] = {}
         self.cache_bytes = 0  # characters of the topic names in the journal cache
-        self._received_us = 0  # UTC microseconds of the read being handled
+        self._read_clock = read_clock  # the hub's: when the read being handled arrived
         self.next_seq = 1  # the journal's next sequence number
         self.shares = Shares(registry, sessions, deliveries)  # shared subscriptions' members
         # Sub point -> the telemq-* user properties that copies of a publication made here
@@ -170,12 +171,6 @@ class Router:
         """The telemq-* user properties that copies of the publications made here at
         `sub_point` carry over links (set by the links room)."""
         self.envelopes[sub_point] = envelope
-
-    def start_read(self) -> None:
-        """One clock reading per read: the packets of one read arrived together."""
-        self._received_us = time.time_ns() // 1000
-
-    # -- publications from clients -------------------------------------------
 
     def on_publish(self, client: Client, event: MessageReceived) -> None:
         publish = event.publish
@@ -310,7 +305,7 @@ class Router:
             client.listener.sub_point,
             client.client_id,
             client.user_id,
-            self._received_us,
+            self._read_clock.received_us,
             frame_qos0=publish.frame,
         )
         if publish.properties is not None:  # MQTT 5.0

@@ -136,6 +136,17 @@ _READING = (ConnectionState.CONNECTED, ConnectionState.AUTHENTICATING)
 EventHandlers = dict[type, Callable[["Client", Any], None]]
 
 
+class ReadClock:
+    """UTC microseconds of the read being handled: the packets of one read arrived
+    together, so the clock is read once per read (by the hub) and every message of the read
+    is stamped with it (by the router)."""
+
+    __slots__ = ("received_us",)
+
+    def __init__(self) -> None:
+        self.received_us = 0
+
+
 class ClientHub:
     """What every `Client` of one broker shares (see the module docstring).
 
@@ -155,7 +166,7 @@ class ClientHub:
         "on_gone",
         "on_opened",
         "on_writable",
-        "start_read",
+        "read_clock",
     )
 
     def __init__(
@@ -171,9 +182,9 @@ class ClientHub:
         self.dirty_clients: list[Client] = []  # read by clients, changed by mark_dirty
         self._paused_for_store: list[Client] = []  # see pause_for_store
         self._flush_scheduled = False
+        self.read_clock = ReadClock()  # set at each read, read by the router
         self.committer: Committer
         self.event_handlers: EventHandlers = {}
-        self.start_read: Callable[[], None]
         self.on_opened: Callable[[Client], None]
         self.on_gone: Callable[[Client], None]
         self.on_writable: Callable[[Client], None]
@@ -182,22 +193,20 @@ class ClientHub:
         self,
         committer: Committer,
         event_handlers: EventHandlers,
-        start_read: Callable[[], None],
         on_opened: Callable[[Client], None],
         on_gone: Callable[[Client], None],
         on_writable: Callable[[Client], None],
     ) -> None:
-        """The rooms' answers: the handler of each event type, what starts a read (the
-        router's per-read caches), and who hears of a connection opening, ending, draining."""
+        """The rooms' answers: the handler of each event type, and who hears of a
+        connection opening, ending, draining."""
         self.committer = committer
         self.event_handlers = event_handlers
-        self.start_read = start_read
         self.on_opened = on_opened
         self.on_gone = on_gone
         self.on_writable = on_writable
 
     def handle_events(self, client: Client, events: Iterable[Event]) -> None:
-        self.start_read()
+        self.read_clock.received_us = time.time_ns() // 1000
         handlers = client.handlers
         for event in events:
             handlers[type(event)](client, event)
