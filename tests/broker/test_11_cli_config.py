@@ -53,6 +53,7 @@ def test_serve_help_lists_the_options() -> None:
         "--store",
         "--sync",
         "--sys-interval",
+        "--ready-file",
     ):
         assert option in result.stdout, option
 
@@ -60,6 +61,15 @@ def test_serve_help_lists_the_options() -> None:
 def test_logs_listener_line_on_stderr(broker_factory: BrokerFactory) -> None:
     broker = broker_factory()
     assert f"listening on {HOST}:{broker.port}" in broker.log_text()
+
+
+def test_an_unwritable_ready_file_is_a_one_line_error(tmp_path: Path) -> None:
+    ready = tmp_path / "no-such-dir" / "ready.json"
+    args = ["serve", "--port", "0", "--data-dir", str(tmp_path / "data")]
+    result = run_cli(*args, "--ready-file", str(ready), cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "telemq: cannot write the ready file:" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
