@@ -7,7 +7,6 @@ that need no Spark never start a JVM) and stopped at the end. Tests that use it 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,17 +28,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    """A ``local[2]`` SparkSession shared by every test that asks for it."""
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    """A ``local[2]`` SparkSession shared by every test that asks for it (one per pytest-xdist
+    worker: each is a process of its own, with its own JVM on ports the system picks)."""
     from pyspark.sql import SparkSession
 
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("telemq-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("SPARK_LOCAL_IP", "127.0.0.1")  # read as the JVM starts
+        session = (
+            SparkSession.builder.master("local[2]")
+            .appName("telemq-tests")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .getOrCreate()
+        )
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
