@@ -1,6 +1,12 @@
 """Scripts outside the package that tests reuse: `fuzz/fuzz_broker.py` (its corpus and
-mutations) and `soak/crash_soak.py` (the crash soak, run bounded). They are scripts, not
-packages, so they are loaded by path, once."""
+mutations), `soak/crash_soak.py` (the crash soak, run bounded) and `soak/hostile.py`. They are
+scripts, not packages, so they are loaded by path, once.
+
+Each starts its own broker on a port from its `free_port`, which binds port 0 and releases
+it: fine for a script alone on a machine, not beside other tests (another pytest-xdist worker
+or any outgoing connection may take the port before the broker binds it, or while the crash
+soak restarts it). Loaded here, their `free_port` is the test suite's
+(`testsupport.process.free_port`)."""
 
 from __future__ import annotations
 
@@ -8,6 +14,8 @@ import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
+
+from testsupport.process import free_port
 
 
 def load_script(relative_path: str, name: str) -> ModuleType:
@@ -19,6 +27,8 @@ def load_script(relative_path: str, name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
+    if hasattr(module, "free_port"):
+        module.free_port = free_port
     return module
 
 

@@ -1,15 +1,18 @@
 """The shared broker-process helper fails a test on what a passing test could hide: a broker
-that ignores SIGTERM, or one that logged a traceback (a handler that crashed and went on)."""
+that ignores SIGTERM, or one that logged a traceback (a handler that crashed and went on);
+`free_port` hands out ports no other test process and no outgoing connection can take."""
 
 from __future__ import annotations
 
 import shutil
+import socket
 import sys
 from pathlib import Path
 
 import pytest
 
-from testsupport.process import BrokerProcess, wait_until
+from testsupport import process as process_module
+from testsupport.process import HOST, BrokerProcess, free_port, wait_until, worker_ports
 from testsupport.requirements import require, require_command
 
 
@@ -75,3 +78,25 @@ def test_a_missing_program_fails_the_test_naming_the_fix() -> None:
         require("MQTT.js", "gone")
     require("a program that is there", None)
     assert require_command("sh", "dash") == shutil.which("sh")
+
+
+def test_each_xdist_worker_has_ports_of_its_own() -> None:
+    assert worker_ports("", 1) == range(20000, 32000)
+    assert worker_ports("gw0", 2) == range(20000, 26000)
+    assert worker_ports("gw1", 2) == range(26000, 32000)
+    assert worker_ports("gw2", 2) == range(20000, 26000)  # a replaced worker
+    shares = [worker_ports(f"gw{n}", 3) for n in range(3)]
+    assert all(len(set(a) & set(b)) == 0 for a in shares for b in shares if a is not b)
+    assert all(share.stop <= 32768 for share in shares), "below the ephemeral range"
+
+
+def test_free_port_never_repeats_and_skips_busy_ports(monkeypatch: pytest.MonkeyPatch) -> None:
+    handed = [free_port() for _ in range(50)]
+    assert len(set(handed)) == len(handed)
+    assert all(port in worker_ports() for port in handed)
+    with socket.create_server((HOST, 0)) as busy:
+        taken = busy.getsockname()[1]
+        monkeypatch.setattr(process_module, "_candidates", iter([taken, handed[0] + 1]))
+        assert free_port() == handed[0] + 1
+        with pytest.raises(RuntimeError, match="handed out or busy"):
+            free_port()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -53,6 +54,7 @@ def test_serve_help_lists_the_options() -> None:
         "--store",
         "--sync",
         "--sys-interval",
+        "--ready-file",
     ):
         assert option in result.stdout, option
 
@@ -60,6 +62,35 @@ def test_serve_help_lists_the_options() -> None:
 def test_logs_listener_line_on_stderr(broker_factory: BrokerFactory) -> None:
     broker = broker_factory()
     assert f"listening on {HOST}:{broker.port}" in broker.log_text()
+
+
+def test_ready_file_names_the_ports_the_system_picked(broker_factory: BrokerFactory) -> None:
+    """With port 0 the system picks the ports as the broker binds them; the ready file says
+    which, and which process bound them, and goes away when the broker stops."""
+    broker = broker_factory("--http-port", "0")  # and --port 0: BrokerProcess picks none
+    assert broker.proc is not None
+    report = json.loads(broker.ready_path.read_text(encoding="utf-8"))
+    assert report["pid"] == broker.proc.pid
+    assert report["listeners"] == [
+        {"host": HOST, "ports": [broker.port], "sub_point": "", "tls": False}
+    ]
+    [http_port] = report["http"]
+    log = broker.log_text()
+    assert f"listening on {HOST}:{broker.port}" in log
+    assert f"journal service on http://{HOST}:{http_port}" in log
+    with raw_connected(broker.port) as client:
+        assert client.is_open()
+    assert broker.stop() == 0
+    assert not broker.ready_path.exists()
+
+
+def test_an_unwritable_ready_file_is_a_one_line_error(tmp_path: Path) -> None:
+    ready = tmp_path / "no-such-dir" / "ready.json"
+    args = ["serve", "--port", "0", "--data-dir", str(tmp_path / "data")]
+    result = run_cli(*args, "--ready-file", str(ready), cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "telemq: cannot write the ready file:" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
@@ -86,7 +117,7 @@ def test_data_dir_is_created_and_used(broker_factory: BrokerFactory, tmp_path: P
 def test_default_data_dir_is_telemq_data_in_cwd(broker_factory: BrokerFactory) -> None:
     """Without --data-dir the store goes to ./telemq-data."""
     broker = broker_factory(start=False, pass_port=False)
-    broker.args = ["--host", HOST, "--port", str(broker.port)]
+    broker.args = ["--host", HOST, "--port", "0"]
     broker.start()
     assert (broker.workdir / "telemq-data").is_dir()
 

@@ -126,9 +126,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     workdir = tmp_path_factory.mktemp("security")
     point_port = free_port()
     config = write_config(workdir / "telemq.toml", _config_text(point_port))
-    process = BrokerProcess(workdir / "broker", config=config)
-    process.ready_ports = [process.port, point_port]
-    process.start()
+    process = BrokerProcess(workdir / "broker", config=config).start()
     yield Broker(process, point_port, config)
     process.finalize()
 

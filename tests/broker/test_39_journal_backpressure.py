@@ -23,7 +23,7 @@ from telemq.broker.edges.http import HttpAuth, HttpServer
 from telemq.broker.settings.config import HttpConfig
 from telemq.journal import arrow
 from telemq.store import JournalRecord, MemoryStore, SqliteStore, WriteBatch
-from testsupport.process import free_port, wait_until
+from testsupport.process import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -47,10 +47,10 @@ class _Served:
     """The journal service on an event loop in a thread of this process."""
 
     def __init__(self, data: Path) -> None:
-        self.port = free_port()
+        self.port = 0  # the system picks it as the server binds: known after __enter__
         allow = HttpAuth(lambda user, password: True, lambda user, topic: True, lambda user: False)
         self.server = HttpServer(
-            [HttpConfig(host="127.0.0.1", port=self.port)], allow, MemoryStore(), None, str(data)
+            [HttpConfig(host="127.0.0.1", port=0)], allow, MemoryStore(), None, str(data)
         )
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
@@ -58,6 +58,7 @@ class _Served:
     def __enter__(self) -> _Served:
         self.thread.start()
         asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(30)
+        self.port = self.server.ports[0]
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -362,6 +362,9 @@ def test_password_logins_still_work_beside_scram(secured: BrokerProcess, raw5: R
         "",  # no [[users]]: nobody to authenticate with SCRAM
         users_and_acl(PASSWORDS, []) + "\n[mqtt5]\nscram_sha_256 = false\n",
     ],
+    # Named: the second text holds salted hashes, new at each collection, and every
+    # pytest-xdist worker must collect the same test ids.
+    ids=["no-users", "scram-off"],
 )
 def test_without_scram_the_method_gets_connack_0x8c(
     broker_factory: BrokerFactory,

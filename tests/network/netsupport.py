@@ -33,21 +33,9 @@ class Network:
         every broker also serves HTTP (`/metrics`), on `http_ports[name]`."""
         self.names = list(names)
         self.edges = list(edges)
-        self.ports: dict[str, int] = {}
-        for name in names:  # distinct: a port just released may be handed out again
-            port = free_port()
-            while port in self.ports.values():
-                port = free_port()
-            self.ports[name] = port
-        self.http_ports: dict[str, int] = {}
-        if http:
-            taken = set(self.ports.values())
-            for name in names:
-                port = free_port()
-                while port in taken:
-                    port = free_port()
-                taken.add(port)
-                self.http_ports[name] = port
+        # Each broker's neighbours name its port in their configurations: picked in advance.
+        self.ports = {name: free_port() for name in names}
+        self.http_ports = {name: free_port() for name in names} if http else {}
         self.relays = {edge: Relay(self.ports[edge[1]]) for edge in relayed}
         self.brokers: dict[str, BrokerProcess] = {}
         for name in names:

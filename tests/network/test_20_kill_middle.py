@@ -42,10 +42,20 @@ def test_killing_the_middle_broker_loses_nothing_acknowledged(tmp_path: Path) ->
         publisher = PahoClient(network.ports["A"], "pub-" + base, clean=False)
         publisher.connect()
         acknowledged: list[tuple[str, bytes]] = []
+        # Seeded moments, counted in acknowledged messages, in the first 60% of the traffic.
+        moments = sorted(rng.sample(range(100, int(1.2 * MESSAGES)), KILLS))
+        # The publisher waits at each moment until B is killed there: A acknowledges whether
+        # B is up or not, so a publisher left to run (B restarting on a busy machine) could
+        # pass the next moments before the kills.
+        reached = {moment: threading.Event() for moment in moments}
+        killed = {moment: threading.Event() for moment in moments}
 
         def publish_all() -> None:
             for n in range(MESSAGES):
                 for qos in (1, 2):
+                    if len(acknowledged) in reached:
+                        reached[len(acknowledged)].set()
+                        killed[len(acknowledged)].wait(60.0)
                     topic, payload = f"{base}/q{qos}/m", b"%d" % n
                     publisher.publish(topic, payload, qos=qos)  # returns once acknowledged
                     acknowledged.append((topic, payload))
@@ -54,17 +64,17 @@ def test_killing_the_middle_broker_loses_nothing_acknowledged(tmp_path: Path) ->
         sender.start()
         middle = network.brokers["B"]
         killed_at: list[int] = []
-        # Seeded moments, counted in acknowledged messages, in the first 60% of the traffic.
-        moments = sorted(rng.sample(range(100, int(1.2 * MESSAGES)), KILLS))
         for moment in moments:
-            wait_until(lambda m=moment: len(acknowledged) >= m, 60.0, 0.005)
+            reached[moment].wait(60.0)
             killed_at.append(len(acknowledged))
             middle.kill()
+            killed[moment].set()  # the publisher goes on while B is down and restarts
             wait_until(lambda: False, rng.uniform(0.1, 0.5))  # down a moment
             middle.start()
         sender.join(120)
         assert not sender.is_alive(), f"publisher stuck after {len(acknowledged)} messages"
-        # The kills came while messages were flowing, not after.
+        # The kills came while messages were flowing, at the seeded moments.
+        assert killed_at == moments, (killed_at, moments)
         assert killed_at[-1] < 2 * MESSAGES, killed_at
         expected = Counter(acknowledged)
         assert len(expected) == 2 * MESSAGES

@@ -27,7 +27,10 @@ from testsupport.spark_cluster import SparkCluster, require_private_mounts, stan
 
 from .helpers import journal_service, telemetry
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
+# One standalone cluster at a time: under pytest-xdist (--dist loadgroup) the tests of both
+# modules run on one worker, each module's cluster started once, and first (xdist hands
+# out the largest groups first), beside the rest of the suite.
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(600), pytest.mark.xdist_group("spark-cluster")]
 
 PASSWORDS = {"spark": "spark-cluster-pw"}
 ACL = [("spark", "journal", "#", True)]

@@ -21,7 +21,10 @@ import pytest
 from testsupport.process import wait_until
 from testsupport.spark_cluster import SparkCluster, require_private_mounts, standalone_cluster
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(120)]
+# One standalone cluster at a time: under pytest-xdist (--dist loadgroup) the tests of both
+# modules run on one worker, each module's cluster started once, and first (xdist hands
+# out the largest groups first), beside the rest of the suite.
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(120), pytest.mark.xdist_group("spark-cluster")]
 
 DRIVER_DEADLINE = 75.0
 RESULT = "RESULT "

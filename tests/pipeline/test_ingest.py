@@ -40,8 +40,9 @@ def test_ingest_is_exactly_once_across_a_killed_run(spark: Any, tmp_path: Path) 
         "--master", "local[1]", "--quiet",
     ]  # fmt: skip
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    # In tmp_path: the job writes the JVM's log to ./telemq-spark.log.
     job = subprocess.Popen(
-        command, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+        command, env=env, cwd=tmp_path, start_new_session=True, stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )  # fmt: skip
     try:

@@ -141,12 +141,17 @@ def test_ingest_over_the_network_twice_and_the_cli(
         "--journal-user", "spark", "--topics", "sensors/room3/#", "--filter", "temp > 20",
         "--limit", "0", "--master", "local[2]", "--quiet",
     ]  # fmt: skip
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
+    # In tmp_path: the job writes the JVM's log to ./telemq-spark.log.
+    done = subprocess.run(
+        command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240
+    )
     assert done.returncode == 0, done.stderr
     local = read_journal(spark, str(data), topics=["sensors/room3/#"], filter="temp > 20")
     assert done.stdout.startswith(f"{local.count():,} match(es) in seq 1..2,500"), done.stdout
     env.pop("TELEMQ_JOURNAL_PASSWORD")
-    bad = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
+    bad = subprocess.run(
+        command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240
+    )
     assert bad.returncode == 2 and "401 bad user name or password" in bad.stderr, bad.stderr
     assert "Traceback" not in bad.stderr
 

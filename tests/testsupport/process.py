@@ -2,9 +2,19 @@
 
 Two ways to configure it: command-line options (`port`, `args`, an optional `config` file),
 or `config_text`, a TOML text to which one `[[listeners]]` table per entry of
-`sub_points_of_ports` is appended (the MQ tests' subscription points). The broker is ready
-when every listener answers a CONNECT with a CONNACK (of any code: a broker that refuses
-anonymous clients is ready too).
+`sub_points_of_ports` is appended (the MQ tests' subscription points).
+
+Ports: a broker whose port no one needs before it starts gets port 0, and the system picks a
+free one as the broker binds it, so no other test can take it in between. The broker says
+which ports it bound in its ready file (``telemq serve --ready-file``: this process's pid, the
+ports of every listener and HTTP listener); a restart reuses the ports the first start bound.
+A test that must name a port before the broker starts (in another broker's configuration, an
+HTTP port in a configuration) passes it, taken from `free_port`.
+
+The broker is ready when this start's ready file names every port the test expects (`port`,
+`ports`) and every plain (not TLS) MQTT listener in it answers a CONNECT with a CONNACK (of
+any code: a broker that refuses anonymous clients is ready too). A CONNACK alone could come
+from another test's broker on a port this one failed to bind.
 
 `finalize`, which every fixture calls at the end, stops the broker with SIGTERM and fails
 the test if the broker ignored it, or if its stderr holds a Python traceback: a broker that
@@ -15,6 +25,10 @@ provokes one on purpose sets `allow_tracebacks`.
 from __future__ import annotations
 
 import contextlib
+import itertools
+import json
+import os
+import random
 import signal
 import socket
 import struct
@@ -22,9 +36,10 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from telemq.broker.security.passwords import hash_password
 
@@ -33,15 +48,68 @@ START_DEADLINE = 15.0
 STOP_DEADLINE = 10.0
 TRACEBACK = "Traceback (most recent call last)"
 
+# Ports `free_port` hands out: below Linux's ephemeral range (32768-60999 by default,
+# /proc/sys/net/ipv4/ip_local_port_range), from which the system picks the local port of
+# every outgoing connection and of every bind to port 0.
+PORT_RANGE = range(20000, 32000)
+
 
 def unique(prefix: str = "t") -> str:
     return f"{prefix}{uuid.uuid4().hex[:12]}"
 
 
+def worker_ports(
+    worker: str | None = None, count: int | None = None, ports: range = PORT_RANGE
+) -> range:
+    """This test process's share of `ports`: the whole range, or, under pytest-xdist, the
+    slice of worker ``gwN`` of `count` (``PYTEST_XDIST_WORKER``, ``..._WORKER_COUNT``)."""
+    if worker is None:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if count is None:
+        count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if not worker.startswith("gw") or not worker[2:].isdigit() or count <= 1:
+        return ports
+    size = len(ports) // count
+    first = ports.start + int(worker[2:]) % count * size  # a replaced worker: gwN, N >= count
+    return range(first, first + size)
+
+
+def _port_cycle() -> Iterator[int]:
+    """Every port of this process's share once, from a random point on (two test runs on one
+    machine then rarely walk the same ports in step)."""
+    ports = worker_ports()
+    offset = random.SystemRandom().randrange(len(ports))
+    return itertools.chain(ports[offset:], ports[:offset])
+
+
+_candidates: Iterator[int] | None = None
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
+    """A loopback port for a server a test starts later and must name first (the port of a
+    broker in its neighbour's configuration, an HTTP port in a configuration, mosquitto's).
+
+    Why not bind port 0 and release it: that port comes from the ephemeral range, where the
+    system also picks the local port of every outgoing connection (a broker's link, a client)
+    and of every other bind to port 0, in this process or another pytest-xdist worker. Between
+    the release and the server's own bind, any of those can take it: the server then fails to
+    start, or, worse, a test reaches another test's server there. So the ports come from
+    `PORT_RANGE`, below the ephemeral range, which only this function hands out; each
+    pytest-xdist worker has a slice of its own (`worker_ports`); a port is handed out at most
+    once in a process, and one that a bind finds busy (another program, a connection still in
+    TIME_WAIT) is skipped. A broker that needs no port in advance binds port 0 instead
+    (`BrokerProcess`)."""
+    global _candidates
+    if _candidates is None:
+        _candidates = _port_cycle()
+    for port in _candidates:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((HOST, port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError(f"free_port: every port of {worker_ports()} was handed out or busy")
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.02) -> bool:
@@ -87,49 +155,113 @@ class BrokerStartError(RuntimeError):
 LIVE_BROKERS: list[BrokerProcess] = []
 
 
-@dataclass
+@dataclass(frozen=True)
+class ReadyReport:
+    """What a broker wrote to its ready file (``telemq serve --ready-file``)."""
+
+    pid: int
+    listeners: list[tuple[list[int], bool]]  # (bound ports, TLS) per listener, in order
+    http: list[int]
+
+    @classmethod
+    def read(cls, path: Path) -> ReadyReport | None:
+        try:
+            data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        except (FileNotFoundError, ValueError):
+            return None
+        listeners = [
+            ([int(port) for port in listener["ports"]], bool(listener.get("tls", False)))
+            for listener in data["listeners"]
+        ]
+        return cls(int(data["pid"]), listeners, [int(port) for port in data["http"]])
+
+    @property
+    def ports(self) -> set[int]:
+        return {port for ports, _ in self.listeners for port in ports} | set(self.http)
+
+
 class BrokerProcess:
-    """``python -m telemq serve`` on 127.0.0.1 with its own data dir and log files."""
+    """``python -m telemq serve`` on 127.0.0.1 with its own data dir, log files and ready file.
 
-    workdir: Path
-    port: int = field(default_factory=free_port)
-    args: list[str] = field(default_factory=list)
-    config: Path | None = None
-    pass_port: bool = True
-    ready_ports: list[int] | None = None
-    config_text: str | None = None
-    sub_points_of_ports: Sequence[str] = ("",)
-    ports: list[int] = field(default_factory=list)
-    allow_tracebacks: bool = False
-    stop_deadline: float = STOP_DEADLINE
-    proc: subprocess.Popen[bytes] | None = None
-    starts: int = 0
+    `port`: the first listener's (``--port``, with `pass_port`); None lets the broker pick
+    one, known once it started. `ports`: with `config_text`, one per entry of
+    `sub_points_of_ports` (0 or missing: picked by the broker). `ready_ports`: the listener
+    ports to probe with a CONNECT, if not every plain one."""
 
-    def __post_init__(self) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        port: int | None = None,
+        args: Sequence[str] = (),
+        config: Path | None = None,
+        pass_port: bool = True,
+        ready_ports: Sequence[int] | None = None,
+        config_text: str | None = None,
+        sub_points_of_ports: Sequence[str] = ("",),
+        ports: Sequence[int] = (),
+        allow_tracebacks: bool = False,
+        stop_deadline: float = STOP_DEADLINE,
+    ) -> None:
+        self.workdir = workdir
+        self._port = port
+        self.args = list(args)
+        self.config = config
+        self.pass_port = pass_port
+        self.ready_ports = list(ready_ports) if ready_ports is not None else None
+        self.config_text = config_text
+        self.sub_points_of_ports = sub_points_of_ports
+        self.ports = list(ports)
+        self.allow_tracebacks = allow_tracebacks
+        self.stop_deadline = stop_deadline
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+        self.report: ReadyReport | None = None  # the last start's ready file
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.data_dir = self.workdir / "data"
         self.stderr_path = self.workdir / "broker.stderr.log"
         self.stdout_path = self.workdir / "broker.stdout.log"
         self.config_path = self.workdir / "telemq.toml"
+        self.ready_path = self.workdir / "broker.ready.json"
         if self.config_text is not None:
             if not self.ports:
-                self.ports = [free_port() for _ in self.sub_points_of_ports]
-            listeners = "".join(
-                f'\n[[listeners]]\nhost = "{HOST}"\nport = {port}\nsub_point = "{point}"\n'
-                for port, point in zip(self.ports, self.sub_points_of_ports, strict=True)
-            )
-            # Top-level keys first (the test's text), then the listener tables.
-            self.config_path.write_text(self.config_text + "\n" + listeners, encoding="utf-8")
+                self.ports = [0 for _ in self.sub_points_of_ports]
+            self._write_config()
             self.config = self.config_path
-            self.port = self.ports[0]
+            self._port = self.ports[0] or None
             self.pass_port = False
             self.args = ["--data-dir", str(self.data_dir), *self.args]
-            self.ready_ports = self.ports
+
+    def _write_config(self) -> None:
+        assert self.config_text is not None
+        listeners = "".join(
+            f'\n[[listeners]]\nhost = "{HOST}"\nport = {port}\nsub_point = "{point}"\n'
+            for port, point in zip(self.ports, self.sub_points_of_ports, strict=True)
+        )
+        # Top-level keys first (the test's text), then the listener tables.
+        self.config_path.write_text(self.config_text + "\n" + listeners, encoding="utf-8")
+
+    @property
+    def port(self) -> int:
+        """The first listener's port (see `ports` for the others with `config_text`)."""
+        if self._port is None:
+            raise AttributeError("the broker picks its port when it starts: start it first")
+        return self._port
+
+    @port.setter
+    def port(self, port: int) -> None:
+        self._port = port
+
+    @property
+    def http_ports(self) -> list[int]:
+        """The HTTP listeners' ports, as the last start bound them."""
+        assert self.report is not None, "the broker has not started"
+        return self.report.http
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "telemq", "serve"]
+        cmd = [sys.executable, "-m", "telemq", "serve", "--ready-file", str(self.ready_path)]
         if self.pass_port:
-            cmd += ["--host", HOST, "--port", str(self.port), "--data-dir", str(self.data_dir)]
+            port = self._port if self._port is not None else 0
+            cmd += ["--host", HOST, "--port", str(port), "--data-dir", str(self.data_dir)]
         if self.config is not None:
             cmd += ["--config", str(self.config)]
         return cmd + self.args
@@ -137,6 +269,8 @@ class BrokerProcess:
     def start(self, *, wait: bool = True) -> BrokerProcess:
         assert self.proc is None or self.proc.poll() is not None, "broker already running"
         self.starts += 1
+        self.report = None
+        self.ready_path.unlink(missing_ok=True)  # a killed broker's: not this start's
         with self.stderr_path.open("ab") as err, self.stdout_path.open("ab") as out:
             marker = f"--- start {self.starts}: {' '.join(self.command())}\n".encode()
             err.write(marker)
@@ -151,26 +285,61 @@ class BrokerProcess:
         if self not in LIVE_BROKERS:
             LIVE_BROKERS.append(self)
         if wait:
-            for port in self.ready_ports or [self.port]:
-                self.wait_ready(port)
+            self.wait_ready()
         return self
 
-    def wait_ready(self, port: int | None = None, timeout: float = START_DEADLINE) -> None:
-        """Poll until a CONNECT on `port` gets a CONNACK."""
-        port = self.port if port is None else port
+    def wait_ready(self, timeout: float = START_DEADLINE) -> None:
+        """Wait for this start's ready file, learn the ports the broker picked, check that it
+        bound the ones expected, then poll until its plain listeners answer a CONNECT."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
+        report = self._wait_report(deadline)
+        self.report = report
+        if self._port is None:  # picked by the broker: the first listener's
+            self._port = report.listeners[0][0][0]
+        if self.config_text is not None and 0 in self.ports:
+            # The listener tables come last: a restart binds the same ports again.
+            ours = report.listeners[-len(self.ports) :]
+            self.ports = [ports[0] for ports, _ in ours]
+            self._write_config()
+        expected = {self.port, *self.ports, *(self.ready_ports or [])}
+        missing = expected - report.ports
+        if missing:
+            raise BrokerStartError(
+                f"the broker did not bind {sorted(missing)}: {report}\n{self.log_tail()}"
+            )
+        if self.ready_ports is not None:
+            probes = list(self.ready_ports)
+        else:
+            probes = [port for ports, tls in report.listeners if not tls for port in ports]
+        for port in probes:
+            while connack_code(port) is None:
+                self._check_alive()
+                if time.monotonic() > deadline:
+                    raise BrokerStartError(
+                        f"broker not ready on port {port} within {timeout} s\n" + self.log_tail()
+                    )
+                time.sleep(0.05)
+
+    def _wait_report(self, deadline: float) -> ReadyReport:
+        assert self.proc is not None
+        while True:
+            report = ReadyReport.read(self.ready_path)
+            if report is not None and report.pid == self.proc.pid:
+                return report
+            self._check_alive()
+            if time.monotonic() > deadline:
                 raise BrokerStartError(
-                    f"broker exited with {self.proc.returncode} during start\n{self.log_tail()}"
+                    f"broker wrote no ready file ({self.ready_path.name}) in time\n"
+                    + self.log_tail()
                 )
-            if connack_code(port) is not None:
-                return
-            time.sleep(0.05)
-        raise BrokerStartError(
-            f"broker not ready on port {port} within {timeout} s\n" + self.log_tail()
-        )
+            time.sleep(0.02)
+
+    def _check_alive(self) -> None:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise BrokerStartError(
+                f"broker exited with {self.proc.returncode} during start\n{self.log_tail()}"
+            )
 
     @property
     def running(self) -> bool:

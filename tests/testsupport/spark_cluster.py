@@ -5,7 +5,8 @@ because an executor can open a path of the driver's machine passes there and fai
 cluster. This harness starts the two daemons that make a cluster, from the installed PySpark
 (``<pyspark home>/bin/spark-class``), on loopback ports of their own:
 
-- the master (``org.apache.spark.deploy.master.Master``), RPC and web UI ports picked free;
+- the master (``org.apache.spark.deploy.master.Master``), RPC and web UI ports picked free
+  (`free_port`), without its REST submission server (a fixed port);
 - the worker (``org.apache.spark.deploy.worker.Worker``) in a mount namespace of its own
   (``unshare -m --propagation private``), in which every `hidden` directory is covered by an
   empty tmpfs before the JVM starts. The executors the worker launches, and their Python
@@ -66,6 +67,10 @@ WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 # Spark moves to the next port when one is taken; the ports here were picked free, so a taken
 # one is a race that must fail loudly, not a cluster on ports no one knows.
 DAEMON_OPTS = "-Dspark.port.maxRetries=0"
+# The master's REST submission server (cluster-mode submissions, which no test makes) is on by
+# default, on the fixed port 6066: two clusters at once (two pytest-xdist workers) would fight
+# for it, and the second master would fail to start.
+MASTER_OPTS = DAEMON_OPTS + " -Dspark.master.rest.enabled=false"
 
 
 class ClusterStartError(RuntimeError):
@@ -421,7 +426,7 @@ def standalone_cluster(
     local_dirs = tmp_dir / "local"  # executors' scratch space (shuffle, blocks)
     local_dirs.mkdir(exist_ok=True)
     env["SPARK_LOCAL_DIRS"] = str(local_dirs)
-    env["SPARK_MASTER_OPTS"] = DAEMON_OPTS
+    env["SPARK_MASTER_OPTS"] = MASTER_OPTS
     env["SPARK_WORKER_OPTS"] = DAEMON_OPTS
     master_port, master_ui_port, worker_port, worker_ui_port = (free_port() for _ in range(4))
     master_url = f"spark://{HOST}:{master_port}"

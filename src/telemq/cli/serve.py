@@ -1,16 +1,33 @@
-"""`telemq serve`: run the broker until SIGINT or SIGTERM."""
+"""`telemq serve`: run the broker until SIGINT or SIGTERM.
+
+With ``--ready-file PATH`` the broker writes, once every listener (MQTT and HTTP) is bound, a
+JSON report of the ports it bound to PATH, and removes it when it stops:
+
+    {"pid": 4242,
+     "listeners": [{"host": "127.0.0.1", "ports": [41883], "sub_point": "", "tls": false},
+                   ...],
+     "http": [48080]}
+
+`listeners` and `http` are in configuration order; a port configured as 0 is the one the
+system picked. Whoever starts a broker on port 0 (the test suite does) learns its ports there,
+and that this process (`pid`) bound them, without parsing the log.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import contextlib
+import json
 import logging
+import os
 import signal
 import sys
+from pathlib import Path
 
 from .. import version_text
 from ..broker import (
+    Broker,
     BrokerConfig,
     ConfigError,
     HttpConfig,
@@ -47,6 +64,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="log verbosity (default info)",
     )
     serve.add_argument(
+        "--ready-file",
+        metavar="PATH",
+        help="once every listener is bound, write the bound ports to PATH as JSON (with"
+        " --port 0: the port the system picked); removed when the broker stops",
+    )
+    serve.add_argument(
         "--no-uvloop",
         action="store_true",
         help="use the default asyncio loop even if uvloop is installed",
@@ -78,6 +101,30 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
     return config
 
 
+def ready_report(broker: Broker) -> dict[str, object]:
+    """What `--ready-file` holds (see the module docstring)."""
+    return {
+        "pid": os.getpid(),
+        "listeners": [
+            {
+                "host": listener.config.host,
+                "ports": list(listener.ports),
+                "sub_point": listener.config.sub_point,
+                "tls": bool(listener.config.certfile),
+            }
+            for listener in broker.listeners
+        ],
+        "http": list(broker.http.ports) if broker.http is not None else [],
+    }
+
+
+def write_ready_file(path: Path, broker: Broker) -> None:
+    """The report, whole or not at all: written beside `path`, then renamed to it."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(ready_report(broker)) + "\n", encoding="utf-8")
+    os.replace(partial, path)
+
+
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
@@ -99,12 +146,27 @@ def run(args: argparse.Namespace) -> int:
     tune_interpreter()
     logging.getLogger("telemq.broker").info("%s, %s loop", version_text(), loop_name)
 
+    ready_file = Path(args.ready_file) if args.ready_file is not None else None
+    written: list[Path] = []  # the ready file, once written: removed on the way out
+    unwritable: list[OSError] = []  # the ready file could not be written: stop, exit 2
+
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
-        await run_broker(config, stop)
+
+        def started(broker: Broker) -> None:
+            if ready_file is None:
+                return
+            try:
+                write_ready_file(ready_file, broker)
+                written.append(ready_file)
+            except OSError as error:
+                unwritable.append(error)
+                stop.set()
+
+        await run_broker(config, stop, started)
 
     try:
         asyncio.run(main())
@@ -113,5 +175,12 @@ def run(args: argparse.Namespace) -> int:
         return 2
     except (OSError, StoreError) as error:
         print(f"telemq: cannot start: {error}", file=sys.stderr)
+        return 2
+    finally:
+        for path in written:
+            with contextlib.suppress(OSError):
+                path.unlink(missing_ok=True)
+    if unwritable:
+        print(f"telemq: cannot write the ready file: {unwritable[0]}", file=sys.stderr)
         return 2
     return 0
