@@ -213,7 +213,7 @@ class Links:
     # -- dialing --------------------------------------------------------------
 
     def _dial(self, link: LinkState) -> Coroutine[Any, Any, None]:
-        """Keep the link up (dialer.py); a refusal stays its state until it ends."""
+        """Keep the link up (connector.py); a refusal stays its state until it ends."""
         config = link.config
         target = dial_target(f"link {config.name!r}", config, list(self.links).index(config.name))
 
