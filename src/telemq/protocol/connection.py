@@ -17,9 +17,9 @@ owner answers with `continue_authentication` (AUTH 0x18 to the client), the
 connection reads the client's AUTH alone and reports it (`AuthRequested`).
 Rules enforced here:
 
-* the first packet must be CONNECT, and only one CONNECT is allowed;
-* CONNECT validation that needs no broker state: unsupported protocol level
-  (CONNACK 1), client identifier rules (CONNACK 2);
+* the first packet must be CONNECT, and only one CONNECT is allowed; what it
+  asks for, and whether it is refused before the owner sees it (an unsupported
+  level, client identifier rules), is decided by handshake.py;
 * packets a client never sends (CONNACK, SUBACK, ...) close the connection;
 * PINGREQ is answered here; keep-alive expiry (1.5 x the keep-alive) and the
   CONNECT timeout close the connection;
@@ -33,13 +33,11 @@ the connection ignores input. Acknowledgements of *incoming* QoS 1/2
 publications are left to the owner, which sends them once the message is
 durable.
 
-MQTT 5.0 (when the owner gives `mqtt5`, the server's `ServerLimits5`): a level-5
-CONNECT gives the connection a `Peer5` (peer5.py): the client's limits, the aliases
-and the 5.0 packets the server writes. CONNACK states the limits; an error after it
-is a DISCONNECT with its reason code before the close; incoming PUBLISHes are held
-to the limits (a payload that is not the UTF-8 it says is refused in its PUBACK or
-PUBREC, 0x99); outgoing ones respect the client's Receive Maximum and Maximum Packet
-Size (`deliver` returns 0 for a message too large) and use the aliases it allows.
+MQTT 5.0 (when the owner gives `mqtt5`, the server's `ServerLimits5`): the client's
+limits, its aliases and the 5.0 packets the server writes are a `Peer5` (peer5.py).
+An error after CONNACK is a DISCONNECT with its reason code before the close;
+incoming PUBLISHes are held to the limits, outgoing ones to the client's Receive
+Maximum and Maximum Packet Size (`deliver` returns 0 for a message too large).
 """
 
 from __future__ import annotations
@@ -62,9 +60,9 @@ from .events import (
     UnsubscribeRequested,
 )
 from .flows import Flows, Inflight, InflightState
+from .handshake import accept_bytes, check_connect, refusal_bytes
 from .packets import (
     Auth,
-    ConnAck,
     Connect,
     ConnectReturnCode,
     Disconnect,
@@ -81,9 +79,8 @@ from .packets import (
     Unsubscribe,
 )
 from .peer5 import Peer5, ServerLimits5
-from .reasons import REFUSAL_REASONS, ReasonCode
+from .reasons import ReasonCode
 
-MAX_CLIENT_ID_3_1 = 23
 _PUBACK = PacketType.PUBACK
 _PUBREC = PacketType.PUBREC
 
@@ -365,58 +362,18 @@ class Connection:
         return True
 
     def _handle_connect(self, packet: Connect, events: list[Event]) -> None:
-        level = packet.protocol_level
-        limits = self._limits5
-        if level == ProtocolLevel.MQTT_5 and limits is not None and packet.protocol_name == "MQTT":
-            self.protocol_level = level
-            self.peer5 = Peer5.from_connect(packet.properties)
-            refusal = None if packet.will is None else limits.will_refusal(packet.will)
-            if refusal is not None:
-                code, why = refusal
-                events.append(self.refuse(ConnectReturnCode.NOT_AUTHORIZED, why, code))
-                return
-            keepalive = packet.keepalive
-            if limits.server_keep_alive and not 0 < keepalive <= limits.server_keep_alive:
-                keepalive = limits.server_keep_alive  # sent back as Server Keep Alive
-            # An empty client id is allowed whatever Clean Start says: the server assigns one.
-            self._connecting(keepalive, packet, events)
+        verdict = check_connect(packet, self._limits5)
+        self.protocol_level = verdict.protocol_level
+        self.peer5 = verdict.peer5
+        self.bridge = verdict.bridge
+        if verdict.problem:
+            self._out.append(verdict.reply)
+            events.append(self._fail(verdict.problem, verdict.code))
             return
-        if level not in (ProtocolLevel.MQTT_3_1, ProtocolLevel.MQTT_3_1_1):
-            self._out.append(encode(ConnAck(ConnectReturnCode.UNACCEPTABLE_PROTOCOL_VERSION)))
-            events.append(
-                self._fail(
-                    f"unsupported protocol level {level}", ReasonCode.UNSUPPORTED_PROTOCOL_VERSION
-                )
-            )
-            return
-        self.protocol_level = level
-        self.bridge = packet.bridge
-        client_id = packet.client_id
-        if level == ProtocolLevel.MQTT_3_1 and not 0 < len(client_id) <= MAX_CLIENT_ID_3_1:
-            self._out.append(encode(ConnAck(ConnectReturnCode.IDENTIFIER_REJECTED)))
-            events.append(
-                self._fail(
-                    f"MQTT 3.1 client identifier must be 1 to 23 characters: {client_id!r}",
-                    ReasonCode.CLIENT_IDENTIFIER_NOT_VALID,
-                )
-            )
-            return
-        if not client_id and not packet.clean_session:
-            self._out.append(encode(ConnAck(ConnectReturnCode.IDENTIFIER_REJECTED)))
-            events.append(
-                self._fail(
-                    "empty client identifier without clean session",
-                    ReasonCode.CLIENT_IDENTIFIER_NOT_VALID,
-                )
-            )
-            return
-        self._connecting(packet.keepalive, packet, events)
-
-    def _connecting(self, keepalive: int, packet: Connect, events: list[Event]) -> None:
         self.state = ConnectionState.CONNECTING
         self._connect_deadline = None
-        self.keepalive = keepalive
-        self._keepalive_window = 1.5 * keepalive
+        self.keepalive = verdict.keepalive
+        self._keepalive_window = 1.5 * verdict.keepalive
         events.append(ConnectRequested(packet))
 
     # -- answers from the owner ----------------------------------------
@@ -443,24 +400,19 @@ class Connection:
         flows.connection_number += 1
         self.state = ConnectionState.CONNECTED
         peer = self.peer5
-        limits = self._limits5
-        if peer is not None and limits is not None:
-            flows.limit_window(peer.receive_maximum)
-            self._out.append(
-                peer.connack(
-                    limits,
-                    session_present,
-                    self.keepalive,
-                    assigned_client_id,
-                    session_expiry_interval,
-                    authentication_data,
-                )
+        flows.limit_window(peer.receive_maximum if peer is not None else flows.configured_inflight)
+        self._out.append(
+            accept_bytes(
+                peer,
+                self._limits5,
+                self.protocol_level,
+                session_present,
+                self.keepalive,
+                assigned_client_id,
+                session_expiry_interval,
+                authentication_data,
             )
-        else:
-            flows.limit_window(flows.configured_inflight)
-            # MQTT 3.1 has no session present flag: the byte is reserved (0).
-            present = session_present and self.protocol_level >= ProtocolLevel.MQTT_3_1_1
-            self._out.append(encode(ConnAck(ConnectReturnCode.ACCEPTED, present)))
+        )
         if flows.outbound:
             return self.resend_inflight(now)
         return []
@@ -473,11 +425,8 @@ class Connection:
         At MQTT 5.0 the CONNACK carries `code5` (by default the 5.0 code of `return_code`)
         and the reason as its Reason String.
         """
-        code = code5 if code5 is not None else REFUSAL_REASONS[return_code]
-        if self.peer5 is not None:
-            self._out.append(self.peer5.refusal(code, reason))
-        else:
-            self._out.append(encode(ConnAck(return_code, False)))
+        reply, code = refusal_bytes(self.peer5, return_code, reason, code5)
+        self._out.append(reply)
         return self._fail(reason, code)
 
     def continue_authentication(self, data: bytes | None, now: float) -> None:
@@ -536,19 +485,8 @@ class Connection:
         inflight.sent_at = now
         if inflight.state is InflightState.RELEASED:
             out.append(encode_ack(PacketType.PUBREL, inflight.packet_id))
-        elif self.peer5 is not None:
-            out.append(self.peer5.encode_publish(inflight, True))
         else:
-            out.append(
-                encode_publish(
-                    inflight.topic,
-                    inflight.payload,
-                    inflight.qos,
-                    inflight.retain,
-                    True,
-                    inflight.packet_id,
-                )
-            )
+            out.append(_publish_frame(inflight, self.peer5, True))
 
     def send(self, packet: Packet) -> None:
         if not self.closed:
@@ -633,11 +571,7 @@ class Connection:
         inflight = flows.outbound.get(packet_id) if flows is not None else None
         if inflight is None or inflight.state is not InflightState.PUBLISHED:
             return None
-        if self.peer5 is not None:
-            return self.peer5.encode_publish(inflight, False)
-        return encode_publish(
-            inflight.topic, inflight.payload, inflight.qos, inflight.retain, False, packet_id
-        )
+        return _publish_frame(inflight, self.peer5, False)
 
     def data_to_send(self) -> bytes:
         out = self._out
@@ -745,3 +679,12 @@ def _reason(code: int) -> ReasonCode:
         return ReasonCode(code)
     except ValueError:
         return ReasonCode.UNSPECIFIED_ERROR
+
+
+def _publish_frame(inflight: Inflight, peer5: Peer5 | None, dup: bool) -> bytes:
+    """The PUBLISH of a tracked message, first sent or (`dup`) re-sent."""
+    if peer5 is not None:
+        return peer5.encode_publish(inflight, dup)
+    return encode_publish(
+        inflight.topic, inflight.payload, inflight.qos, inflight.retain, dup, inflight.packet_id
+    )
