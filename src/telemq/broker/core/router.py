@@ -86,6 +86,7 @@ class CommandRunner(Protocol):
         properties: Properties | None = None,
     ) -> None: ...
 
+
 # What takes a copy that came over a link instead of the router (a copy for a queue,
 # remote_queues.py): `(message, hand_off_now)`, returning the deliveries to hand off after
 # the commit when `hand_off_now` is False, as `Router.accept` does.

@@ -243,7 +243,6 @@ class ClientHub:
                 client.transport.resume_reading()
 
 
-
 class Client(asyncio.Protocol):
     __slots__ = (
         "_dirty",

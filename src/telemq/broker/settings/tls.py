@@ -65,9 +65,7 @@ def _check_certificates(path: str, setting: str) -> None:
         ) from None
 
 
-def _load_key_pair(
-    context: ssl.SSLContext, listener: DialerTls, where: str
-) -> None:
+def _load_key_pair(context: ssl.SSLContext, listener: DialerTls, where: str) -> None:
     """Load this side's certificate (a server's, or a dialing link's) and its private key
     (from `keyfile` or the certfile)."""
     certfile = listener.certfile
