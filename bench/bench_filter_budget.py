@@ -7,15 +7,16 @@ The worst the default registration budgets admit, per user: 64 filters of 127
 16,384), all on one topic, against a publication whose ``s`` is `--payload` characters long,
 so every LIKE scans it all. `--users` users fill their budgets. Two ways, in the same run:
 
-- **budget**: `Registry.targets` with the default `max_filter_time` (5 ms): evaluation stops
-  once it is spent, the rest is skipped (counted);
+- **budget**: `Registry.targets` with the default `max_filter_time` (5 ms per user):
+  evaluation of a user's filters stops once they have spent it, the rest of that user's is
+  skipped (counted);
 - **unbounded**: `max_filter_time = 0`, every filter evaluated: what one publication cost
   before the budget.
 
 Prints the median and the maximum time per publication and how many filtered subscriptions
-were skipped. The maximum with the budget is the budget plus one filter's evaluation (a
-filter is never interrupted). Compare the modes of one run; absolute times depend on the
-machine.
+were skipped. The maximum with the budget is, per user, the budget plus one filter's
+evaluation (a filter is never interrupted). Compare the modes of one run; absolute times
+depend on the machine.
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 The issue's attack: RegSubs of 65 KB filters (3,004 ``s LIKE '%...%' OR ...`` terms), then a
 60 KB publication, held every client for 5.7 s. Now a filter has at most
 size `limits.max_filter_size` (its nodes) and a user's filters `max_filter_size_per_user` (3150
-naming the limit), and one publication spends at most `max_filter_time` on filters: the
-subscriptions past it are skipped and counted in `$SYS/broker/filters/skipped`.
+naming the limit), and one user's filters spend at most `max_filter_time` on a publication:
+that user's subscriptions past it are skipped and counted in `$SYS/broker/filters/skipped`
+(another user's are evaluated: test_57).
 
 In process: MQTT clients over in-memory connections.
 """

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from telemq.filters import FilterError, FilterSet, compile_filter
 from telemq.filters import message_view as message_module
+from telemq.filters.message_view import Message
 
 
 def test_registration() -> None:
@@ -90,6 +91,33 @@ def test_payload_is_parsed_once_per_message(monkeypatch: pytest.MonkeyPatch) -> 
     only_properties.add(1, "Properties.Topic = 'x'")
     assert only_properties.matching(b"{}", {"Topic": "x"}) == {1}
     assert calls == 1  # no filter reads the payload: it is never parsed
+
+
+def test_matching_charged_spends_each_owners_budget_apart() -> None:
+    """Time is charged to the owners of the keys: one past its budget loses its other keys,
+    a filter shared with an owner within budget is still evaluated, for that owner only."""
+    fs: FilterSet[str] = FilterSet()
+    owners = {"a1": "alice", "a2": "alice", "a3": "alice", "shared-a": "alice"}
+    fs.add("a1", "n = 1 OR m = 1")  # unindexed: evaluated before the indexed `n = 1`
+    fs.add("a2", "n = 1 OR m = 2")
+    fs.add("a3", "n = 1 OR m = 3")
+    fs.add("shared-a", "n = 1")
+    fs.add("shared-b", "n = 1")
+    owners["shared-b"] = "bob"
+    message = Message(b'{"n": 1}', None)
+    matched, skipped = fs.matching_charged(message, 1e-9, owners)
+    assert matched == {"a1", "shared-b"}
+    assert skipped == {"alice": 3}
+    matched, skipped = fs.matching_charged(message, 60.0, owners)
+    assert matched == set(owners) and skipped == {}
+    assert fs.matching_charged(message, 0.0, owners) == (set(owners), {})  # no bound
+
+
+def test_matching_within_evaluates_one_filter_whatever_the_deadline() -> None:
+    fs: FilterSet[int] = FilterSet()
+    for n in range(3):
+        fs.add(n, f"n = 1 OR m = {n}")
+    assert fs.matching_within(Message(b'{"n": 1}', None), 1e-9) == ({0}, 2)
 
 
 def test_index_respects_types() -> None:

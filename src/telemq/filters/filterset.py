@@ -393,19 +393,62 @@ class FilterSet(Generic[K]):
 
     def matching_within(self, message: Message, deadline: float) -> tuple[set[K], int]:
         """Like `matching_message`, but evaluating no filter once `time.perf_counter()` has
-        passed `deadline` (0: no deadline). Returns the matching keys and how many keys
-        were not evaluated."""
+        passed `deadline` (0: no deadline), except the first: whatever the deadline, one
+        filter is evaluated. Returns the matching keys and how many keys were not
+        evaluated."""
         result: set[K] = set()
-        groups: list[_Group[K]] = list(self._unindexed.values())
-        for index in self._indexes.values():
-            groups.extend(index.candidates(index.getter(message)))
+        groups = self._candidates(message)
         for position, group in enumerate(groups):
-            if deadline and perf_counter() > deadline:
+            if deadline and position and perf_counter() > deadline:
                 return result, sum(len(g.keys) for g in groups[position:])
             condition = group.condition if group.index is None else group.residual
             if condition is None or condition(message) is True:
                 result.update(group.keys)
         return result, 0
+
+    def matching_charged(
+        self, message: Message, budget: float, owners: Mapping[K, str]
+    ) -> tuple[set[K], dict[str, int]]:
+        """Like `matching_within`, with the time charged to the owners of the keys
+        (`owners[key]`) rather than spent from one deadline, so that one owner's costly
+        filters cannot use up another's time. Each owner's filters are evaluated until
+        they have spent `budget` seconds (the first whatever it costs); a filter shared by
+        several owners is evaluated while one of them is within budget and charged to each
+        that is. Returns the matching keys and, per owner past its budget, how many of its
+        keys were not evaluated. A `budget` of 0 bounds nothing."""
+        if not budget:
+            return self.matching_message(message), {}
+        result: set[K] = set()
+        spent: dict[str, float] = {}
+        skipped: dict[str, int] = {}
+        last = perf_counter()
+        for group in self._candidates(message):
+            live: list[K] = []
+            for key in group.keys:
+                owner = owners[key]
+                if spent.get(owner, 0.0) < budget:
+                    live.append(key)
+                else:
+                    skipped[owner] = skipped.get(owner, 0) + 1
+            if not live:
+                continue
+            condition = group.condition if group.index is None else group.residual
+            if condition is None or condition(message) is True:
+                result.update(live)
+            now = perf_counter()
+            elapsed = now - last
+            last = now
+            for owner in {owners[key] for key in live}:
+                spent[owner] = spent.get(owner, 0.0) + elapsed
+        return result, skipped
+
+    def _candidates(self, message: Message) -> list[_Group[K]]:
+        """The groups that may be TRUE for `message`: the unindexed ones, then those its
+        indexed values select."""
+        groups: list[_Group[K]] = list(self._unindexed.values())
+        for index in self._indexes.values():
+            groups.extend(index.candidates(index.getter(message)))
+        return groups
 
     def evaluate(
         self,

@@ -11,11 +11,18 @@ case (plain MQTT subscriptions) costs one dict lookup per message.
 
 Filters have budgets, since their cost is chosen by whoever registers them: the size of
 each filter and of each user's filters (`Filter.size`, checked by the command handlers with
-`filter_size_of`), and the time one publication may spend evaluating them (`filter_time`):
-past it, the filtered subscriptions not yet evaluated do not get the publication, and are
-counted in `filters_skipped`. That bound keeps one publication from holding the broker.
+`filter_size_of`), and the time one user's filters may spend on one publication
+(`filter_time`), charged to the owner of the subscriptions (`Subscription.owner`: the user
+who registered them; every anonymous client is the owner ""). Past it, that owner's
+filtered subscriptions not yet evaluated do not get the publication, and are counted in
+`filters_skipped`; the other owners' are evaluated as usual, so a subscription is never
+skipped because of another user's filters. Each owner's first filter is evaluated whatever
+it costs (a filter is never interrupted), so one publication spends at most the budget plus
+one filter per owner with filtered subscriptions it matches. The bookkeeping per owner
+exists only for the routes whose filtered subscriptions have more than one owner
+(`Route.owners`).
 
-Pure data and policy: no I/O; the only clock read is the evaluation deadline.
+Pure data and policy: no I/O; the only clock reads are those of the filter time budgets.
 """
 
 from __future__ import annotations
@@ -61,6 +68,9 @@ class Route:
     # The same without the `Local` subscriptions (MQ RegOpt Local), for publications made
     # at other brokers of the network; None when no Local subscription matches.
     network: Route | None = None
+    # Position in `filtered` -> the subscription's owner, when they have more than one
+    # (`filtered` is then sorted by owner); None: one owner, one filter time budget.
+    owners: dict[int, str] | None = None
 
 
 class Registry:
@@ -280,13 +290,20 @@ class Registry:
                         max(current[0], subscription.qos),
                         max(current[1], rank),
                     )
+        owners: dict[int, str] | None = None
+        if filtered and any(s.owner != filtered[0].owner for s in filtered):
+            # Each owner's run of subscriptions together, for the plain list's budgets.
+            filtered.sort(key=_owner_of)
+            owners = {position: s.owner for position, s in enumerate(filtered)}
         filter_set: FilterSet[int] | None = None
         if len(filtered) >= FILTER_SET_MIN:
             filter_set = FilterSet()
             for position, subscription in enumerate(filtered):
                 assert subscription.compiled is not None
                 filter_set.add(position, subscription.compiled)
-        return Route(plain, filtered, filter_set, options5_of_queues(with_options5), shared)
+        route = Route(plain, filtered, filter_set, options5_of_queues(with_options5), shared)
+        route.owners = owners
+        return route
 
     @property
     def cache_bytes(self) -> int:
@@ -336,33 +353,56 @@ class Registry:
             seen.update(filter_properties(properties))
         view = FilterMessage.prepared(payload, seen)
         filtered = route.filtered
-        deadline = perf_counter() + self._filter_time if self._filter_time else 0.0
-        skipped = 0
-        if route.filter_set is not None:
-            matched, skipped = route.filter_set.matching_within(view, deadline)
+        budget = self._filter_time
+        filter_set = route.filter_set
+        if filter_set is not None:
+            owners = route.owners
+            if owners is None or not budget:  # one owner: one deadline, as one budget
+                deadline = perf_counter() + budget if budget else 0.0
+                matched, skipped = filter_set.matching_within(view, deadline)
+                if skipped:
+                    self._skipped(topic, skipped, filtered[0].owner)
+            else:
+                matched, skipped_of = filter_set.matching_charged(view, budget, owners)
+                for owner, count in skipped_of.items():
+                    self._skipped(topic, count, owner)
             for position in matched:
                 _merge_target(targets, filtered[position], qos)
-        else:
-            for position, subscription in enumerate(filtered):
-                if deadline and perf_counter() > deadline:
-                    skipped = len(filtered) - position
-                    break
-                compiled = subscription.compiled
-                if compiled is not None and compiled.evaluate_message(view) is True:
-                    _merge_target(targets, subscription, qos)
+            return targets
+        # A few subscriptions, each owner's together: a deadline per owner's run.
+        owner = ""
+        deadline = 0.0
+        skipped = 0
+        for subscription in filtered:
+            if budget:
+                if not deadline or subscription.owner != owner:
+                    if skipped:
+                        self._skipped(topic, skipped, owner)
+                        skipped = 0
+                    owner = subscription.owner
+                    deadline = perf_counter() + budget  # its first is always evaluated
+                elif skipped or perf_counter() > deadline:
+                    skipped += 1
+                    continue
+            compiled = subscription.compiled
+            if compiled is not None and compiled.evaluate_message(view) is True:
+                _merge_target(targets, subscription, qos)
         if skipped:
-            self._skipped(topic, skipped)
+            self._skipped(topic, skipped, owner)
         return targets
 
-    def _skipped(self, topic: str, count: int) -> None:
+    def _skipped(self, topic: str, count: int, owner: str) -> None:
+        """Count `owner`'s skipped subscriptions; log the first skip, then every 1,000."""
         before = self.filters_skipped
         self.filters_skipped += count
         if before == 0 or before // 1000 != self.filters_skipped // 1000:
             log.warning(
-                "publication on %.100r: %d filtered subscriptions not evaluated, past the "
-                "filter time budget of %.1f ms (limits.max_filter_time; %d skipped so far)",
+                "publication on %.100r: %d filtered subscriptions of %s not evaluated, past "
+                "the filter time budget of %.3g ms per user (limits.max_filter_time; %d "
+                "skipped so far)",
                 topic,
                 count,
+                f"user {owner!r}" if owner else "anonymous clients",
                 self._filter_time * 1000,
                 self.filters_skipped,
             )
@@ -380,6 +420,11 @@ class Registry:
     def load(self, subscriptions: Iterable[Subscription]) -> None:
         for subscription in subscriptions:
             self.add(subscription)
+
+
+def _owner_of(subscription: Subscription) -> str:
+    """The sort key of `Route.filtered` when it has several owners."""
+    return subscription.owner
 
 
 def _merge_target(

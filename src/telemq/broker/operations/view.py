@@ -70,7 +70,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure("subscriptions_refused", "Subscriptions refused by max_subscriptions_per_client",
            COUNTER, sys="subscriptions/refused"),
     Figure("topics", "Distinct topic filters subscribed to", metric="topics"),
-    Figure("filters_skipped", "Filtered subscriptions past max_filter_time", COUNTER,
+    Figure("filters_skipped", "Filtered subscriptions past their owner's max_filter_time", COUNTER,
            sys="filters/skipped"),
     Figure("retained_messages", "Retained messages", sys="retained messages/count",
            metric="retained_messages", api=True),

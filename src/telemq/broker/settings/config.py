@@ -108,7 +108,7 @@ class LimitsConfig:
     max_topic_cache_bytes: int = 16 * 1024 * 1024  # topic names each routing cache keeps
     max_filter_size: int = 256  # of one content filter: its nodes and IN values (`a = 1`: 3)
     max_filter_size_per_user: int = 16_384  # of all the filters one user's subscriptions hold
-    max_filter_time: float = 0.005  # seconds one publication may spend on content filters
+    max_filter_time: float = 0.005  # seconds one user's content filters may spend per publication
 
 
 @dataclass(slots=True)
