@@ -184,8 +184,9 @@ def test_mistakes_are_refused_before_spark_starts(
          f"journal service http://127.0.0.1:{closed}: [Errno 111] Connection refused"),
         (["ingest", "-d", str(data), "-l", new_lake, "--journal-user", "u"],
          "--journal-user goes with --journal"),
-        (["replay", "--journal", "http://127.0.0.1:1", "--subscription", "s"],
-         "over the journal service give --topics and --filter"),
+        # --subscription over the journal service asks the broker's admin API: nobody there.
+        (["replay", "--journal", f"http://127.0.0.1:{closed}", "--subscription", "s"],
+         f"journal service http://127.0.0.1:{closed}: [Errno 111] Connection refused"),
     ]  # fmt: skip
     for arguments, message in cases:
         assert main(["pipeline", *arguments, "-q"]) == 2, arguments

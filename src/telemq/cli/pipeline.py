@@ -18,7 +18,10 @@ import sqlite3
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from telemq.pipeline.replay import ReplayPlan
 
 Handler = Callable[[argparse.Namespace], int]
 _INSTALL = "pip install 'telemq[spark]'"
@@ -82,7 +85,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     _journal_source(replay)
     which = replay.add_mutually_exclusive_group(required=True)
-    which.add_argument("--subscription", help="a stored subscription: SubName or queue name")
+    which.add_argument(
+        "--subscription",
+        help="a subscription the broker holds, by SubName or queue name (with --journal: read"
+        " from the admin API, as an administrator)",
+    )
     which.add_argument("--topics", help="MQTT topic filters, comma-separated")
     replay.add_argument("--filter", help="SQL filter (design section 7)")
     replay.add_argument("--from-seq", type=int, help="first seq (default: the oldest)")
@@ -103,6 +110,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     replay.add_argument("--username", help="--deliver: MQTT user name")
     replay.add_argument("--password", help="--deliver: MQTT password")
+    replay.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check everything, print the subscriptions and seq range, and stop before Spark",
+    )
     _common(replay)
     replay.set_defaults(handler=run_replay_command)
 
@@ -356,6 +368,25 @@ def print_matches(preview: list[dict[str, Any]]) -> None:
         print(f"  {row['seq']:>10}  {row['topic']}  {text}")
 
 
+def print_plan(
+    plan: ReplayPlan, where: str, topics: list[str] | None, filter_text: str | None, qos: int
+) -> None:
+    """What a replay would read and evaluate (`--dry-run`): the checks have all passed."""
+    print(f"dry run: would replay seq {plan.first_seq:,}..{plan.last_seq:,} of {where}")
+    for sub in plan.subscriptions:
+        point = f" (sub point {sub.sub_point!r})" if sub.sub_point else ""
+        condition = f" WHERE {sub.filter}" if sub.filter else ""
+        name = f" {sub.name!r}" if sub.name else ""
+        print(f"  subscription{name} of queue {sub.queue!r}: {sub.topic_filter}{point}{condition}")
+    if topics:
+        condition = f" WHERE {filter_text}" if filter_text else ""
+        print(f"  topics {', '.join(topics)}{condition}")
+    elif filter_text:
+        print(f"  and only where {filter_text}")
+    if plan.queue is not None:
+        print(f"  then deliver the matches to queue {plan.queue!r} at QoS {qos}")
+
+
 @_guarded
 def run_replay_command(args: argparse.Namespace) -> int:
     """Exit 0, or 1 when --deliver had matches refused by the broker (the summary says why)."""
@@ -382,7 +413,10 @@ def run_replay_command(args: argparse.Namespace) -> int:
     }
     where, journal_options = _where(args)
     request["journal_options"] = journal_options
-    check_replay(where, **request)
+    plan = check_replay(where, **request)
+    if args.dry_run:
+        print_plan(plan, where, topics, args.filter, args.qos)
+        return 0
     with _session(args, "telemq-replay") as spark, report.watch(spark, "replay"):
         result = run_replay(
             spark,

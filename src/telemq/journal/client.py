@@ -14,6 +14,12 @@ retention already deleted (410) is its subclass `JournalTrimmed`, which the data
 turns into Spark's ``failOnDataLoss`` behaviour. A connection that cannot be made at all is
 a `JournalServiceError` with status 0 naming the URL.
 
+One call reads the broker's admin API instead (`subscriptions`, ``GET /api/v1/subscriptions``):
+it is served by the same listener, to the same users over the same TLS, and
+``telemq pipeline replay --subscription`` over the journal service needs a subscription's
+topic filters and SQL filter, which only the broker knows. The API answers administrators
+only; anyone else gets its 403 as a `JournalServiceError`.
+
 Credentials are the broker's users (HTTP Basic): given as `user`/`password`, or in the URL
 (``http://user:secret@host:port``; they are taken out of the URL before it is used or
 shown). Over ``https``, `cafile` is the CA to trust (default: the system's), and
@@ -38,6 +44,8 @@ if TYPE_CHECKING:
 __all__ = ["JournalClient", "JournalServiceError", "JournalTrimmed"]
 
 API = "/journal/v1"
+ADMIN_API = "/api/v1"
+ADMIN_PAGE = 1000  # the admin API's largest page
 DEFAULT_TIMEOUT_S = 60.0
 _READ_BUFFER = 1 << 20  # bytes pyarrow reads from the socket at a time
 
@@ -45,9 +53,10 @@ _READ_BUFFER = 1 << 20  # bytes pyarrow reads from the socket at a time
 class JournalServiceError(Exception):
     """The journal service refused a request, or could not be reached (`status` 0)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, reason: str = "") -> None:
         super().__init__(message)
         self.status = status
+        self.reason = reason or message  # the broker's own message, without the status
 
 
 class JournalTrimmed(JournalServiceError):
@@ -140,6 +149,23 @@ class JournalClient:
         listed: list[dict[str, Any]] = self._json("GET", "consumers")["consumers"]
         return listed
 
+    # -- the admin API ----------------------------------------------------------------------
+
+    def subscriptions(self, search: str = "") -> list[dict[str, Any]]:
+        """Every subscription the broker holds whose topic, SubName, queue or SQL filter
+        contains `search`, as the admin API lists them (all its pages); for administrators
+        only: a `JournalServiceError` 403 for any other user."""
+        found: list[dict[str, Any]] = []
+        while True:
+            query = [("limit", str(ADMIN_PAGE)), ("offset", str(len(found)))]
+            if search:
+                query.append(("search", search))
+            page = self._json("GET", "subscriptions", query, api=ADMIN_API)
+            listed: list[dict[str, Any]] = page["subscriptions"]
+            found.extend(listed)
+            if not listed or len(found) >= int(page["total"]):
+                return found
+
     # -- HTTP --------------------------------------------------------------------------------
 
     def _json(
@@ -148,8 +174,10 @@ class JournalClient:
         endpoint: str,
         query: Sequence[tuple[str, str]] = (),
         body: Any = None,
+        *,
+        api: str = API,
     ) -> Any:
-        with self._open(method, endpoint, query, body) as response:
+        with self._open(method, endpoint, query, body, api=api) as response:
             data = response.read()
         return json.loads(data) if data else None
 
@@ -159,8 +187,10 @@ class JournalClient:
         endpoint: str,
         query: Sequence[tuple[str, str]] = (),
         body: Any = None,
+        *,
+        api: str = API,
     ) -> Any:
-        url = f"{self.url}{API}/{endpoint}"
+        url = f"{self.url}{api}/{endpoint}"
         if query:
             url += "?" + urllib.parse.urlencode(list(query))
         data = None if body is None else json.dumps(body).encode("utf-8")
@@ -173,7 +203,7 @@ class JournalClient:
         try:
             return urllib.request.urlopen(request, timeout=self.timeout, context=self._tls())
         except urllib.error.HTTPError as error:
-            raise _refusal(error) from None
+            raise _refusal(error, "journal service" if api == API else "admin API") from None
         except (urllib.error.URLError, OSError) as error:
             reason = getattr(error, "reason", error)
             raise JournalServiceError(0, f"journal service {self.url}: {reason}") from None
@@ -187,14 +217,14 @@ class JournalClient:
         return context
 
 
-def _refusal(error: urllib.error.HTTPError) -> JournalServiceError:
+def _refusal(error: urllib.error.HTTPError, service: str) -> JournalServiceError:
     """The broker's ``{"error": ...}`` message, with the status, as an exception."""
     try:
         message = str(json.loads(error.read())["error"])
     except (ValueError, KeyError, TypeError, OSError):
         message = str(error.reason)
     kind = JournalTrimmed if error.code == 410 else JournalServiceError
-    return kind(error.code, f"journal service: {error.code} {message}")
+    return kind(error.code, f"{service}: {error.code} {message}", message)
 
 
 def _name(consumer: str) -> str:

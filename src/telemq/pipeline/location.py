@@ -48,6 +48,7 @@ __all__ = [
     "StoreFile",
     "is_service_url",
     "locate",
+    "service_client",
 ]
 
 log = logging.getLogger("telemq.pipeline")
@@ -223,5 +224,11 @@ def locate(
     `CREDENTIAL_OPTIONS`), else a data directory or store file."""
     if not is_service_url(where):
         return StoreFile(where)
+    return JournalService(service_client(where, options), tuple(topics))
+
+
+def service_client(where: str, options: Mapping[str, str] | None = None) -> JournalClient:
+    """The client of the journal service at URL `where`, with the `CREDENTIAL_OPTIONS` of
+    `options`."""
     settings = {k: str(v) for k, v in (options or {}).items() if k in CREDENTIAL_OPTIONS and v}
-    return JournalService(JournalClient.parse(where, **settings), tuple(topics))
+    return JournalClient.parse(where, **settings)

@@ -4,7 +4,9 @@ The journal range (``--from-seq``/``--to-seq``, inclusive; default: all of it) i
 the `telemq` source; the topic filters are applied by the reader, the SQL filter as a native
 Spark Column (`telemq.filters.spark`), so the matches are the publications the broker would
 have delivered to that subscription, one per publication and queue. They are printed (a
-preview) and, with an output path, written as Parquet sorted by seq.
+preview) and, with an output path, written as Parquet sorted by seq. A subscription given by
+name comes from the store file of a data directory, or, over the journal service, from the
+broker's admin API, which shows subscriptions to administrators only (`_subscriptions`).
 
 With ``deliver``, the matches are then put on the subscriber's queue (a backfill), in seq
 order, through the `telemq` sink's ``queue`` option: one telemq ``Put`` command per match,
@@ -26,10 +28,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..filters import Filter, compile_filter
+from ..journal.client import JournalServiceError
 from .journal import parse_topics
-from .location import is_service_url, locate
+from .location import is_service_url, locate, service_client
 from .source import read_journal
-from .subscriptions import StoredSubscription, find_subscriptions, match_column
+from .subscriptions import (
+    StoredSubscription,
+    find_subscriptions,
+    match_column,
+    subscriptions_from_api,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -38,6 +46,7 @@ __all__ = [
     "DeliveryFailed",
     "ReplayPlan",
     "ReplayResult",
+    "SubscriptionRefused",
     "check_replay",
     "delivery_queue",
     "replay_frame",
@@ -45,6 +54,11 @@ __all__ = [
 ]
 
 Progress = Callable[[str], None]
+
+
+class SubscriptionRefused(ValueError):
+    """The broker would not say what a subscription is: over the journal service it is read
+    from the admin API, which answers administrators only."""
 
 
 class DeliveryFailed(RuntimeError):
@@ -98,12 +112,7 @@ def check_replay(
     flt = compile_filter(filter) if filter else None
     subs: list[StoredSubscription] = []
     if subscription is not None:
-        if is_service_url(str(where)):
-            raise ValueError(
-                "--subscription reads the broker's stored subscriptions from its data directory"
-                " (--data-dir); over the journal service give --topics and --filter"
-            )
-        subs = find_subscriptions(where, subscription)
+        subs = _subscriptions(str(where), journal_options, subscription)
         if not subs:
             raise LookupError(f"no subscription or queue named {subscription!r} in {where}")
     elif not topics:
@@ -126,6 +135,27 @@ def check_replay(
     low = first if from_seq is None else max(first, from_seq)
     high = last if to_seq is None else min(last, to_seq)
     return ReplayPlan(flt, subs, target, low, high)
+
+
+def _subscriptions(
+    where: str, journal_options: Mapping[str, str] | None, name: str
+) -> list[StoredSubscription]:
+    """The subscriptions `name` stands for: from the store file of a data directory, or
+    over the journal service from the broker's admin API, which answers administrators only.
+    Its refusal says, in one line, to give the topic filters and SQL filter instead (an
+    unreachable broker, or credentials it does not take, is the journal's own error)."""
+    if not is_service_url(where):
+        return find_subscriptions(where, name)
+    try:
+        return subscriptions_from_api(service_client(where, journal_options), name)
+    except JournalServiceError as error:
+        if error.status in (0, 401):
+            raise
+        raise SubscriptionRefused(
+            "--subscription over --journal needs an administrator (the subscription is read"
+            f" from the broker's admin API, which answered {error.status}: {error.reason});"
+            " give --topics and --filter instead"
+        ) from None
 
 
 def delivery_queue(subscriptions: Sequence[StoredSubscription], queue: str | None) -> str:

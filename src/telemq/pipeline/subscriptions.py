@@ -8,6 +8,12 @@ of which replay needs ``queue`` (the MQ QName, the client id), ``topic``, ``sub_
 ``filter`` (SQL text, empty for none) and ``name`` (the SubName). `find_subscriptions` looks a
 name up as a SubName first, then as a queue (all of its subscriptions).
 
+Over the journal service there is no store file to read: `subscriptions_from_api` asks the
+broker's admin API instead (`JournalClient.subscriptions`), whose listing has the same fields
+under the same names, and looks the name up by the same rule. It lists what the broker holds
+in memory, so it also finds the subscriptions of clean sessions, which are never stored; and
+it answers administrators only.
+
 `match_column` turns subscriptions into one Spark condition: a publication matches a queue
 when any of its subscriptions matches (topic filter, subscription point and SQL filter), and
 counts once, as the broker delivers one copy per session.
@@ -22,13 +28,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..filters import compile_filter
+from ..journal.client import JournalClient
 from ..protocol import topic_filter_error
 from ..store import JournalReader
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
 
-__all__ = ["StoredSubscription", "find_subscriptions", "match_column", "topic_regex"]
+__all__ = [
+    "StoredSubscription",
+    "find_subscriptions",
+    "match_column",
+    "subscriptions_from_api",
+    "topic_regex",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,15 +74,31 @@ def find_subscriptions(data_dir: str | os.PathLike[str], name: str) -> list[Stor
             continue
         if not isinstance(data, dict):
             data = {}
-        found.append(
-            StoredSubscription(
-                queue=_text(data, "queue") or client_id,
-                topic_filter=_text(data, "topic") or key,
-                filter=_text(data, "filter"),
-                sub_point=_text(data, "sub_point") or "",
-                name=_text(data, "name"),
-            )
-        )
+        found.append(_subscription(data, client_id, key))
+    return _named(found, name)
+
+
+def subscriptions_from_api(client: JournalClient, name: str) -> list[StoredSubscription]:
+    """`find_subscriptions` over the broker's admin API (see the module docstring); a
+    `JournalServiceError` when the API refuses (403: not an administrator)."""
+    listed = client.subscriptions(search=name)
+    found = [_subscription(data, "", "") for data in listed if isinstance(data, dict)]
+    return _named([s for s in found if s.queue and s.topic_filter], name)
+
+
+def _subscription(data: dict[str, object], client_id: str, key: str) -> StoredSubscription:
+    """One subscription from its JSON form (the store's record, or the admin API's)."""
+    return StoredSubscription(
+        queue=_text(data, "queue") or client_id,
+        topic_filter=_text(data, "topic") or key,
+        filter=_text(data, "filter"),
+        sub_point=_text(data, "sub_point") or "",
+        name=_text(data, "name"),
+    )
+
+
+def _named(found: list[StoredSubscription], name: str) -> list[StoredSubscription]:
+    """Those with SubName `name`, else those of queue `name`."""
     named = [s for s in found if s.name == name]
     return named or [s for s in found if s.queue == name]
 

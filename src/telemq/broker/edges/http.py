@@ -22,6 +22,17 @@ What else the listeners serve plugs in through `HttpRoutes`, behind the same
 authentication (web.py assembles them: `/metrics`, metrics.py); the handlers find the user
 under `USER` and answer errors with `json_error`.
 
+Every error is JSON, ``{"error": "..."}`` (clients of the API parse JSON, and aiohttp's
+own answers are plain text): the `json_errors` middleware, outermost, turns an
+`HTTPException` (no route: 404; a method the route does not take: 405, its `Allow` header
+kept; a body over `MAX_BODY`: 413; or one a handler raises with its message as `text`) into
+one with a message naming the problem, a body that cannot be read into 400, and any other
+exception into a 500 whose message says nothing of the broker's inside, the exception going
+to the log. What a handler returns passes untouched (the dashboard's files, with their
+conditional and range answers). What aiohttp answers before the middlewares run (a request
+it cannot parse: 400; an `Expect` other than ``100-continue``: 417) comes through
+`HttpProtocol`, each listener's connection, which answers those in JSON as well.
+
 Reads go to a read-only connection to the store (`store.JournalReader`) on a worker thread,
 never on the event loop, so a slow read delays only its own request.
 
@@ -56,16 +67,17 @@ import base64
 import binascii
 import contextlib
 import io
-import json
 import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any, Protocol
 
-from aiohttp import web
+from aiohttp import hdrs, web
+from multidict import CIMultiDict
 
 from ...journal import ARROW_STREAM_TYPE
 from ...protocol.topics import topic_filter_error
@@ -81,6 +93,10 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 REALM = 'Basic realm="telemq", charset="UTF-8"'
 MAX_CONSUMERS_PER_USER = 256
+MAX_BODY = 1024 * 1024  # bytes of a request body (aiohttp's default, named for the 413)
+MAX_SEQ = 2**63 - 1  # the store's integers are SQLite's, 64-bit signed
+# No access log, as `AppRunner(access_log=None)` (aiohttp's annotation admits only a Logger).
+_NO_ACCESS_LOG: dict[str, Any] = {"access_log": None}
 USER = web.RequestKey("user", str)  # the authenticated user of a request ("" anonymous)
 # The paths of an application that HTTP authentication leaves alone (MQTT over WebSockets,
 # `HttpRoutes.open_paths`), and the prefixes of those under which every path is.
@@ -120,9 +136,124 @@ def json_error(status: int, message: str, **headers: str) -> web.Response:
 
 
 def _unavailable(message: str) -> web.HTTPServiceUnavailable:
-    return web.HTTPServiceUnavailable(
-        text=json.dumps({"error": message}), content_type="application/json"
-    )
+    """503, raised from deep in a read; `json_errors` answers it as JSON."""
+    return web.HTTPServiceUnavailable(text=message)
+
+
+@web.middleware
+async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every error of the listener as ``{"error": "..."}`` (see the module docstring):
+    aiohttp's own answers are plain text, and clients of the API parse JSON."""
+    try:
+        return await handler(request)
+    except ConnectionError:
+        raise  # the client went away: there is no one to answer
+    except Exception as error:
+        if isinstance(error, web.HTTPException) and error.status < 400:
+            raise  # a redirect or the like is no error
+        if request.writer.output_size > 0:
+            # An answer is under way (a journal range): a second one would land inside it.
+            # It can only be cut short, which the client sees as a truncated stream.
+            expected = isinstance(error, web.HTTPException)  # e.g. the store failed: 503
+            log.log(
+                logging.WARNING if expected else logging.ERROR,
+                "HTTP %s %s broken off: %s",
+                request.method,
+                request.path,
+                error.text if isinstance(error, web.HTTPException) else repr(error),
+                exc_info=not expected,
+            )
+            raise AnswerBrokenOff from error
+        if isinstance(error, web.HTTPException):
+            routing = request.match_info.http_exception is error
+            return _answer(request, error, routing=routing)
+        if isinstance(error, web.RequestPayloadError):  # e.g. a compressed body that is not
+            return json_error(400, f"the request body could not be read: {error}")
+        log.exception("HTTP %s %s failed", request.method, request.path)
+        return json_error(500, _internal(request))
+
+
+class AnswerBrokenOff(Exception):
+    """A request failed after its answer began: `HttpProtocol` closes the connection."""
+
+
+def _answer(request: web.BaseRequest, error: web.HTTPException, *, routing: bool) -> web.Response:
+    """`error` as JSON, its headers (`Allow`, `WWW-Authenticate`...) kept."""
+    headers = CIMultiDict(error.headers)
+    for name in (hdrs.CONTENT_TYPE, hdrs.CONTENT_LENGTH):
+        headers.popall(name, None)
+    problem = _problem(request, error, routing)
+    return web.json_response({"error": problem}, status=error.status, headers=headers)
+
+
+def _problem(request: web.BaseRequest, error: web.HTTPException, routing: bool) -> str:
+    """What `error` says about `request`, in words (aiohttp's own texts name only the
+    status). `routing`: the router raised it (no route, or not that method)."""
+    method, path = request.method, request.path
+    if routing and isinstance(error, web.HTTPMethodNotAllowed):
+        allowed = ", ".join(sorted(error.allowed_methods))
+        return f"method {method} not allowed on {path}; allowed: {allowed}"
+    if routing and error.status == 404:
+        return f"no route {method} {path}"
+    if isinstance(error, web.HTTPRequestEntityTooLarge):
+        size = request.content_length
+        body = "request body" if size is None else f"request body of {size} bytes"
+        return f"{body} is larger than the limit of {MAX_BODY} bytes"
+    text = (error.text or "").strip()
+    if not text or text == f"{error.status}: {error.reason}":
+        return f"{error.reason.lower()}: {method} {path}"
+    return text
+
+
+def _internal(request: web.BaseRequest) -> str:
+    """The message of a 500: nothing of the broker's inside, which goes to its log."""
+    return f"internal error answering {request.method} {request.path}: see the broker's log"
+
+
+class HttpProtocol(web.RequestHandler):
+    """aiohttp's HTTP/1.1 connection, with JSON for the answers aiohttp gives before the
+    application's middlewares run: to a request it cannot parse (400: a malformed request
+    line, header or chunk; headers too long) and to an `Expect` other than ``100-continue``
+    (417, from the route's expect handler)."""
+
+    def handle_error(
+        self,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        """Like aiohttp's (the connection closes after it), in JSON, and logged in one
+        line: a malformed request is the client's mistake, not a traceback's worth."""
+        if request.writer.output_size > 0:  # part of an answer went out: none can follow
+            raise ConnectionError("the answer was cut short") from exc  # aiohttp closes
+        if isinstance(exc, ConnectionError):  # the client went away
+            log.debug("HTTP request from %s: connection lost: %s", request.remote, exc)
+            problem = "the connection was lost"
+        elif status >= 500:
+            log.error("HTTP request from %s failed", request.remote, exc_info=exc)
+            problem = _internal(request)
+        else:
+            lines = (message or str(exc or "")).splitlines()
+            detail = " ".join(line.strip() for line in lines if line.strip() not in ("", "^"))
+            problem = f"malformed HTTP request: {detail or HTTPStatus(status).phrase}"
+            log.info("HTTP request from %s refused (%d): %s", request.remote, status, problem)
+        response = json_error(status, problem)
+        response.force_close()
+        return response
+
+    async def finish_response(
+        self, request: web.BaseRequest, resp: web.StreamResponse, start_time: float | None
+    ) -> tuple[web.StreamResponse, bool]:
+        """An error raised outside the middlewares (the 417) answered as JSON too; after
+        a body that could not be read, the connection ends (aiohttp would read the rest of
+        it, meet the same error again and log it as unhandled)."""
+        if isinstance(resp, web.HTTPException) and resp.status >= 400:
+            resp = _answer(request, resp, routing=False)
+        finished = await super().finish_response(request, resp, start_time)
+        if isinstance(request.content.exception(), web.RequestPayloadError):
+            self.force_close()  # what was written is still sent
+        return finished
 
 
 async def read_journal(path: str | None, work: Callable[[JournalReader], Any]) -> Any:
@@ -167,12 +298,15 @@ class HttpServer:
         self._websocket = websocket
         self._routes = routes
         self._runners: list[web.AppRunner] = []
+        self._servers: list[asyncio.Server] = []
         self.ports: list[int] = []
 
     def application(self, config: HttpConfig | None = None) -> web.Application:
         """One listener's application: the journal service, and MQTT over WebSockets on the
         listener's `websocket_paths` (their own authentication: MQTT's CONNECT)."""
-        app = web.Application(middlewares=[self._authenticated])
+        app = web.Application(
+            client_max_size=MAX_BODY, middlewares=[json_errors, self._authenticated]
+        )
         paths = config.websocket_paths if config is not None and self._websocket else []
         opened = [path for routes in self._routes for path in routes.open_paths]
         app[OPEN_PATHS] = frozenset([*paths, *opened])
@@ -191,15 +325,23 @@ class HttpServer:
         return app
 
     async def start(self) -> None:
+        loop = asyncio.get_running_loop()
         for index, config in enumerate(self._configs):
             runner = web.AppRunner(self.application(config), access_log=None)
             await runner.setup()
             self._runners.append(runner)
+            manager = runner.server
+            assert manager is not None  # set up above
+
+            def connection(manager: web.Server = manager) -> HttpProtocol:
+                return HttpProtocol(manager, loop=loop, **_NO_ACCESS_LOG)
+
             context = server_context(config.tls_listener(), f"http[{index}]")
-            site = web.TCPSite(runner, config.host, config.port, ssl_context=context)
-            await site.start()
-            server = site._server  # aiohttp keeps the asyncio server here
-            sockets = getattr(server, "sockets", None) or []
+            server = await loop.create_server(
+                connection, config.host, config.port, ssl=context, backlog=128
+            )
+            self._servers.append(server)
+            sockets = list(server.sockets or ())  # uvloop's is a list, its stub says tuple
             port = sockets[0].getsockname()[1] if sockets else config.port
             self.ports.append(port)
             scheme = "https" if context is not None else "http"
@@ -215,6 +357,9 @@ class HttpServer:
                 )
 
     async def stop(self) -> None:
+        servers, self._servers = self._servers, []
+        for server in servers:
+            server.close()  # no new connections; the runners end the open ones
         runners, self._runners = self._runners, []
         for runner in runners:
             await runner.cleanup()
@@ -352,8 +497,10 @@ class HttpServer:
         committed = body.get("committed_seq")
         running = body.get("running", True)
         topics = body.get("topics", ["#"])
-        if committed is not None and (type(committed) is not int or committed < 0):
-            return json_error(400, "committed_seq must be a seq (an integer >= 0) or null")
+        if committed is not None and (type(committed) is not int or not 0 <= committed <= MAX_SEQ):
+            return json_error(
+                400, f"committed_seq must be a seq (an integer from 0 to {MAX_SEQ}) or null"
+            )
         if not isinstance(running, bool):
             return json_error(400, "running must be true or false")
         if not isinstance(topics, list) or not all(isinstance(t, str) for t in topics):

@@ -12,7 +12,8 @@ change is logged with the administrator's name (logger `telemq.admin`).
 
 The JSON shapes are in `admin_views.py`; the contract, for people and code generators, is
 `openapi.json` beside this file, served at `/api/v1/openapi.json` without authentication
-(it holds no data). Errors are ``{"error": "..."}`` with 400, 401, 403, 404 or 503.
+(it holds no data). Errors are ``{"error": "..."}`` with 400, 401, 403, 404 or 503 from
+here, and 405, 413 or 500 from the listener's `json_errors` (http.py).
 
 Lists take `limit` (default 100, at most 1000) and `offset`, and say their `total`, so a
 page of a broker with a million sessions costs a page, plus the walk that filters them.
