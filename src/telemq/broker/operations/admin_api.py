@@ -35,7 +35,8 @@ from aiohttp import web
 from ...protocol import ReasonCode
 from ...protocol.topics import topic_filter_error
 from ...store import StoreError
-from ..edges.http import USER, Handler, json_error, offset_json, read_journal
+from ..edges.http import USER, Handler, offset_json, read_journal
+from ..edges.http_errors import json_error
 from .admin_views import client_json, retained_json, session_json, subscription_json
 from .view import FIGURES, BrokerView, Operations
 

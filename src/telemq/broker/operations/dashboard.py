@@ -21,7 +21,7 @@ from pathlib import Path
 from aiohttp import web
 
 from ...dashboard import ASSETS, OWN_FILES, VENDOR
-from ..edges.http import json_error
+from ..edges.http_errors import json_error
 
 CONTENT_TYPES = {
     ".html": "text/html; charset=utf-8",

@@ -38,7 +38,8 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from ..core.stats import Histogram, PeerCounters
-from ..edges.http import USER, json_error
+from ..edges.http import USER
+from ..edges.http_errors import json_error
 from .view import COUNTER, FIGURES, BrokerView, Overview
 
 PREFIX = "telemq_"
