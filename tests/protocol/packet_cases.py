@@ -76,7 +76,7 @@ class MalformedCase:
     level: int
     raw: bytes
     message: str  # a substring of the MalformedPacket message
-    reason: int = MALFORMED  # 5.0: the reason code of the error (`PropertyError.reason`)
+    reason: int = MALFORMED  # the reason code of the error (`MalformedPacket.reason`)
 
     @property
     def id(self) -> str:
@@ -400,8 +400,15 @@ _RESERVED_FLAG_CASES: list[MalformedCase] = [
     if flags != base[0] & 0x0F
 ]
 
+# Packet identifier 0 parses: a protocol error (0x82, §4.13), at every level.
 _PACKET_ID_ZERO_CASES: list[MalformedCase] = [
-    MalformedCase(f"{name} with packet identifier 0", level, raw, f"{name}: packet identifier 0")
+    MalformedCase(
+        f"{name} with packet identifier 0",
+        level,
+        raw,
+        f"{name}: packet identifier 0",
+        PROTOCOL_ERROR,
+    )
     for level in LEVELS
     for name, raw in [
         ("PUBLISH", b"\x32\x07\x00\x03a/b\x00\x00"),  # QoS 1
@@ -1415,6 +1422,7 @@ MALFORMED_CASES_5: list[MalformedCase] = [
         MQTT_5,
         b"\x32\x08\x00\x03a/b\x00\x00\x00",
         "PUBLISH: packet identifier 0 is invalid",
+        PROTOCOL_ERROR,
     ),
     MalformedCase(
         "PUBLISH with a wildcard in the topic",
@@ -1440,6 +1448,7 @@ MALFORMED_CASES_5: list[MalformedCase] = [
         MQTT_5,
         b"\x50\x02\x00\x00",
         "PUBREC: packet identifier 0 is invalid",
+        PROTOCOL_ERROR,
     ),
     MalformedCase(
         "PUBREL with bytes after the properties",
@@ -1523,6 +1532,7 @@ MALFORMED_CASES_5: list[MalformedCase] = [
         MQTT_5,
         b"\x82\x07\x00\x00\x00\x00\x01a\x00",
         "SUBSCRIBE: packet identifier 0 is invalid",
+        PROTOCOL_ERROR,
     ),
     MalformedCase(
         "SUBACK without reason codes", MQTT_5, b"\x90\x03\x00\x01\x00", "SUBACK: no reason code"

@@ -163,7 +163,7 @@ class ConnectionMachine(RuleBasedStateMachine):
             assert isinstance(events[0], ConnectionClosed)
             assert case.message in events[0].reason
             assert not events[0].graceful
-            assert events[0].code is ReasonCode.MALFORMED_PACKET
+            assert events[0].code == case.reason  # 0x81, or 0x82 for packet id 0
         elif how == "server close":
             closed = self.connection.close("session taken over", ReasonCode.SESSION_TAKEN_OVER)
             assert closed == ConnectionClosed(

@@ -57,6 +57,7 @@ from .wire import check_topic_name as _check_topic_name
 from .wire import encode_binary as _binary
 from .wire import encode_string as _string
 from .wire import read_packet_id as _packet_id
+from .wire import zero_packet_id as _zero_packet_id
 
 __all__ = [  # with what moved to `wire` and is still imported from here
     "MAX_PACKET_SIZE",
@@ -298,7 +299,7 @@ def _decode_publish(first: int, body: bytes, level: int) -> Publish:
             raise MalformedPacket("PUBLISH: packet ends before the packet identifier")
         packet_id = (body[end] << 8) | body[end + 1]
         if packet_id == 0:
-            raise MalformedPacket("PUBLISH: packet identifier 0 is invalid")
+            raise _zero_packet_id("PUBLISH")
         end += 2
     return Publish(topic, body[end:], qos, bool(first & 0x01), dup, packet_id)
 
@@ -326,7 +327,7 @@ def _id_body(body: bytes, name: str) -> int:
         raise MalformedPacket(f"{name}: remaining length must be 2, got {len(body)}")
     packet_id = (body[0] << 8) | body[1]
     if packet_id == 0:
-        raise MalformedPacket(f"{name}: packet identifier 0 is invalid")
+        raise _zero_packet_id(name)
     return packet_id
 
 

@@ -28,9 +28,11 @@ Errors: `MalformedPacket` names the problem; where chapter 3 calls it a Protocol
 error is a `PropertyError` (the `MalformedPacket` that carries a reason code, from
 `properties`, which raises it for the property blocks) with `reason` 0x82: a zero-length
 topic name without a topic alias, a subscription's maximum QoS 3 or retain handling 3, a
-SUBSCRIBE or UNSUBSCRIBE without a topic filter. Rules that need the connection's state
-(the topic alias maximum, the authentication method of AUTH, who may send which reason
-code) are the connection's.
+SUBSCRIBE or UNSUBSCRIBE without a topic filter; and packet identifier 0 where one is
+needed (`wire.zero_packet_id`, reason 0x82 too), checked once the rest of the packet has
+parsed, so that a packet also malformed is 0x81 (§4.13). Rules that need the connection's
+state (the topic alias maximum, the authentication method of AUTH, who may send which
+reason code, a client's Subscription Identifier in PUBLISH) are the connection's.
 
 `encode5` raises `ValueError` for what the decoder would refuse: a reason code not listed
 for the packet, invalid subscription options, an empty topic name without a topic alias,
@@ -84,7 +86,7 @@ from .wire import (
     encode_remaining_length,
     encode_string,
     frame,
-    read_packet_id,
+    zero_packet_id,
 )
 
 _LEVEL: Final = 5
@@ -438,8 +440,6 @@ def _decode_publish(first: int, body: bytes, level: int) -> Publish:
         if end + 2 > size:
             raise MalformedPacket("PUBLISH: packet ends before the packet identifier")
         packet_id = (body[end] << 8) | body[end + 1]
-        if packet_id == 0:
-            raise MalformedPacket("PUBLISH: packet identifier 0 is invalid")
         end += 2
     if end >= size:
         raise MalformedPacket("PUBLISH: packet ends before the properties")
@@ -452,6 +452,8 @@ def _decode_publish(first: int, body: bytes, level: int) -> Publish:
         raise PropertyError(  # §3.3.2.1
             "PUBLISH: empty topic name without a topic alias", PROTOCOL_ERROR
         )
+    if qos and packet_id == 0:  # checked once the packet parsed: §4.13
+        raise zero_packet_id("PUBLISH")
     return Publish(topic, body[end:], qos, bool(first & 0x01), dup, packet_id, None, props)
 
 
@@ -469,13 +471,15 @@ def _decode_ack(
         if size < 2:
             raise MalformedPacket(f"{name}: remaining length must be at least 2, got {size}")
         packet_id = (body[0] << 8) | body[1]
-        if packet_id == 0:
-            raise MalformedPacket(f"{name}: packet identifier 0 is invalid")
         if size == 2:
+            if packet_id == 0:
+                raise zero_packet_id(name)
             return cls(packet_id)
         code = body[2]
         _check_code(code, valid, name)
         props = None if size == 3 else _last_properties(body, 3, context, name)
+        if packet_id == 0:  # checked once the packet parsed: §4.13
+            raise zero_packet_id(name)
         return cls(packet_id, reason_code=code, properties=props)
 
     return decode
@@ -484,7 +488,7 @@ def _decode_ack(
 def _decode_subscribe(first: int, body: bytes, level: int) -> Subscribe:
     check_flags(first, 0b0010, _LEVEL, "SUBSCRIBE")
     reader = Reader(body, "SUBSCRIBE")
-    packet_id = read_packet_id(reader)
+    packet_id = reader.uint16()  # 0 is refused once the packet parsed (§4.13)
     props = _read_properties(reader, _SUBSCRIBE)
     topics: list[tuple[str, int]] = []
     while reader.remaining():
@@ -501,6 +505,8 @@ def _decode_subscribe(first: int, body: bytes, level: int) -> Subscribe:
         topics.append((topic_filter, options))
     if not topics:
         raise PropertyError("SUBSCRIBE: no topic filter", PROTOCOL_ERROR)
+    if packet_id == 0:
+        raise zero_packet_id("SUBSCRIBE")
     return Subscribe(packet_id, topics, False, props)
 
 
@@ -510,13 +516,15 @@ def _read_ack_codes(
     """The packet id, reason codes (one per filter) and properties of a SUBACK/UNSUBACK."""
     check_flags(first, 0, _LEVEL, name)
     reader = Reader(body, name)
-    packet_id = read_packet_id(reader)
+    packet_id = reader.uint16()
     props = _read_properties(reader, context)
     codes = list(reader.rest())
     if not codes:
         raise MalformedPacket(f"{name}: no reason code")
     for code in codes:
         _check_code(code, valid, name)
+    if packet_id == 0:  # checked once the packet parsed: §4.13
+        raise zero_packet_id(name)
     return packet_id, codes, props
 
 
@@ -528,7 +536,7 @@ def _decode_suback(first: int, body: bytes, level: int) -> SubAck:
 def _decode_unsubscribe(first: int, body: bytes, level: int) -> Unsubscribe:
     check_flags(first, 0b0010, _LEVEL, "UNSUBSCRIBE")
     reader = Reader(body, "UNSUBSCRIBE")
-    packet_id = read_packet_id(reader)
+    packet_id = reader.uint16()  # 0 is refused once the packet parsed (§4.13)
     props = _read_properties(reader, _UNSUBSCRIBE)
     topics: list[str] = []
     while reader.remaining():
@@ -538,6 +546,8 @@ def _decode_unsubscribe(first: int, body: bytes, level: int) -> Unsubscribe:
         topics.append(topic_filter)
     if not topics:
         raise PropertyError("UNSUBSCRIBE: no topic filter", PROTOCOL_ERROR)
+    if packet_id == 0:
+        raise zero_packet_id("UNSUBSCRIBE")
     return Unsubscribe(packet_id, topics, False, props)
 
 

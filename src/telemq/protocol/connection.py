@@ -60,7 +60,7 @@ from .events import (
     UnsubscribeRequested,
 )
 from .flows import Flows, Inflight, InflightState
-from .handshake import accept_bytes, check_connect, refusal_bytes
+from .handshake import accept_bytes, check_connect, connack_problem, refusal_bytes
 from .packets import (
     Auth,
     Connect,
@@ -416,6 +416,25 @@ class Connection:
         if flows.outbound:
             return self.resend_inflight(now)
         return []
+
+    def connack_problem(
+        self,
+        assigned_client_id: str | None,
+        session_expiry_interval: int | None,
+        authentication_data: bytes | None,
+    ) -> str:
+        """Why `accept` with these values could not send its CONNACK ("" when it can): at
+        MQTT 5.0, a CONNACK larger than the client's Maximum Packet Size. The owner asks
+        before it changes anything, and then closes the connection (`close`): nothing is
+        sent before CONNACK."""
+        return connack_problem(
+            self.peer5,
+            self._limits5,
+            self.keepalive,
+            assigned_client_id,
+            session_expiry_interval,
+            authentication_data,
+        )
 
     def refuse(
         self, return_code: ConnectReturnCode, reason: str, code5: ReasonCode | None = None

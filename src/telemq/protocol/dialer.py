@@ -305,7 +305,9 @@ class DialConnection(Connection):
             return
         keepalive = self.keepalive
         if level == _MQTT_5:
-            self.peer5 = Peer5.from_connect(props)  # the server's limits, read as a client's
+            peer = Peer5.from_connect(props)  # the server's limits, read as a client's
+            peer.server = True
+            self.peer5 = peer
             if props is not None:
                 if props.server_keep_alive is not None:
                     keepalive = props.server_keep_alive

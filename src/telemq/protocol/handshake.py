@@ -16,8 +16,9 @@ broker) hears of it:
   Maximum QoS, or RETAIN while retain is unavailable).
 
 The CONNACKs the owner's answer needs (`accept_bytes`, `refusal_bytes`) are encoded here too,
-one function for every protocol level. Everything here runs once per connection, never per
-message.
+one function for every protocol level, and `connack_problem` says when the CONNACK that
+accepts a 5.0 client could not be sent to it (larger than its Maximum Packet Size).
+Everything here runs once per connection, never per message.
 """
 
 from __future__ import annotations
@@ -116,6 +117,39 @@ def accept_bytes(
     # MQTT 3.1 has no session present flag: the byte is reserved (0).
     present = session_present and protocol_level >= ProtocolLevel.MQTT_3_1_1
     return encode(ConnAck(ConnectReturnCode.ACCEPTED, present))
+
+
+def connack_problem(
+    peer5: Peer5 | None,
+    limits: ServerLimits5 | None,
+    keepalive: int,
+    assigned_client_id: str | None,
+    session_expiry_interval: int | None,
+    authentication_data: bytes | None,
+) -> str:
+    """Why the CONNACK 0 of `accept_bytes` cannot be sent ("" when it can): at 5.0, one
+    larger than the client's Maximum Packet Size, which the server must not send
+    [MQTT-3.1.2-24]. Its properties state the server's limits and the client id it
+    assigned, none of which may be left out, so the connection is closed without CONNACK
+    (docs/mqtt5.md, "Maximum Packet Size")."""
+    if peer5 is None or limits is None:
+        return ""
+    size = len(
+        peer5.connack(
+            limits,
+            False,
+            keepalive,
+            assigned_client_id,
+            session_expiry_interval,
+            authentication_data,
+        )
+    )
+    if size <= peer5.maximum_packet_size:
+        return ""
+    return (
+        f"the CONNACK ({size} bytes) is larger than the client's Maximum Packet Size "
+        f"({peer5.maximum_packet_size} bytes): closed without CONNACK"
+    )
 
 
 def refusal_bytes(

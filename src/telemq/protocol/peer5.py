@@ -116,6 +116,9 @@ class Peer5:
     inbound_aliases: dict[int, str] = field(default_factory=dict)
     outbound_aliases: dict[bytes, int] = field(default_factory=dict)
     unanswered: set[int] = field(default_factory=set)  # the client's QoS 1/2 packet ids
+    # The peer is a server (a dialer's `Peer5`, from CONNACK): its PUBLISHes may carry
+    # Subscription Identifiers, a client's may not [MQTT-3.3.4-6].
+    server: bool = False
 
     @classmethod
     def from_connect(cls, props: Properties | None) -> Peer5:
@@ -154,6 +157,11 @@ class Peer5:
         props = publish.properties
         if props is None:
             return self._count(publish, limits) if qos else (_FINE, "")
+        if props.subscription_identifiers and not self.server:
+            return (
+                ReasonCode.PROTOCOL_ERROR,
+                "a PUBLISH from a client carries a subscription identifier [MQTT-3.3.4-6]",
+            )
         alias = props.topic_alias
         if alias is not None:
             props.topic_alias = None
@@ -270,12 +278,15 @@ class Peer5:
     def refusal(self, code: int, reason: str) -> bytes:
         """A refusing CONNACK, with the reason as Reason String when it fits the client's
         Maximum Packet Size (the property is optional, the limit is not); 0x80 for a code
-        CONNACK cannot carry."""
+        CONNACK cannot carry. Nothing (b"") when not even the bare CONNACK fits: the
+        connection then closes without one [MQTT-3.1.2-24]."""
         code = code if code in CONNACK_REASONS else ReasonCode.UNSPECIFIED_ERROR
         props = Properties(reason_string=reason[:MAX_REASON_STRING])
         data = encode(ConnAck(code, False, props), _MQTT_5)
         if len(data) > self.maximum_packet_size:
             data = encode(ConnAck(code, False), _MQTT_5)
+            if len(data) > self.maximum_packet_size:
+                return b""
         return data
 
     def disconnect(self, code: int, reason: str) -> bytes:

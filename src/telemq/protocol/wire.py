@@ -12,6 +12,7 @@ from typing import Final
 
 from .errors import MalformedPacket
 from .packets import ProtocolLevel
+from .reasons import ReasonCode
 from .topics import forbidden_character, topic_name_error
 
 MAX_REMAINING_LENGTH: Final = 268_435_455
@@ -134,8 +135,14 @@ class Reader:
 def read_packet_id(reader: Reader) -> int:
     packet_id = reader.uint16()
     if packet_id == 0:
-        raise MalformedPacket(f"{reader.what}: packet identifier 0 is invalid")
+        raise zero_packet_id(reader.what)
     return packet_id
+
+
+def zero_packet_id(what: str) -> MalformedPacket:
+    """The error of packet identifier 0 where one is needed (§2.2.1): the packet parses,
+    so it is a protocol error (0x82), not a malformed packet (§4.13), at every level."""
+    return MalformedPacket(f"{what}: packet identifier 0 is invalid", ReasonCode.PROTOCOL_ERROR)
 
 
 def check_flags(first: int, expected: int, level: int, name: str) -> None:

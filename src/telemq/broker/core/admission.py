@@ -18,8 +18,12 @@ The checks, in order:
   by the hooks; on a worker thread when a hook says its check is slow, reading paused
   meanwhile (`_authenticate_later`);
 - its will's topic, within the topic limits (else the connection closes, as for a PUBLISH);
-- its client id: `$bridge/` and `$remote/` ids are the network's; a `$link/` id must pass the
-  links room's gate (`Sessions.link_gate`) and then belongs to `LINK_OWNER`;
+- its client id: `$bridge/` and `$remote/` ids are the network's;
+- its will's topic again: a will under one of the broker's own prefixes (`$SYS/`, ...:
+  security/reserved.py) is refused with CONNACK 5 (0x87), for every user, and counted as a
+  denied publication;
+- a `$link/` client id must pass the links room's gate (`Sessions.link_gate`) and then
+  belongs to `LINK_OWNER`;
 - the session it names, if any, must be its user's: another user connecting with the same
   client id is refused with CONNACK 5 (not authorized), whatever its clean-session flag.
 """
@@ -39,6 +43,7 @@ from ...protocol import (
     TopicLimits,
 )
 from ..security.hooks import Hooks
+from ..security.reserved import reserved_topic_problem
 from .authentication import Authentications
 from .sessions import BRIDGE_PREFIX, LINK_OWNER, LINK_PREFIX, REMOTE_PREFIX, Sessions
 
@@ -213,6 +218,21 @@ class Admission:
                 ReasonCode.CLIENT_IDENTIFIER_NOT_VALID,
             )
             return
+        if packet.will is not None and packet.will.topic.startswith("$"):
+            reserved = reserved_topic_problem(packet.will.topic, client_id)
+            if reserved is not None:
+                # A will the broker would never publish: refused now, as MQTT 5.0 refuses
+                # one it could not publish as given [MQTT-3.2.2-12], and counted as denied.
+                self._stats.publish_denied += 1
+                connection = client.connection
+                assert connection is not None
+                closed = connection.refuse(
+                    ConnectReturnCode.NOT_AUTHORIZED,
+                    f"will refused: {reserved}",
+                    ReasonCode.NOT_AUTHORIZED,
+                )
+                sessions.on_closed(client, closed)
+                return
         link = client_id.startswith(LINK_PREFIX)
         if link:
             gate = sessions.link_gate

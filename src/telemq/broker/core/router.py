@@ -6,9 +6,10 @@ For one PUBLISH from a client (`on_publish`):
 
 1. A command topic (`SYSTEM.BROKER.*`) runs the MQ command instead (`mq.CommandHost`); a
    QoS 2 command runs on PUBREL, like any QoS 2 publication.
-2. The hooks may deny it: it is dropped and counted in `$SYS/broker/publish/messages/denied`,
-   and acknowledged as usual (MQTT 3.1.1 has no way to say no to a PUBLISH) or, at MQTT 5.0,
-   with reason code 0x87 (not authorized).
+2. A topic under one of the broker's own prefixes (`$SYS/`, `$link/`, ...:
+   security/reserved.py), or one the hooks deny, is dropped and counted in
+   `$SYS/broker/publish/messages/denied`, and acknowledged as usual (MQTT 3.1.1 has no way
+   to say no to a PUBLISH) or, at MQTT 5.0, with reason code 0x87 (not authorized).
 3. QoS 0/1: `accept` retains it (`RetainedMessages`), appends its journal row and routes it:
    the registry gives the matching queues with their granted QoS (content filters included);
    each session gets one `Delivery` at min(publish QoS, granted QoS) (`Deliveries`).
@@ -47,6 +48,7 @@ from ...store import IncomingRecord
 from ...subscriptions import DeliveryOptions, Registry
 from ..security.acl import Action
 from ..security.hooks import Hooks
+from ..security.reserved import reserved_topic_problem
 from .committer import Committer
 from .delivery import Deliveries
 from .message import Delivery, Message
@@ -193,17 +195,16 @@ class Router:
             if qos == 1:
                 committer.after(lambda: client.acknowledge(PacketType.PUBACK, packet_id))
             return
+        topic = publish.topic
+        if topic.startswith("$"):  # the broker's own prefixes: security/reserved.py
+            reserved = reserved_topic_problem(topic, client.client_id)
+            if reserved is not None:
+                self._deny(client, publish, f"refused: {reserved}")
+                return
         if self._publish_checked and not self._hooks.may(
-            Action.PUBLISH, publish.topic, client.user_id, client.client_id
+            Action.PUBLISH, topic, client.user_id, client.client_id
         ):
-            self._stats.publish_denied += 1
-            log.info("client %r: publish to %r denied", client.client_id, publish.topic)
-            # MQTT 5.0 says so (0x87); 3.1.1 acknowledges as usual (the code is ignored).
-            denied = ReasonCode.NOT_AUTHORIZED
-            if qos == 1:
-                committer.after(lambda: client.acknowledge(PacketType.PUBACK, packet_id, denied))
-            elif qos == 2:
-                committer.after(lambda: client.acknowledge(PacketType.PUBREC, packet_id, denied))
+            self._deny(client, publish, "denied")
             return
         if qos == 2:
             if not event.duplicate:
@@ -220,6 +221,20 @@ class Router:
             committer.after(lambda: client.acknowledge(PacketType.PUBACK, packet_id))
         elif committer.pending:
             committer.schedule_lazy()  # nothing waits for a QoS 0 journal row
+
+    def _deny(self, client: Client, publish: Publish, why: str) -> None:
+        """A PUBLISH the client may not make: dropped (not retained, journaled or routed)
+        and counted in `$SYS/broker/publish/messages/denied`; MQTT 5.0 says so in its
+        PUBACK/PUBREC (0x87), 3.1/3.1.1 acknowledge as usual (the code is ignored)."""
+        self._stats.publish_denied += 1
+        log.info("client %r: publish to %r %s", client.client_id, publish.topic, why)
+        packet_id = publish.packet_id
+        denied = ReasonCode.NOT_AUTHORIZED
+        committer = self._committer
+        if publish.qos == 1:
+            committer.after(lambda: client.acknowledge(PacketType.PUBACK, packet_id, denied))
+        elif publish.qos == 2:
+            committer.after(lambda: client.acknowledge(PacketType.PUBREC, packet_id, denied))
 
     def on_release(self, client: Client, event: MessageReleased) -> None:
         self.release(client, event, None)

@@ -163,6 +163,21 @@ class Sessions:
         authentication, for CONNACK."""
         connection = client.connection
         assert connection is not None
+        peer5 = connection.peer5
+        # MQTT 5.0: the session lasts as long as the client asks, up to the configured cap;
+        # 3.1/3.1.1: a persistent session (clean session 0) lasts until the client ends it.
+        if peer5 is not None:
+            expiry = min(peer5.session_expiry_interval, self._max_expiry)
+            assigned = client_id if not packet.client_id else None
+            granted = expiry if expiry != peer5.session_expiry_interval else None
+            too_large = connection.connack_problem(assigned, granted, auth_data)
+            if too_large:  # before anything changes: no takeover, no session
+                self.on_closed(client, connection.close(too_large, ReasonCode.PACKET_TOO_LARGE))
+                return
+        else:
+            expiry = 0 if packet.clean_session else NO_EXPIRY
+            assigned = None
+            granted = None
         limits = self._limits
         hooks = self._hooks
         client.client_id = client_id
@@ -177,13 +192,6 @@ class Sessions:
             )
         session = self.by_id.get(client_id)
         present = False
-        peer5 = connection.peer5
-        # MQTT 5.0: the session lasts as long as the client asks, up to the configured cap;
-        # 3.1/3.1.1: a persistent session (clean session 0) lasts until the client ends it.
-        if peer5 is not None:
-            expiry = min(peer5.session_expiry_interval, self._max_expiry)
-        else:
-            expiry = 0 if packet.clean_session else NO_EXPIRY
         if packet.clean_session or session is None or not session.persistent:
             if session is not None:
                 self.discard(session)
@@ -213,10 +221,8 @@ class Sessions:
             present,
             session.flows,
             self._loop.time(),
-            assigned_client_id=client_id if peer5 is not None and not packet.client_id else None,
-            session_expiry_interval=(
-                expiry if peer5 is not None and expiry != peer5.session_expiry_interval else None
-            ),
+            assigned_client_id=assigned,
+            session_expiry_interval=granted,
             authentication_data=auth_data,
         )
         log.debug(

@@ -47,6 +47,7 @@ from ...protocol import (
     shared_subscription,
 )
 from ...protocol.peer5 import ServerLimits5
+from ...protocol.topics import SHARE_PREFIX
 from ...store import SubscriptionRecord
 from ...subscriptions import (
     PERSISTENCE_RANK,
@@ -150,6 +151,11 @@ class SubscriptionManager:
         subscription_id = 0
         if props is not None and props.subscription_identifiers:
             subscription_id = props.subscription_identifiers[0]
+        if limits5 is not None and self._shared_available:
+            malformed = _malformed_share(packet.topics, limits)
+            if malformed:  # before any filter is subscribed: the error changes nothing
+                client.close(malformed, ReasonCode.PROTOCOL_ERROR)
+                return
         retained_for: list[Subscription] = []  # those that get the retained messages
         for topic_filter, options in packet.topics:
             # 5.0: subscription options, whose bits 0-1 are the QoS; 3.1/3.1.1: the QoS.
@@ -158,7 +164,9 @@ class SubscriptionManager:
             problem = limits.filter_error(topic_filter)
             if problem is None and limits5 is not None:
                 qos = min(qos, limits5.maximum_qos)
-                code5, problem = _unavailable(topic_filter, limits5)
+                unavailable, why = _unavailable(topic_filter, limits5)
+                if why is not None:
+                    code5, problem = unavailable, why
             if problem is None and topic_filter.startswith(LINK_TOPICS):
                 code5, problem = ReasonCode.NOT_AUTHORIZED, "$link/ topics are the links'"
             share_name, matched = "", topic_filter  # what the ACL and the trie see
@@ -437,6 +445,20 @@ def _refusal(connection: Connection, qos: int, code5: ReasonCode) -> int:
     if connection.peer5 is not None:
         return code5
     return SUBACK_FAILURE if connection.protocol_level >= ProtocolLevel.MQTT_3_1_1 else qos
+
+
+def _malformed_share(topics: list[tuple[str, int]], limits: TopicLimits) -> str:
+    """MQTT 5.0: why a SUBSCRIBE is a protocol error for a `$share/` filter without a share
+    name or without a topic filter (`$share/g/`, `$share/g`) [MQTT-4.8.2-1, -2], "" when
+    none is. A filter invalid as any filter (`$share/g+/a`) gets SUBACK 0x8F instead, as
+    every invalid filter does, and 3.1/3.1.1, which cannot say protocol error, 0x80."""
+    for topic_filter, _options in topics:
+        if topic_filter.startswith(SHARE_PREFIX) and limits.filter_error(topic_filter) is None:
+            try:
+                shared_subscription(topic_filter)
+            except ValueError as error:
+                return f"SUBSCRIBE: {error}"
+    return ""
 
 
 def _unavailable(topic_filter: str, limits: ServerLimits5) -> tuple[ReasonCode, str | None]:

@@ -41,6 +41,7 @@ from ...protocol.property_table import Properties
 from ...subscriptions import Registry, Subscription
 from ..core.command_puts import publish_as, put_to_queue
 from ..security.acl import Action
+from ..security.reserved import reserved_topic_problem
 
 if TYPE_CHECKING:
     from ..core.rooms import CoreRooms
@@ -152,6 +153,10 @@ class CommandHost:
         return self.may(Action.SUBSCRIBE, requester, topic_filter)
 
     def may_publish(self, requester: Requester, topic: str) -> bool:
+        """The publish check of a Publish, DeletePub or Put topic and of a reply topic: the
+        broker's own prefixes (security/reserved.py) are refused whatever the hooks say."""
+        if reserved_topic_problem(topic, "") is not None:  # "": no bridge state by command
+            return False
         return self.may(Action.PUBLISH, requester, topic)
 
     def ensure_queue(self, queue: str, owner: str) -> None:
