@@ -8,9 +8,11 @@ Published), and every broker it reaches keeps it in its retained store. What a n
 subscription needs is what was retained *before* it: so a broker that gets a new proxy
 subscription from a neighbour (docs/network.md §5) answers with the matching retained
 messages of its own store, except those made on that neighbour's side of the tree (it has
-them, or will get them from there). Each goes into the link session's queue as a **sync
-copy**: RETAIN set, at least QoS 1 (it must not be lost to a busy link), its envelope
-tagged `telemq-sync: <sp> <filter>`, in order with the live copies queued after it.
+them, or will get them from there) and those whose scope is this broker (an MQ Publish with
+PubOpt Local: `Message.local_only`, kept with the retained record across restarts). Each
+goes into the link session's queue as a **sync copy**: RETAIN set, at least QoS 1 (it must
+not be lost to a busy link), its envelope tagged `telemq-sync: <sp> <filter>`, in order
+with the live copies queued after it.
 
 A broker that receives a sync copy (links.py, `Message.sync`) keeps and passes it on only
 if it is news: when its store holds no retained message on that topic, or a different one.
@@ -82,6 +84,8 @@ class RetainedSync:
         deliveries = self._deliveries
         sent = 0
         for message in self._retained.matching(sub_point, topic_filter):
+            if message.local_only:
+                continue  # PubOpt Local: its retained copy stays here
             origin = message.origin or self._own
             if origin != self._own and self._next_hop(origin) == neighbour:
                 continue  # made on the neighbour's side
