@@ -35,7 +35,7 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from ...network.control import ProxyChange, Sync
-from ...network.envelope import LinkInfo, closed_envelope
+from ...network.envelope import LinkInfo, sealed_envelope
 from ...network.topology import Topology
 from ...protocol import (
     Connect,
@@ -141,7 +141,7 @@ class Links:
         self._sessions.set_link_gate(self)
         router = self._rooms.router
         for sub_point in self._rooms.sub_points:
-            router.set_envelope(sub_point, closed_envelope(LinkInfo((self.own,), sub_point)))
+            router.set_envelope(sub_point, sealed_envelope(LinkInfo((self.own,), sub_point)))
         deliveries = self._rooms.deliveries
         for name, link in self.links.items():
             session = self._sessions.configure_link_session(

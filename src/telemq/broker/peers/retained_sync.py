@@ -40,7 +40,7 @@ import logging
 from collections.abc import Callable
 
 from ...network.control import CONTROL_TOPIC, DeleteRetained, encode
-from ...network.envelope import LinkInfo, closed_envelope, sync_tag
+from ...network.envelope import LinkInfo, sealed_envelope, sync_tag
 from ...subscriptions import LINK_QUEUE_PREFIX
 from ..core.committer import Committer
 from ..core.delivery import Deliveries
@@ -90,7 +90,10 @@ class RetainedSync:
             if origin != self._own and self._next_hop(origin) == neighbour:
                 continue  # made on the neighbour's side
             path = (self._own,) if origin == self._own else (origin, self._own)
-            envelope = closed_envelope(LinkInfo(path, sub_point, sync=tag))
+            info = LinkInfo(
+                path, sub_point, sync=tag, client_id=message.client_id, user_id=message.user_id
+            )
+            envelope = sealed_envelope(info)
             queued = deliveries.enqueue(
                 session, message, message.qos or 1, True, session.persistent, False, envelope
             )
