@@ -155,7 +155,7 @@ def test_a_schema_4_journal_gains_the_column_and_keeps_its_rows(tmp_path: Path) 
     try:
         conn = store._conn
         assert conn is not None
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
         assert _journal_columns(path) == _journal_columns(tmp_path / "new.db")
         assert _journal_columns(path)[-2:] == ["properties", "origin"]
         state = store.load()
@@ -183,9 +183,9 @@ def test_a_schema_4_journal_gains_the_column_and_keeps_its_rows(tmp_path: Path) 
     conn.close()
 
 
-def test_a_schema_3_file_upgrades_in_order_to_6(tmp_path: Path) -> None:
-    """Every step's columns at once: the held, stored and retained messages' (4) and the
-    journal's (5, 6); the old rows stay."""
+def test_a_schema_3_file_upgrades_in_order_to_7(tmp_path: Path) -> None:
+    """Every step's columns at once: the held, stored and retained messages' (4), the
+    journal's (5, 6) and the retained messages' scope (7); the old rows stay."""
     path = tmp_path / "telemq.db"
     conn = raw(path)
     conn.executescript(_SCHEMA_3 + _JOURNAL_4)
@@ -198,7 +198,7 @@ def test_a_schema_3_file_upgrades_in_order_to_6(tmp_path: Path) -> None:
         assert store.read_journal(1, 10) == [record(1), record(2)]
         live = store._conn
         assert live is not None
-        assert live.execute("PRAGMA user_version").fetchone()[0] == 6
+        assert live.execute("PRAGMA user_version").fetchone()[0] == 7
         for table in ("messages", "retained", "incoming", "journal"):
             columns = [r[1] for r in live.execute(f"PRAGMA table_info({table})")]
             with raw(tmp_path / "new.db") as fresh:

@@ -222,11 +222,11 @@ def test_a_schema_3_file_gains_the_columns_and_keeps_its_rows(tmp_path: Path) ->
     try:
         conn = store._conn
         assert conn is not None
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
         for table in TABLES:
             assert _columns(conn, table) == new_file[table], table  # same columns, same order
         assert new_file["messages"][-2:] == new_file["incoming"][-2:] == ["properties", "expiry_at"]
-        assert new_file["retained"][-1] == "properties"
+        assert new_file["retained"][-2:] == ["properties", "local_only"]
         state = store.load()
         assert state.messages == {1: message(1)}
         assert state.retained == [RetainedRecord("", "r/old", b"r", 1, 3)]

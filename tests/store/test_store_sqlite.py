@@ -136,7 +136,7 @@ def test_a_schema_1_file_moves_its_held_messages_to_the_keyed_table(tmp_path: Pa
     try:
         conn = connection(store)
         assert _incoming_layout(conn) == (True, [])
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
         columns = {row[1] for row in conn.execute("PRAGMA table_info(incoming)")}
         assert {"properties", "expiry_at"} <= columns
         state = store.load()

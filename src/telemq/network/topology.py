@@ -53,18 +53,31 @@ class Cycle:
     through: str = ""
 
     def message(self, link: str) -> str:
-        """The log line (and the refusal's Reason String) for refusing `link` over it."""
-        own = self.brokers[0]
-        loop = " - ".join((*self.brokers, own))
-        if not self.known:
+        """The log line (and the refusal's Reason String) for refusing `link` over it: either
+        link of this broker on the cycle (`seen_from`)."""
+        cycle = self.seen_from(link)
+        own = cycle.brokers[0]
+        loop = " - ".join((*cycle.brokers, own))
+        if not cycle.known:
             return (
                 f"link {link!r} refused: it would close the cycle {loop} (it announces this "
                 f"broker's own name {own!r}: the links form a cycle, or two brokers share a name)"
             )
         return (
             f"link {link!r} refused: it would close the cycle {loop} "
-            f"({self.known!r} is already reachable through link {self.through!r})"
+            f"({cycle.known!r} is already reachable through link {cycle.through!r})"
         )
+
+    def seen_from(self, link: str) -> Cycle:
+        """The same cycle told from `link`, this broker's other link on it: a tie-break
+        (`Topology.drops`) may drop that one rather than the link the cycle was found over
+        (`brokers[1]`). Then it goes round the other way, and what is already reachable
+        through the link it was found over is the broker found again, or `link` itself
+        when that path named this broker."""
+        brokers = self.brokers
+        if len(brokers) < 3 or link == brokers[1] or link != brokers[-1]:
+            return self
+        return Cycle((brokers[0], *reversed(brokers[1:])), self.known or link, brokers[1])
 
 
 def tie_break(cycle: Cycle) -> tuple[str, str]:

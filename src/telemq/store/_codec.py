@@ -32,7 +32,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     for table, columns in {
         "sessions": "client_id data",
         "subscriptions": "client_id key data",
-        "retained": "sub_point topic payload qos ts_us data properties",
+        "retained": "sub_point topic payload qos ts_us data properties local_only",
         "messages": "id topic payload qos retain sub_point client_id user_id ts_us properties"
         " expiry_at",
         "deliveries": "delivery_id client_id message_id qos state packet_id retain data",
@@ -76,7 +76,8 @@ def subscription_row(r: SubscriptionRecord) -> Row:
 
 def retained_row(r: RetainedRecord) -> Row:
     data = _encode_json(r.data) if r.data else None
-    return (r.sub_point, r.topic, r.payload, r.qos, r.ts_us, data, r.properties or None)
+    local = 1 if r.local_only else None  # NULL: every broker's (as in rows before schema 7)
+    return (r.sub_point, r.topic, r.payload, r.qos, r.ts_us, data, r.properties or None, local)
 
 
 def message_row(m: StoredMessage) -> Row:
@@ -135,6 +136,7 @@ def check_retained(row: Row) -> None:
     _check(type(row[2]) is bytes, "retained", "payload", row)
     _check(row[3] in (0, 1, 2), "retained", "qos", row)
     _check(_blob_or_null(row[6]), "retained", "properties", row)
+    _check(row[7] is None or row[7] in (0, 1), "retained", "local_only", row)
 
 
 def check_message(row: Row, table: str = "messages", at: int = 0) -> None:
@@ -212,6 +214,11 @@ def _properties(value: object) -> bytes:
     return value
 
 
+def _flag_or_null(value: object, name: str) -> bool:
+    """A flag column added to older files: NULL (every row they had) is false."""
+    return False if value is None else _flag(value, name)
+
+
 def _expiry(value: object) -> float:
     if value is None:
         return 0.0
@@ -250,6 +257,7 @@ def retained_from_row(row: Sequence[object]) -> RetainedRecord:
         _int(row[4], "ts_us"),
         decode_data(row[5]),
         _properties(row[6]),
+        _flag_or_null(row[7], "local_only"),
     )
 
 

@@ -126,7 +126,9 @@ class SubscriptionRecord:
 @dataclass(slots=True)
 class RetainedRecord:
     """The retained publication of one topic at one subscription point. `properties`: as in
-    `StoredMessage` (the MQTT 5.0 property block without its length; b"" for none)."""
+    `StoredMessage` (the MQTT 5.0 property block without its length; b"" for none).
+    `local_only`: its scope is this broker (an MQ Publish with PubOpt Local): the other
+    brokers of a network never get it, across restarts too."""
 
     sub_point: str
     topic: str
@@ -135,6 +137,7 @@ class RetainedRecord:
     ts_us: int = 0
     data: dict[str, Any] = field(default_factory=dict)
     properties: bytes = b""
+    local_only: bool = False
 
 
 class DeliveryState(enum.IntEnum):

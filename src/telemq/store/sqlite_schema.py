@@ -31,13 +31,14 @@ from ._codec import COLUMNS
 
 log = logging.getLogger("telemq.store")
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 # 2: `incoming` keyed by (client_id, packet_id) itself (WITHOUT ROWID).
 # 3: `incoming.released`: released QoS 2 messages are remembered (`_add_released_column`).
 # 4: MQTT 5.0: `properties` in messages, retained, incoming; `expiry_at` in messages,
 #    incoming (`_add_columns`).
 # 5: `journal.properties` (`_add_columns`).
 # 6: `journal.origin`, the broker a publication was made at (`_add_columns`).
+# 7: `retained.local_only`, a retained message kept from the other brokers (`_add_columns`).
 _CORRUPTION = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
 
 
@@ -66,8 +67,10 @@ _CREATE_INCOMING = """CREATE TABLE IF NOT EXISTS incoming (
 # `properties` (messages, retained, incoming, journal): an MQTT 5.0 PUBLISH property block
 # without its length, opaque to the store; NULL for none. `expiry_at` (messages, incoming):
 # the MQTT 5.0 message expiry, UTC seconds; NULL for never. `origin` (journal): the name of
-# the broker the publication was made at; NULL in rows older than schema 6. Last in each
-# table, in the order in which `_add_columns` adds them to an older file.
+# the broker the publication was made at; NULL in rows older than schema 6. `local_only`
+# (retained): 1 for a retained message whose scope is this broker (MQ PubOpt Local), NULL
+# for every broker's (all rows older than schema 7). Last in each table, in the order in
+# which `_add_columns` adds them to an older file.
 SCHEMA = f"""
 BEGIN IMMEDIATE;
 CREATE TABLE IF NOT EXISTS meta (
@@ -94,6 +97,7 @@ CREATE TABLE IF NOT EXISTS retained (
     ts_us INTEGER NOT NULL,
     data TEXT,
     properties BLOB CHECK (typeof(properties) IN ('blob', 'null')),
+    local_only INTEGER CHECK (local_only IS NULL OR local_only IN (0, 1)),
     PRIMARY KEY (sub_point, topic)
 );
 -- Each message is stored once; deliveries reference it (mosquitto's base_msgs/client_msgs).
@@ -232,20 +236,20 @@ def _add_released_column(conn: sqlite3.Connection) -> None:
     conn.execute("COMMIT")
 
 
-# Schema 4's, 5's and 6's columns, per table, in the order of a new file's tables.
+# Schema 4's to 7's columns, per table, in the order of a new file's tables.
 _ADDED_COLUMNS = {
     "messages": (("properties", "BLOB"), ("expiry_at", "REAL")),
-    "retained": (("properties", "BLOB"),),
+    "retained": (("properties", "BLOB"), ("local_only", "INTEGER")),
     "incoming": (("properties", "BLOB"), ("expiry_at", "REAL")),
     "journal": (("properties", "BLOB"), ("origin", "TEXT")),
 }
 
 
 def _add_columns(conn: sqlite3.Connection) -> None:
-    """Schema 3 -> 4 -> 5 -> 6: stored messages, retained messages and held QoS 2 messages
-    gain `properties`, and stored and held messages `expiry_at` (4); the journal gains
-    `properties` (5) and `origin` (6). NULL for every existing row (no properties, never
-    expires, origin unknown), each
+    """Schema 3 -> 4 -> 5 -> 6 -> 7: stored messages, retained messages and held QoS 2
+    messages gain `properties`, and stored and held messages `expiry_at` (4); the journal
+    gains `properties` (5) and `origin` (6); retained messages `local_only` (7). NULL for
+    every existing row (no properties, never expires, origin unknown, every broker's), each
     where missing (an unreleased schema 4 file may have only `properties`), in one
     transaction that rewrites no row (a long journal costs nothing). Without the CHECKs of a
     new file's columns, for the reason `_add_released_column` gives: loading validates the

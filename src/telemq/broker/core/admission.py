@@ -240,7 +240,8 @@ class Admission:
                 "no links are configured" if gate is None else gate.refusal(client, packet, user_id)
             )
             if refusal is not None:
-                log.warning("link from %s refused: %s", client.peer, refusal)
+                if gate is None:  # the gate logs its own (a cycle at most once an hour)
+                    log.warning("link from %s refused: %s", client.peer, refusal)
                 self.refuse(
                     client, ConnectReturnCode.NOT_AUTHORIZED, refusal, ReasonCode.NOT_AUTHORIZED
                 )

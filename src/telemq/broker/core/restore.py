@@ -127,6 +127,7 @@ def restore_state(
         kept.expiry_at = float(record.data.get("expiry_at", 0.0) or 0.0)
         kept.origin = str(record.data.get("origin", ""))
         kept.properties = record.properties
+        kept.local_only = record.local_only  # PubOpt Local: never answered to a neighbour
         beyond = retained.restore(kept)
         if beyond is not None:
             log.warning(

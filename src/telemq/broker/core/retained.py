@@ -230,6 +230,7 @@ class RetainedMessages:
                     message.ts_us,
                     _record_data(message),
                     message.properties,
+                    message.local_only,
                 )
             )
 

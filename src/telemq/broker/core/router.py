@@ -34,6 +34,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from ...commands import COMMAND_TOPICS, Requester
+from ...network.envelope import identified
 from ...protocol import (
     MessageReceived,
     MessageReleased,
@@ -95,6 +96,7 @@ class CommandRunner(Protocol):
 Deliver = Callable[[Message, bool], list[tuple[Session, Delivery]]]
 
 JOURNAL_CACHE_SIZE = 16384  # topics whose journal exclusion is remembered
+IDENTIFIED_CACHE_SIZE = 4096  # publishers whose link envelope is remembered
 
 
 def now_us() -> int:
@@ -109,6 +111,7 @@ class Router:
         "_committer",
         "_deliveries",
         "_hooks",
+        "_identified",
         "_journal_cache",
         "_journal_cache_limit",
         "_journal_exclude",
@@ -169,6 +172,8 @@ class Router:
         # Sub point -> the telemq-* user properties that copies of a publication made here
         # carry over links (links.py fills it; a forwarded message has its own, `net`).
         self.envelopes: dict[str, bytes] = {}
+        # (sub point, client id, user id) -> that envelope with the publisher's identity.
+        self._identified: dict[tuple[str, str, str], bytes] = {}
 
     def set_envelope(self, sub_point: str, envelope: bytes) -> None:
         """The telemq-* user properties that copies of the publications made here at
@@ -431,6 +436,7 @@ class Router:
         deliveries = self._deliveries
         later: list[tuple[Session, Delivery]] = []
         sync = message.sync  # a retained answer: RETAIN set for every subscriber
+        onward: bytes | None = None  # the envelope of its copies over links, once needed
         for queue, (granted, rank) in targets.items():
             if queue == exclude_queue:
                 continue
@@ -443,14 +449,16 @@ class Router:
             if options5 is not None:
                 options = options5.get(queue)
                 if options is not None:
-                    if options.no_local and queue == message.client_id:
-                        continue
+                    if options.no_local and queue == message.client_id and not message.origin:
+                        continue  # the publishing connection is this broker's, not a namesake's
                     retain = (message.retain and options.retain_as_published) or sync
                     extra = options.properties
                     if session.link:  # a proxy subscription: the copy crosses a link
                         if message.local_only:
                             continue
-                        extra = message.net or self.envelopes[message.sub_point]
+                        if onward is None:
+                            onward = message.net or self._envelope_of(message)
+                        extra = onward
                         session.forwarded += 1
                     elif message.local_only and session.bridge:  # nor a bridge (PubOpt Local)
                         continue
@@ -481,6 +489,23 @@ class Router:
             else:
                 later.append((session, delivery))
         return later
+
+    def _envelope_of(self, message: Message) -> bytes:
+        """The envelope of the copies over links of `message`, made here: its sub point's,
+        with the publisher's client id and user id (docs/network.md §6), built once per
+        publisher; the sub point's own when both are ""."""
+        envelope = self.envelopes[message.sub_point]
+        client_id = message.client_id
+        user_id = message.user_id
+        if not client_id and not user_id:
+            return envelope
+        key = (message.sub_point, client_id, user_id)
+        found = self._identified.get(key)
+        if found is None:
+            if len(self._identified) >= IDENTIFIED_CACHE_SIZE:
+                self._identified.clear()
+            found = self._identified[key] = identified(envelope, client_id, user_id)
+        return found
 
 
 def durable_rank(rank: int, qos: int) -> bool:

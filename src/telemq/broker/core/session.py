@@ -260,6 +260,7 @@ class Client(asyncio.Protocol):
         "hub",
         "listener",
         "peer",
+        "quiet_end",
         "session",
         "transport",
         "user_id",
@@ -296,6 +297,9 @@ class Client(asyncio.Protocol):
         self.auth_exchange: AuthExchange | None = None
         self.auth_connect: ConnectRequested | None = None
         self.writable = True
+        # Its end is logged at DEBUG, not INFO: a link refused as a cycle, which its
+        # neighbour dials again and again, has its own line at most once an hour (peers/).
+        self.quiet_end = False
         self._dirty = False
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None

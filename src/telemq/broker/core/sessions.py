@@ -81,7 +81,8 @@ class LinkGate(Protocol):
     asks for its `refusal`, `accept` tells it the link is `accepted`."""
 
     def refusal(self, client: Client, packet: Connect, user: str) -> str | None:
-        """Why this connection may not be the link it claims to be; None: it may."""
+        """Why this connection may not be the link it claims to be; None: it may. The gate
+        logs its refusals itself (a link refused as a cycle is dialed again and again)."""
 
     def accepted(self, client: Client, session: Session) -> None:
         """The link is connected: its session is the client's, CONNACK queued."""
@@ -429,7 +430,8 @@ class Sessions:
         if event.graceful:
             log.debug("client %r disconnected", client.client_id)
         else:
-            log.info(
+            log.log(
+                logging.DEBUG if client.quiet_end else logging.INFO,
                 "closed connection %s (client %r): %s [%s]",
                 client.peer,
                 client.client_id or "-",

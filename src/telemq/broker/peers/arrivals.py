@@ -19,9 +19,10 @@ room's handler table (links.py):
 Opening an envelope drops a copy that has been here before (a loop: logged once per link),
 and a retained answer this broker already holds (retained_sync.py, `is_news`); it gives the
 message the rest of its properties, its subscription point when this broker declares it,
-its origin, and the envelope its copies to further links carry. The same few paths come
-again and again, so that envelope onward is cached per (path, sub point, sync tag): the
-`_onward` cache is the only state this class owns.
+its origin and publisher (client id and user id, for filters and the journal), and the
+envelope its copies to further links carry. The same few paths and publishers come again
+and again, so that envelope onward is cached per (path, sub point, sync tag, publisher):
+the `_onward` cache is the only state this class owns.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from __future__ import annotations
 import logging
 
 from ...network.control import CONTROL_TOPIC
-from ...network.envelope import LinkInfo, closed_envelope, extend, loops, split_user_properties
+from ...network.envelope import LinkInfo, extend, loops, sealed_envelope, split_user_properties
 from ...protocol import MessageReceived, MessageReleased, PacketType, Properties
 from ...protocol.properties import read_message_properties
 from ..core.message import Message
@@ -64,9 +65,9 @@ class Arrivals:
         self._control = control
         self._retained_sync = retained_sync
         self._remote_queues = remote_queues
-        # (path, sub point, sync tag) of arriving copies -> the envelope of their copies
-        # onward: the same few paths come again and again.
-        self._onward: dict[tuple[tuple[str, ...], str, str], bytes] = {}
+        # (path, sub point, sync tag, client id, user id) of arriving copies -> the envelope
+        # of their copies onward: the same few paths and publishers come again and again.
+        self._onward: dict[tuple[tuple[str, ...], str, str, str, str], bytes] = {}
 
     def on_publish(self, client: Client, event: MessageReceived) -> None:
         """A PUBLISH on a link: a control message, or a copy to open and route."""
@@ -147,8 +148,10 @@ class Arrivals:
                 props.user_properties = rest
                 message.take_properties(props)
             message.origin = info.path[0]
+            message.client_id = info.client_id
+            message.user_id = info.user_id
             return info
-        key = (info.path, info.sub_point, info.sync)
+        key = (info.path, info.sub_point, info.sync, info.client_id, info.user_id)
         onward = self._onward.get(key)
         if onward is None:
             if loops(info, self._own):
@@ -163,7 +166,7 @@ class Arrivals:
                 return None
             if len(self._onward) >= ONWARD_CACHE:
                 self._onward.clear()
-            onward = self._onward[key] = closed_envelope(extend(info, self._own))
+            onward = self._onward[key] = sealed_envelope(extend(info, self._own))
         if props is not None:
             props.user_properties = rest
             message.take_properties(props)
@@ -171,6 +174,8 @@ class Arrivals:
             message.sub_point = info.sub_point
         message.net = onward
         message.origin = info.path[0]
+        message.client_id = info.client_id
+        message.user_id = info.user_id
         if info.sync:  # a retained answer: passed on only if it is news here
             message.sync = True
             if not self._retained_sync.is_news(message):

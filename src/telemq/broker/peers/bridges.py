@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...network.bridge_rules import BridgeRule
-from ...network.envelope import LinkInfo, closed_envelope
+from ...network.envelope import LinkInfo, sealed_envelope
 from ...protocol import (
     Connect,
     ConnectAcknowledged,
@@ -118,8 +118,12 @@ class Bridges:
                 config.client_id or f"{self.own}.{config.name}",
                 private=config.try_private and config.protocol != "5",
             )
-        # What arrives by a bridge enters the network as a publication made here.
-        self._envelope = closed_envelope(LinkInfo((self.own,), ""))
+        # What arrives by a bridge enters the network as a publication made here, by the
+        # bridge's session (its client id, `$bridge/<name>`, is the journal's).
+        self._envelopes = {
+            name: sealed_envelope(LinkInfo((self.own,), "", client_id=bridge.session_id))
+            for name, bridge in self.bridges.items()
+        }
         self._renames: dict[str, dict[bytes, bytes]] = {name: {} for name in self.bridges}
         self._tasks: list[asyncio.Task[None]] = []
         self._ended: dict[Client, asyncio.Future[None]] = {}
@@ -386,13 +390,14 @@ class Bridges:
         )
         if publish.properties is not None:
             message.take_properties(publish.properties)
-        message.net = self._envelope
+        message.net = self._envelopes[bridge.config.name]
         self._rooms.router.on_link_publish(client, event, message)
 
     def on_release(self, client: Client, event: MessageReleased) -> None:
         message = event.message
         if isinstance(message, Message):
-            message.net = self._envelope  # held in the store without it
+            # held in the store without it
+            message.net = self._envelopes[self._bridge_of(client).config.name]
         self._rooms.router.release(client, event, client.client_id)
 
     def on_suback(self, client: Client, event: SubscribeAcknowledged) -> None:

@@ -13,7 +13,8 @@ next one starts with whole announcements again. What arrives (`received`) is one
   until it comes a dialed link is "connecting". A reach that would close a cycle refuses
   the link (when it comes up) or drops the link the tie-break picks (`Topology.drops`, the
   same on every broker of the cycle), with an ERROR naming the cycle, logged at most once
-  an hour per link (`log_cycle`).
+  an hour per link (`log_cycle`; the dialing side's WARNING about a neighbour's refusal
+  shares that hour, links.py), and the closed connection only at DEBUG.
 - `Sync` and `ProxyChange`: the proxy subscriptions the neighbour asks of this broker, for
   the proxies room (proxies.py), which sends its own through the links room's `_send_to`.
 - `DeleteRetained`: DeletePub across the network, applied here and passed on
@@ -105,6 +106,7 @@ class LinkControl:
         link.backoff.connected()
         if reach_known:
             log.info("link %r up (%s)", link.config.name, client.peer)
+            link.last_cycle_log = -CYCLE_LOG_EVERY  # a cycle after this is news again
         self._announce(link, force=True)
         if reach_known:
             self._proxies.send_sync(link.config.name)
@@ -166,6 +168,7 @@ class LinkControl:
                 if cycle is None:
                     link.state = "connected"
                     log.info("link %r up (%s)", name, client.peer)
+                    link.last_cycle_log = -CYCLE_LOG_EVERY  # a cycle after this is news again
                     self._proxies.send_sync(link.config.name)
         except ValueError as error:
             client.close(f"invalid reach: {error}", ReasonCode.PROTOCOL_ERROR)
@@ -182,11 +185,13 @@ class LinkControl:
         self._remote_queues.pump_all()  # a broker behind this link may be reachable now
 
     def drop_for_cycle(self, link: LinkState, message: str, client: Client | None = None) -> None:
-        """The link would close a cycle: refused, logged, and its connection closed."""
+        """The link would close a cycle: refused, logged, and its connection closed (its
+        end at DEBUG: the ERROR says it all)."""
         link.state = "refused: cycle"
         self.log_cycle(link, message)
         client = client or link.client
         if client is not None:
+            client.quiet_end = True
             client.close(message, ReasonCode.NOT_AUTHORIZED)
 
     def _announce(self, link: LinkState, force: bool = False) -> None:
@@ -209,7 +214,17 @@ class LinkControl:
 
     def log_cycle(self, link: LinkState, message: str) -> None:
         """An ERROR about a cycle, at most once every `CYCLE_LOG_EVERY` seconds per link."""
-        now = time.monotonic()
-        if now - link.last_cycle_log >= CYCLE_LOG_EVERY:
-            link.last_cycle_log = now
+        if cycle_log_due(link):
             log.error("%s", message)
+
+
+def cycle_log_due(link: LinkState) -> bool:
+    """Whether a line about `link` refused as a cycle may be logged now: at most one every
+    `CYCLE_LOG_EVERY` seconds, whichever side refused (a refused link is dialed again every
+    `reconnect_max` seconds, and each attempt is refused the same way). True marks it
+    logged."""
+    now = time.monotonic()
+    if now - link.last_cycle_log < CYCLE_LOG_EVERY:
+        return False
+    link.last_cycle_log = now
+    return True

@@ -35,7 +35,7 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from ...network.control import ProxyChange, Sync
-from ...network.envelope import LinkInfo, closed_envelope
+from ...network.envelope import LinkInfo, sealed_envelope
 from ...network.topology import Topology
 from ...protocol import (
     Connect,
@@ -55,7 +55,7 @@ from ..settings.config import ListenerConfig
 from ..settings.network import dial_secret
 from .arrivals import Arrivals
 from .connector import Backoff, cancel_all, dial_target, keep_dialing
-from .link_control import LinkControl, LinkState
+from .link_control import LinkControl, LinkState, cycle_log_due
 from .proxies import ProxySubscriptions
 from .remote_queues import RemoteQueues
 from .retained_sync import RetainedSync
@@ -141,7 +141,7 @@ class Links:
         self._sessions.set_link_gate(self)
         router = self._rooms.router
         for sub_point in self._rooms.sub_points:
-            router.set_envelope(sub_point, closed_envelope(LinkInfo((self.own,), sub_point)))
+            router.set_envelope(sub_point, sealed_envelope(LinkInfo((self.own,), sub_point)))
         deliveries = self._rooms.deliveries
         for name, link in self.links.items():
             session = self._sessions.configure_link_session(
@@ -277,6 +277,15 @@ class Links:
     # -- accepting (the `Sessions` gate) ---------------------------------------
 
     def refusal(self, client: Client, packet: Connect, user: str) -> str | None:
+        """Why the CONNECT of `client` may not be the link it claims to be (None: it may),
+        logged here: a WARNING, or for a cycle the ERROR of `LinkControl.log_cycle`, at most
+        once an hour, since the neighbour dials again and again."""
+        refusal = self._refusal(client, packet, user)
+        if refusal is not None and not client.quiet_end:
+            log.warning("link from %s refused: %s", client.peer, refusal)
+        return refusal
+
+    def _refusal(self, client: Client, packet: Connect, user: str) -> str | None:
         name = packet.client_id[len(LINK_PREFIX) :]
         link = self.links.get(name)
         if link is None:
@@ -309,6 +318,7 @@ class Links:
         if cycle is not None:
             message = cycle.message(name)
             self.control.log_cycle(link, message)
+            client.quiet_end = True  # the refusal's own lines at DEBUG
             return message
         # Recorded once accepted: a connection this one takes over ends first (on_closed),
         # and must not take the new one's paths with it.
@@ -334,7 +344,12 @@ class Links:
             reason = event.reason_string or ""
             link.state = f"refused: {reason or f'CONNACK 0x{event.return_code:02X}'}"
             if "would close the cycle" in reason or "own name" in reason:
+                # Dialed again every reconnect_max seconds and refused the same way: one
+                # line an hour, and the connection's end at DEBUG.
                 link.state = "refused: cycle"
+                client.quiet_end = True
+                if not cycle_log_due(link):
+                    return
             log.warning(
                 "link %r refused by %s:%d: CONNACK 0x%02X %s",
                 link.config.name,

@@ -42,7 +42,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ...network.envelope import LinkInfo, closed_envelope, extend, split
+from ...network.envelope import LinkInfo, extend, sealed_envelope, split
 from ...subscriptions import RESERVED_QUEUE_PREFIXES
 from ..core.message import Delivery, Message
 from ..core.router import Deliver
@@ -97,8 +97,9 @@ class RemoteQueues:
         self._may_use_queue = may_use_queue  # (user, queue)
         self._stats = stats
         self._stand_ins: dict[str, Session] = {}
-        # (sub point, to, owner) of new copies, and the envelopes of copies passed on.
-        self._new_envelopes: dict[tuple[str, str, str], bytes] = {}
+        # (sub point, to, owner, client id, user id) of new copies, and the envelopes of
+        # copies passed on.
+        self._new_envelopes: dict[tuple[str, str, str, str, str], bytes] = {}
         self._onward: dict[LinkInfo, bytes] = {}
         self._refusals_logged: set[tuple[str, str]] = set()
         sessions.queue_targets[REMOTE_PREFIX] = self._target_for
@@ -135,7 +136,7 @@ class RemoteQueues:
                 return False  # never back where it has been: wait for the topology to settle
             properties = extra
         else:  # made here: its own properties (a CorrelId) stay first, for the pump
-            properties = extra + self._new_envelope(message.sub_point, target)
+            properties = extra + self._new_envelope(message, target)
         deliveries = self._deliveries
         if qos == 0:
             deliveries.send_qos0_to(link, message, retain, properties)
@@ -147,14 +148,25 @@ class RemoteQueues:
         link.forwarded += 1
         return True
 
-    def _new_envelope(self, sub_point: str, target: RemoteQueueTarget) -> bytes:
+    def _new_envelope(self, message: Message, target: RemoteQueueTarget) -> bytes:
+        """The envelope of a copy of `message`, made here, for the queue of `target`: with
+        the publisher's identity, which the queue's message keeps at the far broker."""
         owner = target.session.user_id
-        key = (sub_point, target.to, owner)
+        sub_point = message.sub_point
+        key = (sub_point, target.to, owner, message.client_id, message.user_id)
         envelope = self._new_envelopes.get(key)
         if envelope is None:
             if len(self._new_envelopes) >= ENVELOPE_CACHE:
                 self._new_envelopes.clear()
-            envelope = closed_envelope(LinkInfo((self._own,), sub_point, target.to, owner))
+            info = LinkInfo(
+                (self._own,),
+                sub_point,
+                target.to,
+                owner,
+                client_id=message.client_id,
+                user_id=message.user_id,
+            )
+            envelope = sealed_envelope(info)
             self._new_envelopes[key] = envelope
         return envelope
 
@@ -196,7 +208,7 @@ class RemoteQueues:
         if envelope is None:
             if len(self._onward) >= ENVELOPE_CACHE:
                 self._onward.clear()
-            envelope = self._onward[info] = closed_envelope(extend(info, self._own))
+            envelope = self._onward[info] = sealed_envelope(extend(info, self._own))
         return envelope
 
     def _queue_here(self, queue: str, owner: str) -> Session | None:

@@ -8,9 +8,11 @@ Published), and every broker it reaches keeps it in its retained store. What a n
 subscription needs is what was retained *before* it: so a broker that gets a new proxy
 subscription from a neighbour (docs/network.md §5) answers with the matching retained
 messages of its own store, except those made on that neighbour's side of the tree (it has
-them, or will get them from there). Each goes into the link session's queue as a **sync
-copy**: RETAIN set, at least QoS 1 (it must not be lost to a busy link), its envelope
-tagged `telemq-sync: <sp> <filter>`, in order with the live copies queued after it.
+them, or will get them from there) and those whose scope is this broker (an MQ Publish with
+PubOpt Local: `Message.local_only`, kept with the retained record across restarts). Each
+goes into the link session's queue as a **sync copy**: RETAIN set, at least QoS 1 (it must
+not be lost to a busy link), its envelope tagged `telemq-sync: <sp> <filter>`, in order
+with the live copies queued after it.
 
 A broker that receives a sync copy (links.py, `Message.sync`) keeps and passes it on only
 if it is news: when its store holds no retained message on that topic, or a different one.
@@ -38,7 +40,7 @@ import logging
 from collections.abc import Callable
 
 from ...network.control import CONTROL_TOPIC, DeleteRetained, encode
-from ...network.envelope import LinkInfo, closed_envelope, sync_tag
+from ...network.envelope import LinkInfo, sealed_envelope, sync_tag
 from ...subscriptions import LINK_QUEUE_PREFIX
 from ..core.committer import Committer
 from ..core.delivery import Deliveries
@@ -82,11 +84,16 @@ class RetainedSync:
         deliveries = self._deliveries
         sent = 0
         for message in self._retained.matching(sub_point, topic_filter):
+            if message.local_only:
+                continue  # PubOpt Local: its retained copy stays here
             origin = message.origin or self._own
             if origin != self._own and self._next_hop(origin) == neighbour:
                 continue  # made on the neighbour's side
             path = (self._own,) if origin == self._own else (origin, self._own)
-            envelope = closed_envelope(LinkInfo(path, sub_point, sync=tag))
+            info = LinkInfo(
+                path, sub_point, sync=tag, client_id=message.client_id, user_id=message.user_id
+            )
+            envelope = sealed_envelope(info)
             queued = deliveries.enqueue(
                 session, message, message.qos or 1, True, session.persistent, False, envelope
             )
