@@ -15,6 +15,8 @@
   driver (`tests/dashboard/browser.py`) are built on;
 * `raw5`: `Raw5`, a plain socket speaking MQTT 5.0 with telemq's own codec, and the `raw5`
   fixture that makes and closes them (the broker tests' conftest registers it);
+* `postgres`: `PostgresServer`, a PostgreSQL server of the test process's own (``initdb`` and
+  ``pg_ctl`` in a temporary directory, on loopback), with a database per test;
 * `requirements`: `require`, the failure (never a skip) of a test whose program or npm
   package is missing: the test command's bootstrap installs them all.
 

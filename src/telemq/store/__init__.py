@@ -22,11 +22,14 @@ is one past the largest id any committed batch named, even when those rows have 
 or trimmed since, so an id is never used twice (a journal reader's checkpoint stays valid).
 A commit may reorder ops of different tables (they commute) but never ops of one table.
 
-Two implementations share one set of row codecs (`_codec`) and therefore one behaviour:
+Three implementations share one set of row codecs (`_codec`) and therefore one behaviour:
 `SqliteStore` (default; WAL mode, damage-tolerant: a corrupt file or bad rows are moved aside
-and reported, never a reason not to start) and `MemoryStore` (tests, ephemeral brokers).
-`open_store` picks one from configuration. Readers outside the broker open the journal with
-`open_journal_reader`; WAL guarantees they never block the broker's commits.
+and reported, never a reason not to start), `PostgresStore` (a PostgreSQL database, the
+``postgres`` extra: psycopg; imported only when asked for) and `MemoryStore` (tests,
+ephemeral brokers). `open_store` picks one from configuration. Readers outside the broker
+open the journal with `open_reader` (a `JournalReader` of a SQLite file, whose WAL means it
+never blocks the broker's commits, or a reader of the PostgreSQL database), or by hand with
+`open_journal_reader`.
 """
 
 from __future__ import annotations
@@ -54,8 +57,17 @@ from .base import (
     SyncMode,
     WriteBatch,
 )
-from .journal_reader import JournalReader, JournalRowValues, PackedRange, SubscriptionRow
+from .journal_reader import (
+    JournalLocation,
+    JournalReader,
+    JournalReading,
+    JournalRowValues,
+    PackedRange,
+    SubscriptionRow,
+    open_reader,
+)
 from .memory import MemoryStore
+from .postgres_connection import PSYCOPG_EXTRA, PostgresLocation
 from .sqlite import DB_FILENAME, SqliteStore, open_journal_reader
 
 __all__ = [
@@ -66,13 +78,16 @@ __all__ = [
     "DeliveryState",
     "ForeignJournalRow",
     "IncomingRecord",
+    "JournalLocation",
     "JournalReader",
+    "JournalReading",
     "JournalRecord",
     "JournalRow",
     "JournalRowValues",
     "MemoryStore",
     "Op",
     "PackedRange",
+    "PostgresLocation",
     "RetainedRecord",
     "SessionRecord",
     "SqliteStore",
@@ -86,10 +101,11 @@ __all__ = [
     "SyncMode",
     "WriteBatch",
     "open_journal_reader",
+    "open_reader",
     "open_store",
 ]
 
-STORE_KINDS = ("sqlite", "memory")
+STORE_KINDS = ("sqlite", "memory", "postgres")
 
 
 def open_store(
@@ -97,13 +113,17 @@ def open_store(
     data_dir: str | os.PathLike[str] | None,
     sync: SyncMode | str = "full",
     origin: str = "",
+    *,
+    postgres: PostgresLocation | None = None,
 ) -> Store:
     """The store a configuration asks for; `origin`, the broker's name, is the origin of
     its own journal rows.
 
     `kind` is "sqlite" (the default of the configuration: `<data_dir>/telemq.db`, creating
-    the directory) or "memory" (`data_dir` and `sync` are ignored). Raises ValueError for an
-    unknown kind or sync mode and StoreError when the store cannot be opened.
+    the directory), "postgres" (the database `postgres` names; `data_dir` is ignored) or
+    "memory" (`data_dir` and `sync` are ignored). Raises ValueError for an unknown kind or
+    sync mode, or a postgres store without a database, and StoreError when the store cannot
+    be opened.
     """
     try:
         mode = SyncMode(sync)
@@ -112,6 +132,14 @@ def open_store(
         raise ValueError(f"unknown store sync mode {sync!r}; expected one of {choices}") from None
     if kind == "memory":
         return MemoryStore(origin=origin)
+    if kind == "postgres":
+        if postgres is None or not postgres.dsn:
+            raise ValueError("the postgres store needs a dsn")
+        try:
+            from .postgres import PostgresStore
+        except ImportError as exc:
+            raise StoreError(f"the postgres store needs psycopg ({PSYCOPG_EXTRA}): {exc}") from None
+        return PostgresStore(postgres, mode, origin)
     if kind != "sqlite":
         raise ValueError(f"unknown store kind {kind!r}; expected one of {STORE_KINDS}")
     if data_dir is None:

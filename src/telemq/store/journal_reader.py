@@ -32,14 +32,21 @@ their place, so every row has none.
 Every aggregate sees the rows in the same order, ascending `seq`, because the plan is a range
 search on the integer primary key; `packed_in_order` checks the plan once per reader, and
 `rows` (`ORDER BY seq`) is always right.
+
+A PostgreSQL store has a reader of its own (postgres_reader.py) with the same methods:
+`JournalReading` is what both offer, and `open_reader` opens the one a `JournalLocation` (a
+data directory or file, or a `PostgresLocation`) calls for.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
+from .base import StoreError
+from .postgres_connection import PSYCOPG_EXTRA as _PSYCOPG
+from .postgres_connection import PostgresLocation
 from .sqlite import open_journal_reader
 
 # `{p}`, `{o}`: the properties and origin columns, or NULL in a file without (`_sql`).
@@ -187,4 +194,51 @@ class JournalReader:
             conn.text_factory = factory
 
 
-__all__ = ["JournalReader", "JournalRowValues", "PackedRange", "SubscriptionRow"]
+JournalLocation = str | os.PathLike[str] | PostgresLocation
+"""Where a store's journal is: a SQLite store's data directory (or file), or a PostgreSQL
+store's database."""
+
+
+class JournalReading(Protocol):
+    """What a journal reader offers, whichever store it reads (`JournalReader`'s methods)."""
+
+    @property
+    def packed_in_order(self) -> bool: ...
+
+    def bounds(self) -> tuple[int, int]: ...
+
+    def packed(self, first: int, last: int) -> PackedRange: ...
+
+    def seqs(self, first: int, last: int) -> bytes: ...
+
+    def rows(self, first: int, last: int) -> list[JournalRowValues]: ...
+
+    def subscriptions(self) -> list[SubscriptionRow]: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> JournalReading: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+def open_reader(location: JournalLocation) -> JournalReading:
+    """A reader of the journal at `location`; StoreError when there is none to read."""
+    if isinstance(location, PostgresLocation):
+        try:
+            from .postgres_reader import PostgresJournalReader
+        except ImportError as exc:
+            raise StoreError(f"the postgres store needs psycopg ({_PSYCOPG}): {exc}") from None
+        return PostgresJournalReader(location)
+    return JournalReader(location)
+
+
+__all__ = [
+    "JournalLocation",
+    "JournalReader",
+    "JournalReading",
+    "JournalRowValues",
+    "PackedRange",
+    "SubscriptionRow",
+    "open_reader",
+]

@@ -1,0 +1,214 @@
+"""How `PostgresStore.commit` writes a batch: planned in Python, sent in one pipeline.
+
+Theory of operation
+-------------------
+A commit is one transaction, and in the common case one round trip to the server. `plan`
+first turns the batch into statements and their parameter rows, in Python, before anything
+is sent: each run of same-kind ops (the batch's order kept: `itertools.groupby` over the ops
+as they came) becomes one `executemany` of the op's statements (`PLAN`), with the rows built
+by the shared codec and checked by its CHECK twins (`_codec.check_*`: PostgreSQL would
+convert some values SQLite refuses, text into ``bytea`` for one, so both stores refuse them
+here as the memory store does). A row that fails its check fails the batch before the
+server hears of it.
+
+The store then sends, in psycopg's pipeline mode (libpq queues the statements and the
+server runs them as they arrive, answering at the end): ``BEGIN``, every run, the
+high-water marks the batch raises (`RAISE_MARK`), the journal rows of a small batch as
+pipelined INSERTs, and ``COMMIT``. A batch with many journal rows (`COPY_ROWS` or more, the
+load of a busy broker) leaves ``COMMIT`` out of the pipeline and streams its journal rows
+with ``COPY`` (not allowed in a pipeline), then commits. An error anywhere makes the server
+skip the rest up to the pipeline's end; the store rolls back and nothing of the batch is
+applied.
+
+Upserts are ``INSERT ... ON CONFLICT (key) DO UPDATE`` (SQLite's INSERT OR REPLACE), a
+message already stored is kept (``DO NOTHING``: messages are immutable), and a session's
+delete raises the delivery mark from the rows it removes, as in SQLite.
+
+Journal rows come flat from the batch (`JournalRow`); `journal_rows` reshapes them into
+tuples with their origin, no properties (0) as NULL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from itertools import groupby
+from operator import itemgetter
+from typing import Any, NamedTuple
+
+from . import _codec
+from ._codec import COLUMNS, BadRecord, Row
+from .base import JOURNAL_FIELDS, Op, WriteBatch
+
+__all__ = [
+    "COPY_JOURNAL",
+    "COPY_ROWS",
+    "INSERT_JOURNAL",
+    "PLAN",
+    "Planned",
+    "journal_rows",
+    "plan",
+]
+
+COPY_ROWS = 256  # journal rows from which a commit streams them with COPY
+
+
+def _insert(table: str) -> str:
+    columns = COLUMNS[table]
+    return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(columns))})"
+
+
+def _upsert(table: str, *keys: str) -> str:
+    """SQLite's INSERT OR REPLACE: the row, replacing the one with the same key."""
+    others = [c for c in COLUMNS[table] if c not in keys]
+    updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in others)
+    return f"{_insert(table)} ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {updates}"
+
+
+class Plan(NamedTuple):
+    """How `plan` writes one kind of op."""
+
+    statements: tuple[str, ...]  # run in order, each over every row of a run
+    build: Callable[[Any], Row] | None  # row builder; None: the op's args are the parameters
+    check: Callable[[Row], None] | None  # the codec's CHECK twin for the built row
+    mark: tuple[str, int] | None  # meta key these ids may have to raise, and the id's column
+
+
+_RAISE_DELIVERY_MARK = (
+    "UPDATE meta SET value = GREATEST(value, (SELECT COALESCE(max(delivery_id), 0) + 1"
+    " FROM deliveries WHERE client_id = %s)) WHERE key = 'next_delivery_id'"
+)
+
+PLAN: dict[Op, Plan] = {
+    Op.PUT_SESSION: Plan((_upsert("sessions", "client_id"),), _codec.session_row, None, None),
+    Op.DELETE_SESSION: Plan(
+        (
+            _RAISE_DELIVERY_MARK,
+            "DELETE FROM sessions WHERE client_id = %s",
+            "DELETE FROM subscriptions WHERE client_id = %s",
+            "DELETE FROM deliveries WHERE client_id = %s",
+            "DELETE FROM incoming WHERE client_id = %s",
+        ),
+        None,
+        None,
+        None,
+    ),
+    Op.PUT_SUBSCRIPTION: Plan(
+        (_upsert("subscriptions", "client_id", "key"),), _codec.subscription_row, None, None
+    ),
+    Op.DELETE_SUBSCRIPTION: Plan(
+        ("DELETE FROM subscriptions WHERE client_id = %s AND key = %s",), None, None, None
+    ),
+    Op.PUT_RETAINED: Plan(
+        (_upsert("retained", "sub_point", "topic"),),
+        _codec.retained_row,
+        _codec.check_retained,
+        None,
+    ),
+    Op.DELETE_RETAINED: Plan(
+        ("DELETE FROM retained WHERE sub_point = %s AND topic = %s",), None, None, None
+    ),
+    Op.PUT_MESSAGE: Plan(
+        (_insert("messages") + " ON CONFLICT (id) DO NOTHING",),
+        _codec.message_row,
+        _codec.check_message,
+        None,
+    ),
+    Op.DELETE_MESSAGE: Plan(
+        ("DELETE FROM messages WHERE id = %s",), None, None, ("next_message_id", 0)
+    ),
+    Op.PUT_DELIVERY: Plan(
+        (_upsert("deliveries", "delivery_id"),),
+        _codec.delivery_row,
+        _codec.check_delivery,
+        None,
+    ),
+    Op.DELETE_DELIVERY: Plan(
+        ("DELETE FROM deliveries WHERE delivery_id = %s",), None, None, ("next_delivery_id", 0)
+    ),
+    # A held QoS 2 message's id raises the mark when it is put (sqlite_writes.py).
+    Op.PUT_INCOMING: Plan(
+        (_upsert("incoming", "client_id", "packet_id"),),
+        _codec.incoming_row,
+        _codec.check_incoming,
+        ("next_message_id", 2),
+    ),
+    Op.DELETE_INCOMING: Plan(
+        ("DELETE FROM incoming WHERE client_id = %s AND packet_id = %s",), None, None, None
+    ),
+    Op.RELEASE_INCOMING: Plan(
+        ("UPDATE incoming SET released = 1 WHERE client_id = %s AND packet_id = %s",),
+        None,
+        None,
+        None,
+    ),
+}
+
+INSERT_JOURNAL = _insert("journal")
+COPY_JOURNAL = f"COPY journal ({', '.join(COLUMNS['journal'])}) FROM STDIN"
+
+
+class Planned(NamedTuple):
+    """A batch as statements: what `commit` sends."""
+
+    steps: list[tuple[str, list[Row]]]  # (statement, parameter rows), in order
+    raised: dict[str, int]  # high-water marks to raise: meta key -> value
+    journal: list[Row]  # journal rows with their origin (`journal_rows`)
+
+
+def _bytes(value: object) -> bool:
+    return type(value) is bytes or type(value) is bytearray
+
+
+def _journal_row(values: Any, origin: object) -> Row:
+    """One journal row to write (see `journal_rows`); BadRecord when a value could not be
+    stored by the SQLite store either."""
+    properties = values[9]
+    if properties is None or (properties == 0 and type(properties) is int):
+        properties = None
+    elif not _bytes(properties):
+        raise BadRecord(f"journal: properties is not a blob: {type(properties).__name__}")
+    if not _bytes(values[6]):
+        raise BadRecord(f"journal: payload is not a blob: {type(values[6]).__name__}")
+    if values[4] not in (0, 1, 2) or values[5] not in (0, 1):
+        raise BadRecord(f"journal: qos or retain is invalid in {tuple(values)!r:.200}")
+    if origin is not None and type(origin) is not str:
+        raise BadRecord(f"journal: origin is not text: {origin!r:.100}")
+    return (*values[:9], properties, origin)
+
+
+def journal_rows(batch: WriteBatch, origin: str | None) -> list[Row]:
+    """The batch's journal rows as tuples of the `journal` table's columns: this broker's
+    with `origin` (its name; None: NULL), the others' with their own."""
+    rows: list[Row] = []
+    append = rows.append
+    for values in batch.journal_values():
+        for start in range(0, len(values), JOURNAL_FIELDS):
+            append(_journal_row(values[start : start + JOURNAL_FIELDS], origin))
+    for foreign in batch.journal_foreign:
+        append(_journal_row(foreign, foreign[JOURNAL_FIELDS]))
+    return rows
+
+
+def plan(batch: WriteBatch, marks: dict[str, int], origin: str | None) -> Planned:
+    """The statements of `batch` (see the module docstring). `marks`: the high-water marks
+    as the store last wrote them (only higher ones are raised). Raises BadRecord, or what
+    the codec raises for a record it cannot encode (data that is not JSON)."""
+    steps: list[tuple[str, list[Row]]] = []
+    raised: dict[str, int] = {}
+    for op, run in groupby(batch.ops, itemgetter(0)):
+        statements, build, check, mark = PLAN[op]
+        if build is None:
+            params: list[Row] = [args for _, args in run]
+        else:
+            params = [build(args[0]) for _, args in run]
+            if check is not None:
+                for row in params:
+                    check(row)
+        for sql in statements:
+            steps.append((sql, params))
+        if mark is not None:
+            key, column = mark
+            top = max(map(itemgetter(column), params)) + 1
+            if top > marks[key] and top > raised.get(key, 0):
+                raised[key] = top
+    return Planned(steps, raised, journal_rows(batch, origin))

@@ -1,0 +1,248 @@
+"""`PostgresServer`: a real PostgreSQL server for the tests, on loopback, in a temporary directory.
+
+Theory of operation
+-------------------
+The PostgreSQL store (`telemq.store.postgres`) is tested against the real thing: ``initdb`` and
+``pg_ctl`` from the machine's PostgreSQL (Debian's ``postgresql`` package, which
+``bash scripts/bootstrap.sh --test`` installs, puts them in
+``/usr/lib/postgresql/<version>/bin``, not on the PATH: `find_programs` looks there too, newest
+version first). Missing, they fail the test that asked for a server (`require`), never skip it.
+
+One server per test process (`postgres_server`, session-scoped: each pytest-xdist worker
+starts its own), started on first use:
+
+- in a directory of its own under the system's temporary directory (pytest's are private to
+  root, and the server does not run as root), removed at the end;
+- as a user other than root when the tests run as root (PostgreSQL refuses to run as root):
+  Debian's ``postgres`` system user, else ``nobody``, which then owns the directory; the
+  programs run under ``runuser -u USER --``;
+- listening on 127.0.0.1 on a port from `free_port` (the worker's own slice of ports), and on
+  a unix socket in its directory, never the system's ``/var/run/postgresql``;
+- with the default fsync settings: what the tests measure is what an installation does;
+- its superuser `SUPERUSER`, whose password (`password`, random per server) TCP clients must
+  give (``scram-sha-256``), while the unix socket trusts the local user for the support code's
+  own administration.
+
+Each test gets a database of its own (`database`: ``CREATE DATABASE``, dropped after the test
+with ``WITH (FORCE)``, so a broker the test killed cannot hold it), so tests stay independent.
+`stop` is ``pg_ctl stop -m fast``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import re
+import secrets
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .process import HOST, free_port, unique
+from .requirements import BOOTSTRAP, require
+
+SUPERUSER = "telemq_test"
+DEBIAN_LIB = Path("/usr/lib/postgresql")
+START_DEADLINE = 60.0
+_NAME = re.compile(r"[a-z_][a-z0-9_]*")
+
+
+def find_programs() -> tuple[Path | None, str | None]:
+    """The directory holding ``initdb`` and ``pg_ctl``, or None and why not: on the PATH, or
+    in Debian's ``/usr/lib/postgresql/<version>/bin`` (the newest version)."""
+    initdb = shutil.which("initdb")
+    if initdb is not None and shutil.which("pg_ctl") is not None:
+        return Path(initdb).resolve().parent, None
+    versions: list[tuple[int, Path]] = []
+    if DEBIAN_LIB.is_dir():
+        for entry in DEBIAN_LIB.iterdir():
+            if entry.name.isdigit() and (entry / "bin" / "initdb").is_file():
+                versions.append((int(entry.name), entry / "bin"))
+    if versions:
+        bindir = max(versions)[1]
+        if (bindir / "pg_ctl").is_file():
+            return bindir, None
+    return None, f"no initdb and pg_ctl on the PATH nor in {DEBIAN_LIB}/<version>/bin"
+
+
+def _server_user() -> str | None:
+    """Who runs the server: None for the current user unless that is root (PostgreSQL refuses
+    root), else Debian's `postgres` user, or `nobody`."""
+    if os.geteuid() != 0:
+        return None
+    for name in ("postgres", "nobody"):
+        with contextlib.suppress(KeyError):
+            pwd.getpwnam(name)
+            return name
+    return None
+
+
+class PostgresServer:
+    """One PostgreSQL server in a temporary directory (see the module docstring)."""
+
+    def __init__(self, bindir: Path) -> None:
+        self.bindir = bindir
+        self.user = _server_user()
+        self.root = Path(tempfile.mkdtemp(prefix="telemq-pg-"))
+        self.data = self.root / "data"
+        self.socket_dir = self.root / "sock"
+        self.log = self.root / "server.log"
+        self.port = free_port()
+        self.password = secrets.token_hex(12)
+        self.started = False
+
+    # -- running the programs -----------------------------------------------------------
+
+    def _as_server_user(self, command: list[str]) -> list[str]:
+        if self.user is None:
+            return command
+        return ["runuser", "-u", self.user, "--", *command]
+
+    def _run(self, command: list[str], what: str) -> None:
+        done = subprocess.run(
+            self._as_server_user(command),
+            capture_output=True,
+            text=True,
+            timeout=START_DEADLINE,
+            cwd=self.root,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(
+                f"{what} failed ({done.returncode}): {done.stdout}{done.stderr}{self.log_tail()}"
+            )
+
+    def start(self) -> None:
+        self.socket_dir.mkdir()
+        password_file = self.root / "superuser.password"
+        password_file.write_text(self.password + "\n", encoding="utf-8")
+        if self.user is not None:
+            entry = pwd.getpwnam(self.user)
+            for path in (self.root, self.socket_dir, password_file):
+                os.chown(path, entry.pw_uid, entry.pw_gid)
+        self._run(
+            [
+                str(self.bindir / "initdb"),
+                "-D",
+                str(self.data),
+                "-U",
+                SUPERUSER,
+                f"--pwfile={password_file}",
+                "--auth-local=trust",
+                "--auth-host=scram-sha-256",
+                "-E",
+                "UTF8",
+                "--no-locale",
+                "--no-instructions",
+            ],
+            "initdb",
+        )
+        password_file.unlink()
+        options = (
+            f"-c listen_addresses={HOST} -p {self.port} -k {self.socket_dir}"
+            " -c max_connections=200 -c log_min_messages=warning"
+        )
+        self._run(
+            [
+                str(self.bindir / "pg_ctl"),
+                "-D",
+                str(self.data),
+                "-l",
+                str(self.log),
+                "-o",
+                options,
+                "-w",
+                "-t",
+                str(int(START_DEADLINE)),
+                "start",
+            ],
+            "pg_ctl start",
+        )
+        self.started = True
+
+    def stop(self) -> None:
+        try:
+            if self.started:
+                self._run(
+                    [str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "fast", "stop"],
+                    "pg_ctl stop",
+                )
+                self.started = False
+        finally:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            tail = self.log.read_text(errors="replace").splitlines()[-lines:]
+        except OSError:
+            return ""
+        return "\n--- PostgreSQL log ---\n" + "\n".join(tail)
+
+    # -- connecting -----------------------------------------------------------------------
+
+    def dsn(self, dbname: str = "postgres", *, password: bool = True) -> str:
+        """A libpq connection string to `dbname` over TCP, as the superuser (with its
+        password unless `password` is false)."""
+        dsn = f"host={HOST} port={self.port} user={SUPERUSER} dbname={dbname}"
+        return f"{dsn} password={self.password}" if password else dsn
+
+    def admin(self, sql: str, params: tuple[Any, ...] = (), dbname: str = "postgres") -> list[Any]:
+        """Run one statement (autocommit) over the unix socket; its rows, if any."""
+        import psycopg
+
+        conninfo = f"host={self.socket_dir} port={self.port} user={SUPERUSER} dbname={dbname}"
+        with psycopg.connect(conninfo, autocommit=True) as conn, conn.cursor() as cur:
+            cur.execute(sql, params)
+            return cur.fetchall() if cur.description is not None else []
+
+    def create_database(self, name: str | None = None) -> str:
+        name = name or unique("db").lower()
+        if not _NAME.fullmatch(name):
+            raise ValueError(f"not a plain database name: {name!r}")
+        self.admin(f"CREATE DATABASE {name}")
+        return name
+
+    def drop_database(self, name: str) -> None:
+        if not _NAME.fullmatch(name):
+            raise ValueError(f"not a plain database name: {name!r}")
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                self.admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+                return
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+    @contextlib.contextmanager
+    def database(self) -> Iterator[str]:
+        """A new database for one test, dropped afterwards; yields its name."""
+        name = self.create_database()
+        try:
+            yield name
+        finally:
+            self.drop_database(name)
+
+
+def start_server() -> PostgresServer:
+    """A started server; fails the calling test when PostgreSQL or psycopg is missing."""
+    bindir, problem = find_programs()
+    require("PostgreSQL (Debian's postgresql: initdb, pg_ctl)", problem)
+    try:
+        import psycopg  # noqa: F401
+    except ImportError as exc:
+        require("psycopg (the `postgres` extra)", str(exc), fix=BOOTSTRAP)
+    assert bindir is not None
+    server = PostgresServer(bindir)
+    try:
+        server.start()
+    except BaseException:
+        server.stop()
+        raise
+    return server
