@@ -176,6 +176,7 @@ class Broker:
                 config.store.data_dir,
                 SyncMode(config.store.sync),
                 config.name,
+                postgres=config.store.postgres(),
             )
         state = await self.loop.run_in_executor(None, self.store.load)
         if config.store.kind != "memory":

@@ -78,7 +78,7 @@ def http_server(
         auth,
         view.store,
         view.executor,
-        config.store.data_dir if config.store.kind == "sqlite" else None,
+        config.store.journal_location(),
         websocket,
         routes=[metrics, admin, dashboard],
     )

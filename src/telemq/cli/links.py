@@ -50,17 +50,23 @@ def run_forget(args: argparse.Namespace) -> int:
     name: str = args.name
     if any(link.name == name for link in config.links):
         return _fail(f"link {name!r} is in the configuration: take its [[links]] entry out first")
-    if config.store.kind != "sqlite":
+    if config.store.kind == "memory":
         return _fail(f"the {config.store.kind} store keeps nothing between runs")
     client_id = LINK_QUEUE_PREFIX + name
     try:
-        store = open_store("sqlite", config.store.data_dir, config.store.sync)
+        store = open_store(
+            config.store.kind,
+            config.store.data_dir,
+            config.store.sync,
+            postgres=config.store.postgres(),
+        )
     except (StoreError, ValueError) as error:
         return _fail(str(error))
+    where = config.store.postgres() or config.store.data_dir
     try:
         state = store.load()
         if not any(record.client_id == client_id for record in state.sessions):
-            return _fail(f"the store in {config.store.data_dir} has no session for link {name!r}")
+            return _fail(f"the store in {where} has no session for link {name!r}")
         queued = sum(1 for delivery in state.deliveries if delivery.client_id == client_id)
         held = sum(1 for incoming in state.incoming if incoming.client_id == client_id)
         batch = WriteBatch()

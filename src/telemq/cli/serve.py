@@ -54,7 +54,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="also serve the journal over HTTP on this port, on --host (docs/pipeline.md)",
     )
     serve.add_argument("--data-dir", "-d", help="data directory (default ./telemq-data)")
-    serve.add_argument("--store", choices=["sqlite", "memory"], help="store kind")
+    serve.add_argument(
+        "--store",
+        choices=["sqlite", "postgres", "memory"],
+        help="store kind (postgres: give [store] dsn in the configuration file)",
+    )
     serve.add_argument("--sync", choices=["full", "normal", "off"], help="store fsync policy")
     serve.add_argument("--sys-interval", type=float, help="seconds between $SYS updates")
     serve.add_argument(

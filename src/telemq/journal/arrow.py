@@ -7,11 +7,12 @@ over HTTP (`broker.http`), the Spark data source reads it from a store file at h
 (`pipeline.source`), and both give Spark the same `JOURNAL_SCHEMA`. It lives here, between
 the store and its readers, so that neither the broker nor the pipeline imports the other.
 
-The store reads (`telemq.store.JournalReader`): a chunk of rows comes back as one row of
-concatenated columns (`PackedRange`), which pyarrow splits into Arrow arrays, so Python
-touches a handful of objects per chunk, not per row. A chunk whose text columns do not split
-into its row count (a U+0000 inside a value), whose payloads exceed Arrow's 2 GiB offsets,
-or a store that does not plan the packed read in seq order, takes the row path instead.
+The store reads (`telemq.store.JournalReading`: the SQLite file's `JournalReader` or the
+PostgreSQL database's twin): a chunk of rows comes back as one row of concatenated columns
+(`PackedRange`), which pyarrow splits into Arrow arrays, so Python touches a handful of
+objects per chunk, not per row. A chunk whose text columns do not split into its row count
+(a U+0000 inside a value), whose payloads exceed Arrow's 2 GiB offsets, or a store that does
+not plan the packed read in seq order, takes the row path instead.
 
 MQTT 5.0 properties are stored as the bytes the broker forwards (`Message.properties`);
 two columns are read from them, `content_type` and `user_properties` (a map: name -> first
@@ -39,7 +40,7 @@ import pyarrow.compute as pc  # type: ignore[import-untyped]
 
 from ..protocol import PropertyError, topic_matches
 from ..protocol.properties import read_message_properties
-from ..store import JournalReader, PackedRange
+from ..store import JournalReading, PackedRange
 
 __all__ = [
     "DEFAULT_CHUNK_ROWS",
@@ -189,7 +190,7 @@ def _decimal(data: bytes, kind: pa.DataType) -> pa.Array:
     return pc.cast(_split(data, b",").cast(pa.string()), kind)
 
 
-def _chunk_fast(reader: JournalReader, a: int, b: int) -> pa.RecordBatch | None:
+def _chunk_fast(reader: JournalReading, a: int, b: int) -> pa.RecordBatch | None:
     """Rows ``a..b`` from one packed read; None if they must take the row path."""
     packed: PackedRange = reader.packed(a, b)
     count, low, high = packed.count, packed.low, packed.high
@@ -238,7 +239,7 @@ def _chunk_fast(reader: JournalReader, a: int, b: int) -> pa.RecordBatch | None:
     )
 
 
-def _chunk_rows(reader: JournalReader, a: int, b: int) -> Iterator[pa.RecordBatch]:
+def _chunk_rows(reader: JournalReading, a: int, b: int) -> Iterator[pa.RecordBatch]:
     """Rows ``a..b`` one tuple at a time (slow, always right), in batches that fit Arrow."""
     rows = reader.rows(a, b)
     start = 0
@@ -279,7 +280,7 @@ def _empty_batch() -> pa.RecordBatch:
 
 
 def read_range(
-    reader: JournalReader,
+    reader: JournalReading,
     first: int,
     last: int,
     *,

@@ -24,8 +24,9 @@ under `USER` and answer errors with `json_error`.
 
 Every error is JSON, ``{"error": "..."}``: see http_errors.py.
 
-Reads go to a read-only connection to the store (`store.JournalReader`) on a worker thread,
-never on the event loop, so a slow read delays only its own request.
+Reads go to a read-only connection to the store (`store.open_reader`: the SQLite file, or
+the PostgreSQL database) on a worker thread, never on the event loop, so a slow read delays
+only its own request.
 
 Endpoints (all JSON, errors as ``{"error": "..."}``):
 
@@ -70,7 +71,15 @@ from aiohttp import web
 
 from ...journal import ARROW_STREAM_TYPE
 from ...protocol.topics import topic_filter_error
-from ...store import ConsumerOffset, JournalReader, Store, StoreError, consumers
+from ...store import (
+    ConsumerOffset,
+    JournalLocation,
+    JournalReading,
+    Store,
+    StoreError,
+    consumers,
+    open_reader,
+)
 from ..settings.config import HttpConfig
 from ..settings.tls import server_context
 from .http_errors import MAX_BODY, HttpProtocol, json_error, json_errors
@@ -124,14 +133,20 @@ def _unavailable(message: str) -> web.HTTPServiceUnavailable:
     return web.HTTPServiceUnavailable(text=message)
 
 
-async def read_journal(path: str | None, work: Callable[[JournalReader], Any]) -> Any:
-    """`work` on a read-only connection to the journal at `path` (the store's directory;
-    None: the memory store), on a worker thread; 503 when it cannot be read."""
-    if path is None:
-        raise _unavailable("the journal service needs the sqlite store")
+NO_JOURNAL = "the journal service needs the sqlite store or the postgres store"
+
+
+async def read_journal(
+    location: JournalLocation | None, work: Callable[[JournalReading], Any]
+) -> Any:
+    """`work` on a read-only connection to the journal at `location` (the sqlite store's
+    directory, the postgres store's database; None: the memory store), on a worker thread;
+    503 when it cannot be read."""
+    if location is None:
+        raise _unavailable(NO_JOURNAL)
 
     def run() -> Any:
-        with JournalReader(path) as reader:
+        with open_reader(location) as reader:
             return work(reader)
 
     try:
@@ -149,12 +164,13 @@ class HttpServer:
         auth: HttpAuth,
         store: Store,
         store_executor: Executor | None,
-        journal_path: str | None,
+        journal: JournalLocation | None,
         websocket: Callable[[HttpConfig], Handler] | None = None,
         routes: Sequence[HttpRoutes] = (),
     ) -> None:
-        """`journal_path`: the store's data directory, or None when the store keeps no file
-        (the memory store): the journal endpoints then answer 503. `store_executor`: the
+        """`journal`: where the store's journal is (the sqlite store's data directory, the
+        postgres store's database), or None for the memory store: the journal endpoints then
+        answer 503. `store_executor`: the
         store's own thread, which the consumer offsets are written on (None: inline).
         `websocket`: the handler of a listener's `websocket_paths` (websockets.py); `routes`:
         what else the listeners serve."""
@@ -162,7 +178,7 @@ class HttpServer:
         self._auth = auth
         self._store = store
         self._store_executor = store_executor
-        self._journal_path = journal_path
+        self._journal = journal
         self._websocket = websocket
         self._routes = routes
         self._runners: list[web.AppRunner] = []
@@ -286,8 +302,8 @@ class HttpServer:
 
     # -- the journal ---------------------------------------------------------------
 
-    async def _read(self, work: Callable[[JournalReader], Any]) -> Any:
-        return await read_journal(self._journal_path, work)
+    async def _read(self, work: Callable[[JournalReading], Any]) -> Any:
+        return await read_journal(self._journal, work)
 
     async def _bounds(self, request: web.Request) -> web.StreamResponse:
         refused = self._refused(request, self._topics(request))
@@ -308,9 +324,9 @@ class HttpServer:
             return json_error(400, "from and to must be given, as sequence numbers")
         if first < 1 or last < first - 1:
             return json_error(400, f"from {first} and to {last} make no range")
-        if self._journal_path is None:
-            raise _unavailable("the journal service needs the sqlite store")
-        stream = _RangeStream(self._journal_path, first, last, topics)
+        if self._journal is None:
+            raise _unavailable(NO_JOURNAL)
+        stream = _RangeStream(self._journal, first, last, topics)
         ahead: asyncio.Future[bytes | None] | None = None
         try:
             problem = await stream.open()
@@ -431,13 +447,13 @@ class _RangeStream:
     """One range of the journal as Arrow IPC bytes, read on a thread of its own (the
     store's connection stays on the thread that opened it)."""
 
-    def __init__(self, path: str, first: int, last: int, topics: list[str]) -> None:
-        self._path = path
+    def __init__(self, location: JournalLocation, first: int, last: int, topics: list[str]) -> None:
+        self._location = location
         self._first = first
         self._last = last
         self._topics = topics
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="telemq-journal-range")
-        self._reader: JournalReader | None = None
+        self._reader: JournalReading | None = None
         self._batches: Iterator[Any] | None = None
         self._sink = io.BytesIO()
         self._writer: Any = None
@@ -452,7 +468,7 @@ class _RangeStream:
 
         from ...journal.arrow import JOURNAL_SCHEMA, TopicMatcher, read_range
 
-        reader = self._reader = JournalReader(self._path)
+        reader = self._reader = open_reader(self._location)
         low, high = reader.bounds()
         if self._first < low:
             return (

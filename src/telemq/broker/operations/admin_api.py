@@ -261,8 +261,8 @@ class AdminApi:
     async def _journal(self, request: web.Request, admin: str) -> web.StreamResponse:
         view = self._view
         store_config = view.rooms.config.store
-        path = store_config.data_dir if store_config.kind == "sqlite" else None
-        first, last = await read_journal(path, lambda reader: reader.bounds())
+        location = store_config.journal_location()
+        first, last = await read_journal(location, lambda reader: reader.bounds())
         try:
             offsets = await asyncio.get_running_loop().run_in_executor(
                 view.executor, view.store.consumer_offsets

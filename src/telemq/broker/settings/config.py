@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ...protocol.peer5 import ServerLimits5
+from ...store import STORE_KINDS, JournalLocation, PostgresLocation
 from ..security.acl import AclRule
 from ..security.auth import Authorizer
 from ..security.users import AuthError, UserConfig
@@ -73,10 +74,27 @@ class HttpConfig:
 
 @dataclass(slots=True)
 class StoreConfig:
-    kind: str = "sqlite"  # "sqlite" | "memory"
+    kind: str = "sqlite"  # "sqlite" | "postgres" | "memory"
     data_dir: str = DEFAULT_DATA_DIR
     sync: str = "full"  # "full" | "normal" | "off"
     linger: float = 0.5  # seconds writes nobody waits for (QoS 0 journal rows) may wait
+    # The postgres store (docs/postgres.md): a libpq connection string or URI, and a file
+    # holding the password (else the DSN, PGPASSWORD or ~/.pgpass, as libpq does).
+    dsn: str = ""
+    password_file: str = ""
+
+    def postgres(self) -> PostgresLocation | None:
+        """The postgres store's database; None for another kind of store."""
+        if self.kind != "postgres":
+            return None
+        return PostgresLocation(self.dsn, self.password_file)
+
+    def journal_location(self) -> JournalLocation | None:
+        """Where readers find the journal (the journal service): the sqlite store's data
+        directory, the postgres store's database; None for the memory store."""
+        if self.kind == "sqlite":
+            return self.data_dir
+        return self.postgres()
 
 
 @dataclass(slots=True)
@@ -212,8 +230,15 @@ class BrokerConfig:
                 raise ConfigError(
                     f"http[{index}].sub_point: {http.sub_point!r} is not declared in sub_points"
                 )
-        if self.store.kind not in ("sqlite", "memory"):
-            raise ConfigError(f"store.kind: {self.store.kind!r} is not 'sqlite' or 'memory'")
+        if self.store.kind not in STORE_KINDS:
+            raise ConfigError(
+                f"store.kind: {self.store.kind!r} is not 'sqlite', 'postgres' or 'memory'"
+            )
+        if self.store.kind == "postgres" and not self.store.dsn.strip():
+            raise ConfigError(
+                "store.dsn: the postgres store needs one (a libpq connection string or URI,"
+                " such as 'host=db.example dbname=telemq user=telemq')"
+            )
         if not 0 <= self.store.linger <= 60:
             raise ConfigError("store.linger: must be between 0 and 60 seconds")
         if self.store.sync not in ("full", "normal", "off"):
