@@ -2,7 +2,9 @@
 # Installs what telemq needs on a fresh Debian machine, idempotently.
 #   bash scripts/bootstrap.sh          the broker, uvloop, PySpark and Java 17+ (for the demo),
 #                                      and the web dashboard's browser libraries (npm ci)
-#   bash scripts/bootstrap.sh --test   plus test tools, Debian's MQTT clients and Chromium
+#   bash scripts/bootstrap.sh --test   plus test tools, Debian's MQTT clients, Chromium and
+#                                      PostgreSQL (the tests start servers of their own)
+# Both install the `postgres` extra (psycopg), for `[store] kind = "postgres"`.
 # telemq is installed from this checkout with its per-message modules compiled by mypyc
 # (setup.py), which needs a C compiler and Python's headers: installed here when missing.
 # Edits to src/ take effect after running this again (or run from source: PYTHONPATH=src).
@@ -40,6 +42,12 @@ if [ "$want_test" = 1 ]; then
     command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || missing+=(mosquitto)
     # Headless, for the dashboard test (tests/dashboard, driven by playwright-core).
     command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+    # initdb and pg_ctl, for the PostgreSQL store's tests (tests/testsupport/postgres.py):
+    # Debian puts them in /usr/lib/postgresql/<version>/bin, not on the PATH.
+    if ! command -v initdb >/dev/null 2>&1 &&
+        ! compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
+        missing+=(postgresql)
+    fi
 fi
 # Node and npm: npm ci installs the dashboard's browser libraries (and, with --test, the
 # test tools under tests/) from the committed lock files.
@@ -85,8 +93,8 @@ if [ "$want_test" = 1 ]; then
     npm_ci tests/dashboard "playwright-core for the dashboard test"
 fi
 if [ "$want_test" = 1 ]; then
-    "$PYTHON" -m pip install -q --disable-pip-version-check ".[test,fast,spark]"
+    "$PYTHON" -m pip install -q --disable-pip-version-check ".[test,fast,spark,postgres]"
 else
-    "$PYTHON" -m pip install -q --disable-pip-version-check ".[fast,spark]"
+    "$PYTHON" -m pip install -q --disable-pip-version-check ".[fast,spark,postgres]"
 fi
 "$PYTHON" -m telemq --version

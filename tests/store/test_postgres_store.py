@@ -55,7 +55,7 @@ def test_a_second_store_on_the_same_database_is_refused(postgres_dsn: str) -> No
     try:
         with pytest.raises(StoreError, match="the store is in use by another broker") as caught:
             PostgresStore(postgres_dsn, origin="broker-b")
-        assert "telemq broker-a" in str(caught.value)  # the holder's application name
+        assert "telemq (broker broker-a)" in str(caught.value)  # the holder's application name
         # Readers take no lock.
         with open_reader(PostgresLocation(postgres_dsn)) as reader:
             assert reader.bounds() == (1, 0)

@@ -101,7 +101,7 @@ class PostgresStore(Store):
         )
         self.sync = SyncMode(sync)
         self._origin = origin or None
-        self._application = f"telemq {origin}" if origin else "telemq"
+        self._application = f"telemq (broker {origin})" if origin else "telemq"
         self._closed = False
         self._quarantined = 0  # rows in the quarantine table
         # The `meta` high-water marks as last written by this store (lower is safe).

@@ -145,7 +145,7 @@ def holder(conn: psycopg.Connection[Any]) -> str:
     """Who holds the store's lock, as far as this connection may see: a backend pid and
     the holder's application name and address."""
     row = conn.execute(
-        "SELECT a.pid, a.application_name, a.client_addr::text FROM pg_locks l"
+        "SELECT a.pid, a.application_name, host(a.client_addr) FROM pg_locks l"
         " JOIN pg_stat_activity a ON a.pid = l.pid"
         " WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1"
         " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
