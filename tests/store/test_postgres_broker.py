@@ -99,7 +99,13 @@ def test_nothing_acknowledged_is_lost_across_sigkill(
     publisher.max_inflight_messages_set(20)
     publisher.reconnect_delay_set(0.05, 0.5)
     connected = threading.Event()
-    publisher.on_connect = lambda *args: connected.set()
+    connects: list[object] = []
+
+    def on_connect(*args: object) -> None:
+        connects.append(args)
+        connected.set()
+
+    publisher.on_connect = on_connect
     publisher.connect(HOST, broker.port, keepalive=30)
     publisher.loop_start()
     try:
@@ -118,6 +124,7 @@ def test_nothing_acknowledged_is_lost_across_sigkill(
             broker.kill()
             broker.start()
         assert wait_until(lambda: acknowledged() == N, DEADLINE), f"{acknowledged()} of {N}"
+        assert len(connects) == 3  # the publisher was cut off by both kills
     finally:
         publisher.loop_stop()
         publisher.disconnect()

@@ -28,6 +28,11 @@ counters are past every id ever committed. The journal, its retention (`trim_jou
 `journal_seq_since`) and the consumer offsets are plain statements, each its own
 transaction.
 
+The store is used from the broker's writer thread, its event loop (small commits) and the
+journal service's worker threads; its public methods take turns on the one connection
+(`_serialized`), as a transaction spans several of psycopg's calls. `last_sync_seconds` is
+the wait for ``COMMIT``: in a batch sent in one round trip, that whole round trip.
+
 Readers outside the broker (the journal service) open their own connections
 (postgres_reader.py); PostgreSQL's MVCC means neither waits for the other.
 """
@@ -35,11 +40,13 @@ Readers outside the broker (the journal service) open their own connections
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import psycopg
 from psycopg import pq
@@ -81,6 +88,24 @@ _LOAD_ORDER = {
     "deliveries": "delivery_id",
     "incoming": "client_id, packet_id",
 }
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _serialized(
+    method: Callable[Concatenate[PostgresStore, _P], _R],
+) -> Callable[Concatenate[PostgresStore, _P], _R]:
+    """One call at a time on the store's connection: a commit's transaction spans several
+    calls of psycopg's, and the broker may ask for sizes on another thread meanwhile."""
+
+    @functools.wraps(method)
+    def run(self: PostgresStore, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return run
+
+
 _SIZE = " + ".join(f"pg_total_relation_size('{table}')" for table in TABLES)
 
 
@@ -103,6 +128,7 @@ class PostgresStore(Store):
         self._origin = origin or None
         self._application = f"telemq (broker {origin})" if origin else "telemq"
         self._closed = False
+        self._lock = threading.RLock()
         self._quarantined = 0  # rows in the quarantine table
         # The `meta` high-water marks as last written by this store (lower is safe).
         self._marks: dict[str, int] = {}
@@ -156,6 +182,7 @@ class PostgresStore(Store):
 
     # -- Store API ------------------------------------------------------------------------
 
+    @_serialized
     def load(self) -> StoreState:
         conn = self._live()
         try:
@@ -164,6 +191,7 @@ class PostgresStore(Store):
             self._rollback(conn)
             raise StoreError(f"cannot load the postgres store: {one_line(exc)}") from exc
 
+    @_serialized
     def commit(self, batch: WriteBatch) -> None:
         conn = self._live()
         if not batch:
@@ -203,6 +231,7 @@ class PostgresStore(Store):
             raise
         self._marks.update(planned.raised)
 
+    @_serialized
     def read_journal(
         self, start_seq: int, end_seq: int, limit: int | None = None
     ) -> list[JournalRecord]:
@@ -212,6 +241,7 @@ class PostgresStore(Store):
         ).fetchall()
         return list(map(_codec.journal_from_trusted_row, rows))
 
+    @_serialized
     def trim_journal(self, before_seq: int) -> int:
         conn = self._live()
         try:
@@ -229,6 +259,7 @@ class PostgresStore(Store):
             self._rollback(conn)
             raise StoreError(f"cannot trim the journal: {one_line(exc)}") from exc
 
+    @_serialized
     def journal_seq_since(self, ts_us: int) -> int | None:
         row = self._query(
             "cannot read the journal",
@@ -237,6 +268,7 @@ class PostgresStore(Store):
         ).fetchone()
         return None if row is None else int(row[0])
 
+    @_serialized
     def put_consumer_offset(self, offset: ConsumerOffset) -> None:
         self._query(
             "cannot write consumer offsets",
@@ -253,12 +285,14 @@ class PostgresStore(Store):
             ),
         )
 
+    @_serialized
     def delete_consumer_offset(self, name: str) -> bool:
         cur = self._query(
             "cannot write consumer offsets", "DELETE FROM consumers WHERE name = %s", (name,)
         )
         return cur.rowcount > 0
 
+    @_serialized
     def consumer_offsets(self) -> list[ConsumerOffset]:
         rows = self._query(
             "cannot read consumer offsets",
@@ -266,6 +300,7 @@ class PostgresStore(Store):
         ).fetchall()
         return [ConsumerOffset(n, o, c, bool(r), u) for n, o, c, r, u in rows]
 
+    @_serialized
     def stats(self) -> StoreStats:
         """Sizes; `journal_rows` is `last - first + 1`, as in SQLite (exact while seq has no
         gaps); `bytes_on_disk` the size of the store's tables and indexes."""
@@ -287,6 +322,7 @@ class PostgresStore(Store):
             quarantined=self._quarantined,
         )
 
+    @_serialized
     def close(self) -> None:
         self._closed = True
         conn, self._conn = self._conn, None
