@@ -8,17 +8,20 @@ by `Deliveries` only). Its deliveries go to its `client` while one is connected,
 
 A `Client` (an `asyncio.Protocol`, one per connection) owns nothing but the transport and
 the sans-IO `Connection`: bytes read are fed to the connection and the resulting events go
-to the event handlers, all inside the `data_received` callback, so a connection's packets
-are handled strictly in order and every complete packet of a read is handled before
-yielding. Writes are coalesced: whatever the broker queues for this client during one loop
-iteration goes out in one `transport.write`.
+to the event handlers inside the `data_received` callback, so a connection's packets are
+handled strictly in order. One read handles at most the client's read budget of packets:
+the rest waits in the connection's decoder, reading pauses and the next slice runs in a
+later turn of the loop (READ_BUDGET below), so that a client that floods holds the others
+for one slice at a time. Writes are coalesced: whatever the broker queues for this client
+during one loop iteration goes out in one `transport.write`.
 
 A session and its client name each other, so they live in one module. A client never sees
 the broker: what it needs of it is the `ClientHub`, a concrete class (the per-message path
 stays on compiled calls): the loop and limits, the handler table of the protocol's events,
 the rooms' answers to a connection opening, ending or draining (given by the wiring), the
 clients with bytes to write this iteration, and the clients paused while the store catches
-up. The hub owns those two lists; the rooms own the rest.
+up: those whose writes fill the backlog (`Committer.charge`). The hub owns those two lists;
+the rooms own the rest.
 """
 
 from __future__ import annotations
@@ -142,6 +145,10 @@ READ_BUDGET = 256
 READ_BUDGET_MIN = 16
 READ_BUDGET_MAX = 4096
 READ_SLICE = 0.002
+# A read this large ends the client's turn too, whatever its packets: more is waiting, and
+# uvloop hands a full buffer's successor over at once (up to 32 reads of 256,000 bytes in a
+# row), so without it a flood of large publications would hold the loop for all of them.
+READ_TURN_BYTES = 65536
 
 
 EventHandlers = dict[type, Callable[["Client", Any], None]]
@@ -196,7 +203,7 @@ class ClientHub:
         self._paused_for_store: list[Client] = []  # see pause_for_store
         self._flush_scheduled = False
         self.read_clock = ReadClock()  # set at each read, read by the router
-        self.reads_held = 0  # reads whose rest waited for a later turn (READ_BUDGET)
+        self.reads_held = 0  # reads that ended a client's turn (READ_BUDGET)
         self.store_pauses = 0  # clients paused because their writes filled the backlog
         self.committer: Committer
         self.event_handlers: EventHandlers = {}
@@ -388,7 +395,7 @@ class Client(asyncio.Protocol):
                 # Deliveries leave before this client's acknowledgements: the subscribers'
                 # latency does not include a write to the publisher.
                 hub.flush_dirty()
-        if connection.input_held:
+        if connection.input_held or len(data) >= READ_TURN_BYTES:
             self._hold()
         elif self.holding:
             self._release()
@@ -410,8 +417,9 @@ class Client(asyncio.Protocol):
     # -- one client's share of a loop turn -------------------------------------
 
     def _hold(self) -> None:
-        """The read stopped at its budget: reading pauses (the decoder holds the rest) and
-        the next slice runs in a later turn of the loop, unless the store paused us."""
+        """The read stopped at its budget (the decoder holds the rest), or was a large one:
+        reading pauses and the next slice runs in a later turn of the loop, unless the store
+        paused us."""
         transport = self.transport
         if transport is None or transport.is_closing():
             return
