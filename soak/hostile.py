@@ -11,12 +11,16 @@ runs.
 
 Then the **floods**, each on a fresh broker of its own: one client sends bursts of 1,000
 packets, one burst every 20 ms without waiting for the broker (QoS 0, QoS 1 and retained
-QoS 0 publications, SUBSCRIBE/UNSUBSCRIBE pairs of a persistent session), or opens
-connections with wills and drops them, 100 every 20 ms. A **bystander**, another ordinary
-client, publishes QoS 0 every 2 ms to a topic it subscribes to and times each round trip
-until the broker has answered the whole flood; the report gives its p50, p99 and slowest
-round trip, and the flood's own rate (what it made per second, from its first burst to the
-broker's last answer).
+QoS 0 publications, SUBSCRIBE/UNSUBSCRIBE pairs of a persistent session), or sends back to
+back, as fast as the broker reads (bursts of 1,000 QoS 0 publications of 1 KiB, or of 3,000
+retained ones), or opens connections with wills and drops them, 100 every 20 ms. A
+**bystander**, another ordinary client, publishes QoS 0 every 2 ms to a topic it subscribes
+to and times each round trip until the broker has answered the whole flood; the report
+gives its p50, p99 and slowest
+round trip, the flood's own rate (what it made per second, from its first burst to the
+broker's last answer), and how often the broker held back the flooder: reads it left for a
+later turn of the event loop, pauses until a commit ended (`$SYS/broker/load/reads held`,
+`$SYS/broker/store/pauses`; "-" for a broker without them).
 
 ``python3 soak/hostile.py [--bound-ms 100] [--attack NAME ...] [--bursts 50] [--list]``
 
@@ -470,6 +474,7 @@ def run_attack(broker: Broker, attack: Attack) -> Outcome:
 FLOOD_BURSTS = 50  # bursts per flood (at most 65: QoS 1 packet ids are not reused)
 BURST_SIZE = 1000  # packets per burst
 BURST_EVERY = 0.02  # seconds from the start of one burst to the next
+UNPACED_BURST = 3000  # publications per burst of the unpaced flood, sent back to back
 WILLS_PER_BURST = 100  # connections per burst of the wills flood
 FLOOD_PAYLOAD = b"x" * 64
 PUBACK_TYPE, SUBACK_TYPE, UNSUBACK_TYPE = 4, 9, 11
@@ -610,32 +615,40 @@ def flooder(port: int, client_id: str, clean: bool = True) -> tuple[Raw, Acks]:
     return raw, Acks(raw)
 
 
-def send_bursts(raw: Raw, bursts: list[bytes]) -> None:
-    """Each burst at its time, BURST_EVERY apart, without waiting for an answer."""
+def send_bursts(raw: Raw, bursts: list[bytes], every: float = BURST_EVERY) -> None:
+    """Each burst at its time, `every` seconds apart, without waiting for an answer."""
     start = time.monotonic()
     for n, burst in enumerate(bursts):
-        delay = start + n * BURST_EVERY - time.monotonic()
+        delay = start + n * every - time.monotonic()
         if delay > 0:
             time.sleep(delay)
         raw.sock.sendall(burst)
 
 
 def publish_flood(
-    broker: Broker, bursts: int, bystander: Bystander, kind: str, qos: int, retain: bool
+    broker: Broker,
+    bursts: int,
+    bystander: Bystander,
+    kind: str,
+    qos: int,
+    retain: bool,
+    size: int = BURST_SIZE,
+    every: float = BURST_EVERY,
+    payload: bytes = FLOOD_PAYLOAD,
 ) -> tuple[int, float]:
-    """`bursts` bursts of BURST_SIZE publications on 1,000 topics; QoS 0 ends with a QoS 1
-    publication, whose PUBACK says the broker read all of it."""
+    """`bursts` bursts of `size` publications on 1,000 topics, `every` seconds apart; QoS 0
+    ends with a QoS 1 publication, whose PUBACK says the broker read all of it."""
     raw, acks = flooder(broker.port, f"flood-{kind}")
-    total = bursts * BURST_SIZE
+    total = bursts * size
     frames = [
-        encode(Publish(f"flood/{kind}/{n % 1000}", FLOOD_PAYLOAD, qos, retain, packet_id=n + 1))
+        encode(Publish(f"flood/{kind}/{n % 1000}", payload, qos, retain, packet_id=n % 65535 + 1))
         for n in range(total)
     ]
-    plan = [b"".join(frames[n : n + BURST_SIZE]) for n in range(0, total, BURST_SIZE)]
+    plan = [b"".join(frames[n : n + size]) for n in range(0, total, size)]
     bystander.start()
     start = time.monotonic()
     try:
-        send_bursts(raw, plan)
+        send_bursts(raw, plan, every)
         if qos == 0:
             raw.send(Publish("flood/done", b"", 1, packet_id=1))
             expected = 1
@@ -665,6 +678,18 @@ def flood_retained(broker: Broker, bursts: int, bystander: Bystander) -> tuple[i
     """Bursts of 1,000 retained QoS 0 publications on 1,000 topics, one every 20 ms (the
     issue's flood)."""
     return publish_flood(broker, bursts, bystander, "r", 0, True)
+
+
+def flood_large(broker: Broker, bursts: int, bystander: Bystander) -> tuple[int, float]:
+    """Bursts of 1,000 QoS 0 publications of 1 KiB, sent back to back: full reads of 256 KB
+    that hold few packets each."""
+    return publish_flood(broker, bursts, bystander, "l", 0, False, every=0.0, payload=b"x" * 1024)
+
+
+def flood_unpaced(broker: Broker, bursts: int, bystander: Bystander) -> tuple[int, float]:
+    """Bursts of 3,000 retained QoS 0 publications on 1,000 topics, sent back to back: as
+    fast as the broker reads them (the store falls behind)."""
+    return publish_flood(broker, bursts, bystander, "u", 0, True, UNPACED_BURST, 0.0)
 
 
 def flood_wills(broker: Broker, bursts: int, bystander: Bystander) -> tuple[int, float]:
@@ -751,6 +776,8 @@ FLOODS = [
     Flood("flood-qos0", flood_qos0.__doc__ or "", flood_qos0),
     Flood("flood-qos1", flood_qos1.__doc__ or "", flood_qos1),
     Flood("flood-retained", flood_retained.__doc__ or "", flood_retained),
+    Flood("flood-large", flood_large.__doc__ or "", flood_large),
+    Flood("flood-unpaced", flood_unpaced.__doc__ or "", flood_unpaced),
     Flood("flood-wills", flood_wills.__doc__ or "", flood_wills),
     Flood("flood-subscribe", flood_subscriptions.__doc__ or "", flood_subscriptions),
 ]
@@ -797,11 +824,36 @@ def run_flood(broker: Broker, flood: Flood, bursts: int = FLOOD_BURSTS) -> Flood
     return FloodOutcome(flood.name, not problem, problem, count, seconds, bystander.latencies)
 
 
+SHARES = ("load/reads held", "store/pauses")  # how often the broker held back one client
+
+
+def sys_figures(port: int, names: tuple[str, ...], timeout: float = 3.0) -> dict[str, str]:
+    """The next value the broker publishes of each `$SYS/broker/<name>` (a broker that has
+    no such figure: none)."""
+    raw = connected(port, "flood-sys", "alice")
+    values: dict[str, str] = {}
+    try:
+        raw.send(Subscribe(1, [(f"$SYS/broker/{name}", 0) for name in names]))
+        deadline = time.monotonic() + timeout
+        while len(values) < len(names) and time.monotonic() < deadline:
+            try:
+                packet = raw.next(max(0.01, deadline - time.monotonic()))
+            except (TimeoutError, OSError):
+                break
+            if isinstance(packet, Publish) and not packet.retain:  # fresh, not the last one
+                values[packet.topic.removeprefix("$SYS/broker/")] = packet.payload.decode()
+    finally:
+        raw.close()
+    return values
+
+
 def run_floods(floods: list[Flood], workdir: Path, bursts: int, bound_ms: float) -> bool:
-    """Each flood on a broker of its own; prints one line each; True when all passed."""
+    """Each flood on a broker of its own; prints one line each; True when all passed.
+    `held` and `paused`: how often the broker held a read for a later turn, and paused a
+    client until a commit ended (`$SYS/broker/load/reads held`, `.../store/pauses`)."""
     print(
         f"\n{'flood':16} {'verdict':7} {'count':>6} {'seconds':>7} {'per s':>7}"
-        f" {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'samples':>7}",
+        f" {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'samples':>7} {'held':>6} {'paused':>6}",
         flush=True,
     )
     passed = True
@@ -811,6 +863,7 @@ def run_floods(floods: list[Flood], workdir: Path, bursts: int, bound_ms: float)
         broker.start()
         try:
             outcome = run_flood(broker, flood, bursts)
+            shares = sys_figures(broker.port, SHARES)
         finally:
             broker.stop()
         p99 = outcome.ms(0.99)
@@ -820,6 +873,7 @@ def run_floods(floods: list[Flood], workdir: Path, bursts: int, bound_ms: float)
             f"{outcome.flood:16} {verdict:7} {outcome.count:6d} {outcome.seconds:7.2f}"
             f" {outcome.rate:7.0f} {outcome.ms(0.5):7.1f} {p99:7.1f}"
             f" {max(outcome.latencies, default=0.0) * 1000:7.1f} {len(outcome.latencies):7d}"
+            f" {shares.get(SHARES[0], '-'):>6} {shares.get(SHARES[1], '-'):>6}"
             + (f"  {outcome.problem}" if outcome.problem else "")
             + (f"  (bound: p99 {bound_ms:.0f} ms)" if outcome.ok and p99 > bound_ms else ""),
             flush=True,
