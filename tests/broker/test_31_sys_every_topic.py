@@ -51,6 +51,8 @@ README_TOPICS = [
     "topic cache/bytes",
     "store/bytes",
     "store/quarantined",
+    "store/pauses",
+    "load/reads held",
     "journal/rows",
     "journal/last_seq",
     "journal/trimmed",

@@ -42,10 +42,24 @@ def test_an_attack_gets_its_documented_answer_and_the_sentinel_is_served(
     assert outcome.answers > 0, "the sentinel was never answered during the attack"
 
 
+@pytest.mark.parametrize("flood", HOSTILE.FLOODS, ids=[f.name for f in HOSTILE.FLOODS])
+def test_a_flood_is_answered_in_full_and_the_bystander_is_served(
+    broker: Any, flood: Any, record_property: Any
+) -> None:
+    """Each flood of the command, three bursts of it: everything it sent is acknowledged
+    (or read) and the bystander's round trips go on meanwhile; times recorded, not asserted."""
+    outcome = HOSTILE.run_flood(broker, flood, bursts=3)
+    record_property("bystander_p99_ms", round(outcome.ms(0.99), 1))
+    assert outcome.ok, outcome.problem
+    assert outcome.count > 0
+    assert outcome.latencies, "the bystander had no round trip during the flood"
+
+
 def test_the_command_lists_its_attacks(capsys: pytest.CaptureFixture[str]) -> None:
     assert HOSTILE.main(["--list"]) == 0
     listed = capsys.readouterr().out.splitlines()
-    assert [line.split()[0] for line in listed] == [a.name for a in HOSTILE.ATTACKS]
+    names = [a.name for a in HOSTILE.ATTACKS] + [f.name for f in HOSTILE.FLOODS]
+    assert [line.split()[0] for line in listed] == names
     with pytest.raises(SystemExit) as exit_info:
         HOSTILE.main(["--attack", "no-such-attack"])
     assert exit_info.value.code == 2

@@ -501,12 +501,14 @@ class Decoder:
         self._buffer += data
 
     def feed_partial(
-        self, data: bytes, stop_at_handshake: bool = False
+        self, data: bytes, stop_at_handshake: bool = False, max_packets: int = 0
     ) -> tuple[list[Packet], MalformedPacket | None]:
         """Like `feed`, but returns the packets decoded before a malformed one with the error.
 
         With `stop_at_handshake`, decoding stops after a CONNECT or an AUTH and the rest
-        stays buffered: what follows is only read once the server has answered it.
+        stays buffered: what follows is only read once the server has answered it. With
+        `max_packets` (0: no limit), decoding stops after that many packets and the rest
+        stays buffered for the next call, so that one read of a flood is handled in slices.
         """
         buffer = self._buffer
         if buffer:
@@ -585,6 +587,8 @@ class Decoder:
                         break
                 elif stop_at_handshake and type(packet) is Auth:
                     break
+                if len(packets) == max_packets:
+                    break  # the budget: the rest waits in the buffer
         except MalformedPacket as problem:
             error = problem
         finally:

@@ -114,6 +114,7 @@ class Connection:
         "bytes_sent",
         "closed",
         "flows",
+        "input_held",
         "keepalive",
         "last_received",
         "peer5",
@@ -138,6 +139,8 @@ class Connection:
         # The client's side at level 5; None at 3.1/3.1.1 (or before CONNECT).
         self.peer5: Peer5 | None = None
         self._decoder = Decoder(max_packet_size=max_packet_size, mqtt5=mqtt5 is not None)
+        # The last `receive_data` stopped at its `max_packets` with bytes left to decode.
+        self.input_held = False
         self._out: list[bytes] = []
         # MQTT 5.0: packet ids in flight not re-sent yet on this connection: beyond the
         # client's Receive Maximum when it resumed its session (`resend_inflight`).
@@ -160,18 +163,27 @@ class Connection:
 
     # -- input ----------------------------------------------------------
 
-    def receive_data(self, data: bytes, now: float) -> list[Event]:
-        """Feed bytes read from the peer; returns the events they complete."""
+    def receive_data(self, data: bytes, now: float, max_packets: int = 0) -> list[Event]:
+        """Feed bytes read from the peer; returns the events they complete.
+
+        With `max_packets` (0: no limit) at most that many packets are decoded; the rest
+        stays buffered (`input_held`) until the owner calls `receive_data(b"", now)` again,
+        so that it can let other connections' work run in between.
+        """
         state = self.state
         if state is ConnectionState.CLOSED:
+            self.input_held = False
             return []
         self.bytes_received += len(data)
         if state is ConnectionState.CONNECTING:
             self._decoder.append(data)
+            self.input_held = False
             return []
-        packets, error = self._decoder.feed_partial(
-            data, stop_at_handshake=state is not ConnectionState.CONNECTED
+        decoder = self._decoder
+        packets, error = decoder.feed_partial(
+            data, state is not ConnectionState.CONNECTED, max_packets
         )
+        self.input_held = max_packets > 0 and len(packets) == max_packets and decoder.buffered > 0
         if packets:
             # Keep-alive counts control packets [MQTT-3.1.2-24], not bytes: a client that
             # trickles a packet one byte at a time is not alive.

@@ -221,14 +221,17 @@ class DialConnection(Connection):
 
     # -- input ----------------------------------------------------------
 
-    def receive_data(self, data: bytes, now: float) -> list[Event]:
-        """Feed bytes read from the server; returns the events they complete."""
+    def receive_data(self, data: bytes, now: float, max_packets: int = 0) -> list[Event]:
+        """Feed bytes read from the server; returns the events they complete (at most
+        `max_packets` packets' worth, as `Connection.receive_data`)."""
         state = self.state
         if state is ConnectionState.CLOSED:
+            self.input_held = False
             return []
         self._observe(now)
         if state is not ConnectionState.AWAIT_CONNACK:
-            return super().receive_data(data, now)
+            return super().receive_data(data, now, max_packets)
+        self.input_held = False
         return self._receive_first(data, now)
 
     def _receive_first(self, data: bytes, now: float) -> list[Event]:

@@ -36,6 +36,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 
@@ -46,16 +47,32 @@ log = logging.getLogger("telemq.broker")
 
 LINGER_MAX_OPS = 4096  # writes nobody waits for are committed at this many, or after linger
 SEAL_INTERVAL = 0.01  # seconds between seals of the pending journal rows during a commit
-MAX_BACKLOG = 100_000  # writes waiting behind a running commit before readers are paused
+MAX_BACKLOG = 100_000  # writes waiting behind a running commit before writers are paused
+BACKLOG_SHARE = 16  # a writer with 1/16 of that in the waiting batch is one that fills it
 INLINE_MIN_ACTIONS = 4  # a commit this many acknowledgements wait for...
 INLINE_MAX_OPS = 64  # ...of a batch this small may run on the event loop...
 INLINE_BUDGET = 0.0005  # ...while such commits take less than this many seconds (average)
+ACTIONS_PER_TURN = 1024  # post-commit actions run in one callback; the rest in later turns
+
+
+class WriteShare:
+    """One writer's part (a client's) of the batch waiting behind the running commit:
+    `Committer.charge` counts it, so that back-pressure pauses the writers that fill the
+    backlog and not everyone who sends meanwhile."""
+
+    __slots__ = ("batch", "writes")
+
+    def __init__(self) -> None:
+        self.batch = -1  # `Committer.batch` when `writes` were counted
+        self.writes = 0
 
 
 class Committer:
     __slots__ = (
         "_actions",
         "_busy",
+        "_counted",
+        "_draining",
         "_due",
         "_executor",
         "_inline_seconds",
@@ -64,10 +81,12 @@ class Committer:
         "_linger",
         "_loop",
         "_on_failure",
+        "_ready",
         "_scheduled",
         "_sealing",
         "_send",
         "_store",
+        "batch",
         "batch_ops",
         "commit_seconds",
         "commits",
@@ -94,6 +113,10 @@ class Committer:
         self._send = send
         self.pending = WriteBatch()
         self._actions: list[Callable[[], None]] = []
+        # Actions of finished commits not run yet: ACTIONS_PER_TURN a turn of the loop, in
+        # order, so that a commit a flood made does not hold every other client that long.
+        self._ready: deque[Callable[[], None]] = deque()
+        self._draining = False  # a `_drain` runs or is scheduled
         self._busy = False
         self._scheduled = False
         self._sealing = False
@@ -102,6 +125,8 @@ class Committer:
         self._due: float | None = None  # loop time by which pending writes must be committed
         self._linger = linger
         self._inline_seconds = 0.0  # moving average of small commits' durations
+        self.batch = 0  # the number of the pending batch (`charge`)
+        self._counted = 0  # writes of the pending batch already charged to a writer
         self.commits = 0
         # For /metrics: every commit's duration, its sync's, and its size in write operations.
         self.commit_seconds = Histogram(SECONDS_BUCKETS)
@@ -112,22 +137,49 @@ class Committer:
 
     @property
     def backlogged(self) -> bool:
-        """So much waits behind the running commit that reading should pause.
+        """So much waits behind the running commit that its writers should pause.
 
         Under a flood of QoS 0 publications the event loop keeps the GIL so busy that the
         writer thread falls behind, and the next batch would grow without bound. Pausing
-        the readers until the commit ends bounds it, and lets the writer run.
+        those who fill it until the commit ends bounds it, and lets the writer run.
         """
         return self._busy and len(self.pending) >= MAX_BACKLOG
 
     @property
+    def busy(self) -> bool:
+        """A commit runs on the writer thread: the pending batch waits behind it."""
+        return self._busy
+
+    def charge(self, share: WriteShare) -> bool:
+        """Count the writes pending since the last charge as `share`'s; True when its
+        writer should pause until the running commit ends.
+
+        That is when the backlog is full (`backlogged`) and this writer made at least
+        1/BACKLOG_SHARE of it, so one client's flood pauses that client only; or when it
+        is twice full (many writers, none large), which pauses every writer. Called after
+        each read while a commit runs, it costs one length of the batch, as `backlogged`.
+        """
+        size = len(self.pending)
+        if share.batch != self.batch:
+            share.batch = self.batch
+            share.writes = 0
+        share.writes += size - self._counted
+        self._counted = size
+        if not self._busy or size < MAX_BACKLOG:
+            return False
+        return share.writes * BACKLOG_SHARE >= MAX_BACKLOG or size >= 2 * MAX_BACKLOG
+
+    @property
     def idle(self) -> bool:
-        return not self._busy and not self.pending and not self._actions
+        return not self._busy and not self.pending and not self._actions and not self._ready
 
     def after(self, action: Callable[[], None]) -> None:
         """Run `action` once everything written so far is durable."""
         if not self._busy and not self.pending and not self._actions:
-            action()
+            if self._ready:
+                self._ready.append(action)  # durable already: after the actions before it
+            else:
+                action()
             return
         self._actions.append(action)
         self.schedule()
@@ -170,6 +222,8 @@ class Committer:
             return
         batch, actions = self.pending, self._actions
         self.pending = WriteBatch()
+        self.batch += 1
+        self._counted = 0
         self._actions = []
         self._due = None
         if self._executor is None or (
@@ -243,12 +297,30 @@ class Committer:
         self._run(actions)
 
     def _run(self, actions: list[Callable[[], None]]) -> None:
-        for action in actions:
+        """Run a finished commit's actions after those still waiting, ACTIONS_PER_TURN
+        now and the rest in the next turns of the loop."""
+        if not actions:
+            return
+        self._ready.extend(actions)
+        if not self._draining:
+            self._drain()
+
+    def _drain(self) -> None:
+        ready = self._ready
+        self._draining = True
+        ran = 0
+        while ready and ran < ACTIONS_PER_TURN:
+            action = ready.popleft()
+            ran += 1
             try:
                 action()
             except Exception:
                 log.exception("error in a post-commit action")
-        if actions and self._send is not None:
+        if ready:
+            self._loop.call_soon(self._drain)  # `_draining` stays set until it has run
+        else:
+            self._draining = False
+        if ran and self._send is not None:
             self._send()
 
     def _failed(self, error: BaseException) -> None:

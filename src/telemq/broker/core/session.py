@@ -8,17 +8,20 @@ by `Deliveries` only). Its deliveries go to its `client` while one is connected,
 
 A `Client` (an `asyncio.Protocol`, one per connection) owns nothing but the transport and
 the sans-IO `Connection`: bytes read are fed to the connection and the resulting events go
-to the event handlers, all inside the `data_received` callback, so a connection's packets
-are handled strictly in order and every complete packet of a read is handled before
-yielding. Writes are coalesced: whatever the broker queues for this client during one loop
-iteration goes out in one `transport.write`.
+to the event handlers inside the `data_received` callback, so a connection's packets are
+handled strictly in order. One read handles at most the client's read budget of packets:
+the rest waits in the connection's decoder, reading pauses and the next slice runs in a
+later turn of the loop (READ_BUDGET below), so that a client that floods holds the others
+for one slice at a time. Writes are coalesced: whatever the broker queues for this client
+during one loop iteration goes out in one `transport.write`.
 
 A session and its client name each other, so they live in one module. A client never sees
 the broker: what it needs of it is the `ClientHub`, a concrete class (the per-message path
 stays on compiled calls): the loop and limits, the handler table of the protocol's events,
 the rooms' answers to a connection opening, ending or draining (given by the wiring), the
 clients with bytes to write this iteration, and the clients paused while the store catches
-up. The hub owns those two lists; the rooms own the rest.
+up: those whose writes fill the backlog (`Committer.charge`). The hub owns those two lists;
+the rooms own the rest.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from ...protocol import (
 from ...protocol.packets import Will
 from ...protocol.peer5 import NO_EXPIRY, ServerLimits5
 from ..settings.tls import certificate_identity
-from .committer import Committer
+from .committer import Committer, WriteShare
 from .message import Delivery, Message
 
 if TYPE_CHECKING:
@@ -132,6 +135,21 @@ class Session:
 # States in which the connection decodes what it has buffered.
 _READING = (ConnectionState.CONNECTED, ConnectionState.AUTHENTICATING)
 
+# One client's share of a turn of the event loop: a read handles at most `read_budget`
+# packets; the rest waits in the connection's decoder, reading pauses, and the next slice
+# runs in a later turn, after the other clients' callbacks. The budget starts at
+# READ_BUDGET and, for a client whose reads are held, follows what its slices cost: as
+# many packets as take about READ_SLICE seconds (cheap QoS 0 publications: hundreds;
+# SUBSCRIBEs checked against the ACL: tens), within READ_BUDGET_MIN..READ_BUDGET_MAX.
+READ_BUDGET = 256
+READ_BUDGET_MIN = 16
+READ_BUDGET_MAX = 4096
+READ_SLICE = 0.002
+# A read this large ends the client's turn too, whatever its packets: more is waiting, and
+# uvloop hands a full buffer's successor over at once (up to 32 reads of 256,000 bytes in a
+# row), so without it a flood of large publications would hold the loop for all of them.
+READ_TURN_BYTES = 65536
+
 
 EventHandlers = dict[type, Callable[["Client", Any], None]]
 
@@ -167,6 +185,8 @@ class ClientHub:
         "on_opened",
         "on_writable",
         "read_clock",
+        "reads_held",
+        "store_pauses",
     )
 
     def __init__(
@@ -183,6 +203,8 @@ class ClientHub:
         self._paused_for_store: list[Client] = []  # see pause_for_store
         self._flush_scheduled = False
         self.read_clock = ReadClock()  # set at each read, read by the router
+        self.reads_held = 0  # reads that ended a client's turn (READ_BUDGET)
+        self.store_pauses = 0  # clients paused because their writes filled the backlog
         self.committer: Committer
         self.event_handlers: EventHandlers = {}
         self.on_opened: Callable[[Client], None]
@@ -226,11 +248,16 @@ class ClientHub:
             client.flush()
 
     def pause_for_store(self, client: Client) -> None:
-        """Stop reading from `client` until the running commit ends (`Committer.backlogged`)."""
+        """Stop reading from `client` until the running commit ends: its writes fill the
+        backlog (`Committer.charge`)."""
         transport = client.transport
-        if transport is None or transport.is_closing():
+        if transport is None or transport.is_closing() or client.store_paused:
             return
-        transport.pause_reading()
+        client.store_paused = True
+        client.store_pauses += 1
+        self.store_pauses += 1
+        if not client.holding:  # else reading is paused already
+            transport.pause_reading()
         self._paused_for_store.append(client)
         self.committer.on_commit = self._resume_readers
 
@@ -239,13 +266,12 @@ class ClientHub:
         paused = self._paused_for_store
         self._paused_for_store = []
         for client in paused:
-            if client.transport is not None and not client.transport.is_closing():
-                client.transport.resume_reading()
-
+            client.resume_after_store()
 
 class Client(asyncio.Protocol):
     __slots__ = (
         "_dirty",
+        "_slice_scheduled",
         "_timer",
         "_timer_at",
         "auth_connect",
@@ -257,15 +283,21 @@ class Client(asyncio.Protocol):
         "connection",
         "dial",
         "handlers",
+        "holding",
         "hub",
         "listener",
         "peer",
         "quiet_end",
+        "read_budget",
+        "reads_held",
         "session",
+        "store_paused",
+        "store_pauses",
         "transport",
         "user_id",
         "will",
         "writable",
+        "writes",
     )
 
     def __init__(
@@ -303,6 +335,17 @@ class Client(asyncio.Protocol):
         self._dirty = False
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
+        # One client's share of a loop turn (READ_BUDGET) and of the store's backlog: the
+        # packets a read handles; whether the decoder holds packets for a later turn (and
+        # reading is paused meanwhile); whether reading is paused until the running commit
+        # ends; this client's writes in the waiting batch; how often each happened.
+        self.read_budget = READ_BUDGET
+        self.holding = False
+        self._slice_scheduled = False
+        self.store_paused = False
+        self.writes = WriteShare()
+        self.reads_held = 0
+        self.store_pauses = 0
 
     # -- asyncio callbacks ----------------------------------------------
 
@@ -339,27 +382,102 @@ class Client(asyncio.Protocol):
         assert connection is not None
         hub = self.hub
         now = hub.loop.time()
-        events = connection.receive_data(data, now)
+        events = connection.receive_data(data, now, self.read_budget)
         if events:
             hub.handle_events(self, events)
-            if connection.has_buffered_input:
+            if connection.has_buffered_input and not connection.input_held:
                 self._read_buffered(connection, now)
-            if hub.committer.backlogged and connection.state is ConnectionState.CONNECTED:
+            committer = hub.committer
+            if (
+                committer.busy
+                and connection.state is ConnectionState.CONNECTED
+                and committer.charge(self.writes)
+            ):
                 hub.pause_for_store(self)
             if hub.dirty_clients:
                 # Deliveries leave before this client's acknowledgements: the subscribers'
                 # latency does not include a write to the publisher.
                 hub.flush_dirty()
+        if connection.input_held or len(data) >= READ_TURN_BYTES:
+            self._hold()
+        elif self.holding:
+            self._release()
         self.flush()
 
     def _read_buffered(self, connection: Connection, now: float) -> None:
         """What followed CONNECT (or an AUTH of enhanced authentication) in the same read,
-        now that the server has answered it."""
-        while connection.has_buffered_input and connection.state in _READING:
-            events = connection.receive_data(b"", now)
+        now that the server has answered it (within the read's budget)."""
+        while (
+            connection.has_buffered_input
+            and connection.state in _READING
+            and not connection.input_held
+        ):
+            events = connection.receive_data(b"", now, self.read_budget)
             if not events:
                 return
             self.hub.handle_events(self, events)
+
+    # -- one client's share of a loop turn -------------------------------------
+
+    def _hold(self) -> None:
+        """The read stopped at its budget (the decoder holds the rest), or was a large one:
+        reading pauses and the next slice runs in a later turn of the loop, unless the store
+        paused us."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if not self.holding:
+            self.holding = True
+            self.reads_held += 1
+            self.hub.reads_held += 1
+            if not self.store_paused:  # else reading is paused already
+                transport.pause_reading()
+        if not self.store_paused and not self._slice_scheduled:
+            self._slice_scheduled = True
+            self.hub.loop.call_soon(self._next_slice)
+
+    def _release(self) -> None:
+        """The held packets are handled: reading goes on, unless the store paused us."""
+        self.holding = False
+        transport = self.transport
+        if not self.store_paused and transport is not None and not transport.is_closing():
+            transport.resume_reading()
+
+    def _next_slice(self) -> None:
+        """The next `read_budget` packets of a held read; the budget follows their cost."""
+        self._slice_scheduled = False
+        connection = self.connection
+        transport = self.transport
+        if (
+            connection is None
+            or connection.closed
+            or transport is None
+            or transport.is_closing()
+            or self.store_paused
+        ):
+            return
+        started = time.perf_counter()
+        self.data_received(b"")
+        if connection.input_held:  # a whole slice: what `read_budget` packets cost
+            took = time.perf_counter() - started
+            budget = self.read_budget
+            fitted = int(budget * READ_SLICE / took) if took > 0 else budget * 2
+            fitted = max(budget // 2, min(budget * 2, fitted))
+            self.read_budget = max(READ_BUDGET_MIN, min(READ_BUDGET_MAX, fitted))
+
+    def resume_after_store(self) -> None:
+        """The commit that `pause_for_store` waited for ended."""
+        self.store_paused = False
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if self.holding:
+            # Reading stays paused until the held packets are handled.
+            if not self._slice_scheduled:
+                self._slice_scheduled = True
+                self.hub.loop.call_soon(self._next_slice)
+        else:
+            transport.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._timer is not None:
@@ -373,6 +491,9 @@ class Client(asyncio.Protocol):
         if events:
             self.hub.handle_events(self, events)
         self.hub.on_gone(self)
+        committer = self.hub.committer
+        if committer.busy:
+            committer.charge(self.writes)  # its will's writes are its own, not the next reader's
 
     def pause_writing(self) -> None:
         self.writable = False

@@ -50,6 +50,8 @@ def client_json(client: Client, registry: Registry) -> dict[str, Any]:
         "subscriptions": registry.count_of_queue(client.client_id),
         "queued": 0 if session is None else len(session.queue),
         "inflight": 0 if session is None else len(session.flows.outbound),
+        "reads_held": client.reads_held,
+        "store_pauses": client.store_pauses,
     }
 
 
