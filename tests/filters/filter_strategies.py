@@ -34,6 +34,8 @@ FIELD_PATHS: list[tuple[str | int, ...]] = [
     (0, "a"),
     ("é",),
     ("in",),
+    ("Root",),  # a correlation name: printed Body.Root
+    ("Root", "MQMD", "UserIdentifier"),
 ]
 PROPERTIES = [
     *A.PROPERTY_NAMES,
@@ -196,6 +198,7 @@ documents = st.fixed_dictionaries(
         "arr": json_values,
         "é": mostly_scalars,
         "in": mostly_scalars,
+        "Root": json_values,
     },
 )
 INVALID_PAYLOADS = [

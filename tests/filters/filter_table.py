@@ -187,6 +187,13 @@ PATHS = [
     *_cases("Body = 'x'", (b'"x"', T)),
     *_cases("Body", (b"true", T), (b"false", F), (b"1", U)),
     *_cases("Body IS NULL", (b"null", T), (b"{}", F), (b"[]", F), (b"", T), (b"nope", T)),
+    # Root is a correlation name (ESQL): a payload key "Root" is written Body.Root
+    *_cases("Body.Root = 1", ('{"Root": 1}', T), ('{"root": 1}', U)),
+    *_cases(
+        "Body.Root.MQMD.UserIdentifier = 'alice'",
+        ('{"Root": {"MQMD": {"UserIdentifier": "alice"}}}', T),
+        ("{}", U),
+    ),
 ]
 
 NOT_JSON = [
@@ -382,12 +389,30 @@ PROPERTIES = [
     Case("Properties.Topic = 'x'", b"{}", U, {**PROPS, "Topic": None}),
     Case("Properties.Topic = Topic", b'{"Topic": "sensors/lab/1"}', T, PROPS),
     Case("Properties.QoS = qos", b'{"qos": 1.0}', T, PROPS),
+    # ESQL's names for the same properties: the publisher's user, Root.Properties.<name>
+    Case("Root.MQMD.UserIdentifier = 'alice'", b"not json", T, PROPS),
+    Case("Root.MQMD.UserIdentifier = 'alice'", b"{}", F, {**PROPS, "UserId": "bob"}),
+    Case("Root.MQMD.UserIdentifier = 'alice'", b"{}", U, {**PROPS, "UserId": None}),
+    Case("Root.MQMD.UserIdentifier = 'alice '", b"{}", F, PROPS),  # no blank padding
+    Case("Root.MQMD.UserIdentifier LIKE 'ali%'", b"{}", T, PROPS),
+    Case("Root.MQMD.UserIdentifier IS NULL", b"{}", T, {**PROPS, "UserId": None}),
+    Case(
+        "Root.MQMD.UserIdentifier = 'alice'",
+        b'{"Root": {"MQMD": {"UserIdentifier": "bob"}}}',
+        T,
+        PROPS,
+    ),  # the property, never the payload's key
+    Case("Root.MQMD.UserIdentifier = Properties.UserId", b"{}", T, PROPS),
+    Case("Root.Properties.Topic LIKE 'sensors/%'", b"{}", T, PROPS),
+    Case("Root.Properties.Retain", b"{}", F, {**PROPS, "Retain": False}),
 ]
 
 # MQTT 5.0: the Content Type, and User Properties as flat "User.<name>" keys
 PROPS5 = {**PROPS, "ContentType": "application/json", "User.site": "lab-1", "User.in": "5"}
 
 PROPERTIES5 = [
+    Case("Root.Properties.User.site = 'lab-1'", b"{}", T, PROPS5),
+    Case("Root.Properties.ContentType IS NULL", b"{}", T, PROPS),
     Case("Properties.ContentType = 'application/json'", b"{}", T, PROPS5),
     Case("Properties.ContentType LIKE 'application/%'", b"not json", T, PROPS5),
     Case("Properties.ContentType = 'text/plain'", b"{}", F, PROPS5),

@@ -184,6 +184,13 @@ def test_filter_attributes() -> None:
     assert f.reads_payload
     g = compile_filter("Properties.Topic LIKE 'a/%'")
     assert g.fields == frozenset() and not g.reads_payload
+    # ESQL's aliases read properties, never the payload (it need not be parsed)
+    u = compile_filter("Root.MQMD.UserIdentifier = 'a' AND Root.Properties.User.site = 'b'")
+    assert u.properties == {"UserId", "User.site"} and u.fields == frozenset()
+    assert not u.reads_payload
+    assert u == compile_filter("Properties.UserId = 'a' AND Properties.User.site = 'b'")
+    r = compile_filter("Body.Root.MQMD.UserIdentifier = 'a'")
+    assert r.fields == {"Body.Root.MQMD.UserIdentifier"} and r.properties == frozenset()
     assert isinstance(f, Filter)
 
 
@@ -194,6 +201,10 @@ def test_filter_equality_hash_repr_pickle() -> None:
     assert f != compile_filter("a = 1 OR b = 2")
     assert repr(f) == "compile_filter('a = 1 AND b = 2')"
     assert str(f) == f.text == "a = 1 AND b = 2"
+    alias = compile_filter("Root.MQMD.UserIdentifier = 'alice'")
+    same = compile_filter("Properties.UserId = 'alice'")
+    assert alias == same and hash(alias) == hash(same) and alias.text == same.text
+    assert alias.source == "Root.MQMD.UserIdentifier = 'alice'"
     copy = pickle.loads(pickle.dumps(f))
     assert copy == f and copy.evaluate(b'{"a": 1, "b": 2}') is True
 

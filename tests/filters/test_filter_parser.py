@@ -123,6 +123,28 @@ def test_identifiers_resolve_to_fields_and_properties() -> None:
     assert parse("Body.NOT = 1") == A.Comparison("=", A.Field(("NOT",)), A.Number(1))
 
 
+def test_esql_root_aliases_resolve_to_properties() -> None:
+    """``Root.MQMD.UserIdentifier`` is ``Properties.UserId`` and ``Root.Properties.<name>``
+    is ``Properties.<name>``: the same nodes, so the same filter everywhere."""
+    user = parse("Root.MQMD.UserIdentifier = 'alice'")
+    assert user == A.Comparison("=", A.Property("UserId"), A.String("alice"))
+    assert user == parse("Properties.UserId = 'alice'")
+    assert parse("Root.Properties.Topic LIKE 'a/%'") == parse("Properties.Topic LIKE 'a/%'")
+    assert parse("Root.Properties.User.in = 'x'") == parse("Properties.User.in = 'x'")
+    assert parse("Root.Properties.Retain") == A.Property("Retain")
+    # a payload key named like a correlation name is written after Body.
+    assert parse("Body.Root.MQMD.UserIdentifier = 'a'") == A.Comparison(
+        "=", A.Field(("Root", "MQMD", "UserIdentifier")), A.String("a")
+    )
+    assert parse("root.MQMD.UserIdentifier = 1") == A.Comparison(  # case-sensitive
+        "=", A.Field(("root", "MQMD", "UserIdentifier")), A.Number(1)
+    )
+    positions = parse("a = 1 OR Root.MQMD.UserIdentifier = 'x'")
+    assert isinstance(positions, A.Or)
+    assert isinstance(positions.operands[1], A.Comparison)
+    assert positions.operands[1].left.pos == 9
+
+
 def test_mqtt5_properties_resolve_to_flat_property_names() -> None:
     ctype = parse("Properties.ContentType = 'a'")
     assert ctype == A.Comparison("=", A.Property("ContentType"), A.String("a"))
@@ -176,6 +198,11 @@ def test_identity_fixtures_print_back_exactly(line: str) -> None:
         ("a = (1)", "a = 1"),
         ("(a) + (b) = (c)", "a + b = c"),
         ("Body.temp > 3E1", "temp > 30.0"),
+        ("Root.MQMD.UserIdentifier = 'alice'", "Properties.UserId = 'alice'"),
+        ("Root.Properties.QoS >= 1", "Properties.QoS >= 1"),
+        ("Root.Properties.User.site = 'x'", "Properties.User.site = 'x'"),
+        ("Body.Root = 1", "Body.Root = 1"),
+        ("Body.Root.MQMD.UserIdentifier IS NULL", "Body.Root.MQMD.UserIdentifier IS NULL"),
         ("x = 7.", "x = 7.0"),
         ("x in (1,2)", "x IN (1, 2)"),
         ("x BETWEEN (1) AND (2)", "x BETWEEN 1 AND 2"),
@@ -249,6 +276,10 @@ SYNTAX_ERRORS = [
     ("Properties.User.", 16, "expected a user property name after '.'"),
     ("Properties.User. = 'x'", 17, "expected a user property name after '.', found '='"),
     ("Body.Properties.User.", 21, "expected a field name after '.'"),
+    ("Root. = 1", 6, "expected MQMD or Properties after '.', found '='"),
+    ("Root.MQMD. = 'x'", 11, "expected an MQMD field name (UserIdentifier) after '.'"),
+    ("Root.Properties. = 1", 17, "expected a property name after '.'"),
+    ("Root.Properties.User.", 21, "expected a user property name after '.'"),
     ("a.5 = 1", 1, "found number .5"),
     ("a[] = 1", 2, "array index must be a non-negative integer"),
     ("a[-1] = 1", 2, "array index must be a non-negative integer"),
@@ -302,6 +333,32 @@ CHECK_ERRORS = [
     ("Properties.User.a[0] = 'x'", 18, "Properties.User.a has no fields or elements"),
     ("Properties.User.1 = 'x'", 11, "Properties.User must be followed by"),  # '.1': a number
     ("Properties.user.a = 'x'", 11, "did you mean 'User'?"),
+    # ESQL's Root: MQMD.UserIdentifier and Properties.<name>; anything else names them
+    ("Root = 'x'", 0, "Root must be followed by a name; telemq's Root has MQMD.UserIdentifier"),
+    ("Root IS NULL", 0, "the payload is Body.<path>"),
+    ("Root[0] = 1", 5, "Root cannot be indexed"),
+    ("Root.MQMD = 'x'", 5, "Root.MQMD must be followed by a field name"),
+    ("Root.MQMD[0] = 'x'", 10, "telemq's Root.MQMD has UserIdentifier"),
+    (
+        "Root.MQMD.PutApplName = 'x'",
+        10,
+        "Root.MQMD.PutApplName is not available: telemq's Root.MQMD has UserIdentifier",
+    ),
+    ("Root.MQMD.userIdentifier = 'x'", 10, "did you mean 'UserIdentifier'?"),
+    ("Root.MQMD.UserIdentifier.a = 'x'", 25, "Root.MQMD.UserIdentifier has no fields"),
+    ("Root.MQMD.UserIdentifier[0] = 'x'", 25, "Root.MQMD.UserIdentifier has no fields"),
+    ("Root.MQMD.UserIdentifier", 0, "found Properties.UserId, a string"),
+    ("Root.Body.a = 1", 5, "Root.Body is not a name"),
+    ("Root.Body = 1", 5, "write the payload as Body.<path>"),
+    ("Root.JSON.Data.a = 1", 5, "Root.JSON is not available: telemq's Root has MQMD"),
+    ("Root.mqmd.UserIdentifier = 'x'", 5, "Root.mqmd is not available"),
+    ("Root.Properties = 1", 5, "Root.Properties must be followed by a property name"),
+    ("Root.Properties[0] = 1", 16, "Root.Properties cannot be indexed"),
+    ("Root.Properties.topic = 'x'", 16, "did you mean 'Topic'?"),
+    ("Root.Properties.Topic.x = 'x'", 22, "Root.Properties.Topic has no fields"),
+    ("Root.Properties.User = 'x'", 16, "Root.Properties.User.<name>"),
+    ("Root.Properties.User.a.b = 'x'", 23, "Root.Properties.User.a has no fields"),
+    ("Root.Properties.Topic", 0, "found Properties.Topic, a string"),
     ("a[2147483648] = 1", 2, "array index 2147483648 is too large"),
     ("a = 1e309", 4, "number is out of range"),
     ("a = -1e309", 4, "number is out of range"),

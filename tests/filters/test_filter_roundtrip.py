@@ -37,6 +37,29 @@ def test_printed_text_means_the_tree(
         assert compiled.evaluate(payload, props) is direct(Message(payload, props))
 
 
+ALIASES = st.sampled_from(
+    [
+        ("Root.MQMD.UserIdentifier", "Properties.UserId"),
+        ("Root.Properties.ClientId", "Properties.ClientId"),
+        ("Root.Properties.User.a", "Properties.User.a"),
+        ("Root.Properties.Retain", "Properties.Retain"),
+    ]
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=filter_texts(), alias=ALIASES)
+def test_alias_prints_as_the_telemq_name(text: str, alias: tuple[str, str]) -> None:
+    """A filter written with ESQL's names is the filter written with telemq's: the same
+    AST, the same canonical text (which spells the telemq name), and it round-trips."""
+    written, name = alias
+    esql = compile_filter(f"({text}) OR {written} IS NOT NULL")
+    telemq = compile_filter(f"({text}) OR {name} IS NOT NULL")
+    assert esql == telemq and esql.text == telemq.text
+    assert esql.text.endswith(f" OR {name} IS NOT NULL")
+    assert compile_filter(esql.text) == esql
+
+
 TOKENS = [
     "a",
     "b.c",
@@ -44,6 +67,11 @@ TOKENS = [
     "Body",
     "Properties.Topic",
     "Properties.Nope",
+    "Root",
+    "Root.MQMD.UserIdentifier",
+    "Root.Properties.UserId",
+    "Root.Body",
+    "MQMD",
     "1",
     "-",
     "+",

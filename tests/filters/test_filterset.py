@@ -193,6 +193,21 @@ def test_mqtt5_properties_are_indexed() -> None:
     }
 
 
+def test_esql_aliases_share_and_are_indexed() -> None:
+    """An alias is the filter it stands for: one distinct filter, filed in the same index."""
+    fs: FilterSet[str] = FilterSet()
+    fs.add("esql", "Root.MQMD.UserIdentifier = 'alice'")
+    fs.add("mqtt", "Properties.UserId = 'alice'")
+    fs.add("both", "Root.MQMD.UserIdentifier IN ('alice', 'bob') AND Root.Properties.QoS >= 1")
+    fs.add("payload", "Body.Root.MQMD.UserIdentifier = 'alice'")
+    assert fs.distinct == 3 and fs.indexed == 3
+    alice = {"UserId": "alice", "QoS": 1}
+    assert fs.matching(b"not json", alice) == {"esql", "mqtt", "both"}
+    assert fs.matching(b"{}", {"UserId": "bob", "QoS": 1}) == {"both"}
+    doc = b'{"Root": {"MQMD": {"UserIdentifier": "alice"}}}'
+    assert fs.matching(doc, {"UserId": "carol"}) == {"payload"}
+
+
 devices = [f"d{i}" for i in range(6)]
 filter_texts = st.one_of(
     st.builds(

@@ -111,3 +111,15 @@ def test_a_subscription_survives_its_stored_form() -> None:
     again = Subscription.from_data(json.loads(json.dumps(original.to_data())))
     assert again.key == original.key and again.to_data() == original.to_data()
     assert again.compiled is not None
+
+
+def test_a_stored_filter_is_keyed_by_its_canonical_text_today() -> None:
+    """A record whose filter printed otherwise when it was stored (ESQL's
+    ``Root.MQMD.UserIdentifier`` is now ``Properties.UserId``) is keyed as a new one is."""
+    r = Registry()
+    original = sub(r, "q", "a/+", text="Properties.UserId = 'alice'")
+    data = json.loads(json.dumps(original.to_data()))
+    data["filter"] = "Root.MQMD.UserIdentifier = 'alice'"
+    again = Subscription.from_data(data)
+    assert again.filter_text == "Properties.UserId = 'alice'" and again.key == original.key
+    assert again.compiled is not None and again.compiled.properties == {"UserId"}

@@ -5,7 +5,8 @@ Theory of operation
 A filter is a boolean SQL-92 conditional expression over one publication: its JSON payload
 (``temp``, ``site.name``, ``readings[0]``, ``Body.x``) and its properties
 (``Properties.Topic``, ``QoS``, ``Retain``, ``ClientId``, ``UserId``, ``SubPoint``, and the
-MQTT 5.0 ``ContentType`` and ``User.<name>``). The language is specified in design section 7
+MQTT 5.0 ``ContentType`` and ``User.<name>``; ESQL's ``Root.MQMD.UserIdentifier`` and
+``Root.Properties.<name>`` are aliases). The language is specified in design section 7
 and documented in ``docs/filters.md``.
 
 Text goes through a pipeline of small parts, each with one job::

@@ -1,8 +1,12 @@
 """Checker: the rules the grammar alone does not express.
 
-- Identifier forms: ``Properties.<name>`` must name one of the seven fixed properties and
+- Identifier forms: ``Properties.<name>`` must name one of the fixed properties and
   go no further, or be ``Properties.User.<name>`` (exactly one name: an MQTT 5.0 User
   Property); ``Body`` prefixes a payload path; an array index fits in 31 bits.
+- ESQL's ``Root``: ``Root.MQMD.UserIdentifier`` is ``Properties.UserId`` and
+  ``Root.Properties.<name>`` is ``Properties.<name>``. They resolve here to the same
+  `Property` nodes, so every backend, index and the canonical text treat an alias exactly
+  as the telemq name. Any other ``Root`` path is an error naming what there is.
 - Literal types: number literals are finite doubles; ``LIKE`` patterns and ``ESCAPE``
   characters are valid (see `like.parse_like`).
 - Conditions: the whole filter and each operand of ``AND``/``OR``/``NOT`` must be able to
@@ -39,6 +43,10 @@ _PROPERTY_TYPES = {
 _USER = "User"  # Properties.User.<name>
 _ALL_PROPERTIES = ", ".join(f"Properties.{n}" for n in ast.PROPERTY_NAMES)
 _ALL_PROPERTIES += f" or Properties.{_USER}.<name>"
+_MQMD = {"UserIdentifier": "UserId"}  # Root.MQMD.<field> -> the property it is
+_ROOT_HAS = (
+    "telemq's Root has MQMD.UserIdentifier and Properties.<name>; the payload is Body.<path>"
+)
 
 
 def resolve_identifier(
@@ -48,6 +56,8 @@ def resolve_identifier(
     head = steps[0]
     if head == "Properties":
         return _property(steps, positions, text)
+    if head == "Root":
+        return _root(steps, positions, text)
     path = steps[1:] if head == "Body" else steps
     offsets = positions[1:] if head == "Body" else positions
     for step, offset in zip(path, offsets, strict=True):
@@ -58,19 +68,79 @@ def resolve_identifier(
     return ast.Field(path, pos=positions[0])
 
 
-def _property(steps: tuple[str | int, ...], positions: tuple[int, ...], text: str) -> ast.Property:
-    """``Properties.<name>`` or ``Properties.User.<name>``, nothing shorter or longer."""
+def _root(steps: tuple[str | int, ...], positions: tuple[int, ...], text: str) -> ast.Property:
+    """ESQL's ``Root``: the parts of the message tree telemq has, as the properties they are.
+
+    ``Root.Body`` is refused rather than aliased: in ESQL the last child of Root is named
+    after its parser (``Root.XMLNSC``, ``Root.JSON``), never ``Body``, so the portable
+    spelling of the payload is the correlation name ``Body.<path>``.
+    """
     if len(steps) == 1:
         raise FilterError(
-            f"Properties must be followed by a property name: {_ALL_PROPERTIES}",
+            f"Root must be followed by a name; {_ROOT_HAS}",
+            text,
+            positions[0],
+        )
+    child = steps[1]
+    if not isinstance(child, str):
+        raise FilterError(f"Root cannot be indexed; {_ROOT_HAS}", text, positions[1])
+    if child == "Properties":
+        found = _property(steps[1:], positions[1:], text, "Root.Properties")
+        return ast.Property(found.name, pos=positions[0])
+    if child == "MQMD":
+        return _mqmd(steps, positions, text)
+    if child == "Body":
+        raise FilterError(
+            "Root.Body is not a name (ESQL names the last child of Root after its parser); "
+            "write the payload as Body.<path>",
+            text,
+            positions[1],
+        )
+    raise FilterError(f"Root.{child} is not available: {_ROOT_HAS}", text, positions[1])
+
+
+def _mqmd(steps: tuple[str | int, ...], positions: tuple[int, ...], text: str) -> ast.Property:
+    """``Root.MQMD.<field>``: the MQMD fields an MQTT publication has (the publisher's user)."""
+    has = "telemq's Root.MQMD has " + ", ".join(_MQMD)
+    if len(steps) == 2 or not isinstance(steps[2], str):
+        raise FilterError(
+            f"Root.MQMD must be followed by a field name; {has}",
+            text,
+            positions[2] if len(steps) > 2 else positions[1],
+        )
+    name = steps[2]
+    if name not in _MQMD:
+        close = [n for n in _MQMD if n.lower() == name.lower()]
+        hint = f"did you mean '{close[0]}'? (names are case-sensitive)" if close else has
+        raise FilterError(f"Root.MQMD.{name} is not available: {hint}", text, positions[2])
+    if len(steps) > 3:
+        raise FilterError(
+            f"Root.MQMD.{name} has no fields or elements (it is a string)", text, positions[3]
+        )
+    return ast.Property(_MQMD[name], pos=positions[0])
+
+
+def _property(
+    steps: tuple[str | int, ...],
+    positions: tuple[int, ...],
+    text: str,
+    written: str = "Properties",
+) -> ast.Property:
+    """``Properties.<name>`` or ``Properties.User.<name>``, nothing shorter or longer.
+
+    `written` is how the filter spelled ``Properties`` (``Root.Properties`` too), for errors.
+    """
+    if len(steps) == 1:
+        raise FilterError(
+            f"{written} must be followed by a property name: {_ALL_PROPERTIES}",
             text,
             positions[0],
         )
     name = steps[1]
     if not isinstance(name, str):
-        raise FilterError("Properties cannot be indexed; name a property", text, positions[1])
+        raise FilterError(f"{written} cannot be indexed; name a property", text, positions[1])
     if name == _USER:
-        return _user_property(steps, positions, text)
+        return _user_property(steps, positions, text, written)
     if name not in ast.PROPERTY_NAMES:
         known = (*ast.PROPERTY_NAMES, _USER)
         close = [n for n in known if n.lower() == name.lower()]
@@ -81,12 +151,12 @@ def _property(steps: tuple[str | int, ...], positions: tuple[int, ...], text: st
         )
         raise FilterError(f"unknown property '{name}'; {hint}", text, positions[1])
     if len(steps) > 2:
-        raise FilterError(f"Properties.{name} has no fields or elements", text, positions[2])
+        raise FilterError(f"{written}.{name} has no fields or elements", text, positions[2])
     return ast.Property(name, pos=positions[0])
 
 
 def _user_property(
-    steps: tuple[str | int, ...], positions: tuple[int, ...], text: str
+    steps: tuple[str | int, ...], positions: tuple[int, ...], text: str, written: str
 ) -> ast.Property:
     """``Properties.User.<name>``: one name (an identifier, as a payload field's), no more.
 
@@ -95,22 +165,21 @@ def _user_property(
     """
     if len(steps) == 2:
         raise FilterError(
-            f"Properties.{_USER} must be followed by the name of a user property: "
-            f"Properties.{_USER}.<name>",
+            f"{written}.{_USER} must be followed by the name of a user property: "
+            f"{written}.{_USER}.<name>",
             text,
             positions[1],
         )
     name = steps[2]
     if not isinstance(name, str):
         raise FilterError(
-            f"Properties.{_USER} cannot be indexed; name a user property: "
-            f"Properties.{_USER}.<name>",
+            f"{written}.{_USER} cannot be indexed; name a user property: {written}.{_USER}.<name>",
             text,
             positions[2],
         )
     if len(steps) > 3:
         raise FilterError(
-            f"Properties.{_USER}.{name} has no fields or elements (a user property is a string)",
+            f"{written}.{_USER}.{name} has no fields or elements (a user property is a string)",
             text,
             positions[3],
         )

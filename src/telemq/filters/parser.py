@@ -441,6 +441,12 @@ class _Parser:
 
 def _name_after(steps: list[str | int]) -> str:
     """What the name after ``steps .`` would be, for an error message."""
+    if steps[:1] == ["Root"]:
+        steps = steps[1:]
+        if not steps:
+            return "MQMD or Properties"
+        if steps == ["MQMD"]:
+            return "an MQMD field name (UserIdentifier)"
     if steps == ["Properties"]:
         return "a property name"
     if steps == ["Properties", "User"]:

@@ -2,8 +2,11 @@
 
 Canonical means: keywords upper-case, one space around binary operators, ``<>`` for
 not-equal, strings in single quotes with ``''`` for a quote, payload paths without the
-``Body.`` prefix unless needed (a first name that is a keyword, ``Body`` or ``Properties``,
-or an index on the whole payload), and parentheses only where precedence requires them.
+``Body.`` prefix unless needed (a first name that is a keyword or a correlation name,
+``Body``, ``Properties`` or ``Root``, or an index on the whole payload), and parentheses
+only where precedence requires them. Aliases (``Root.MQMD.UserIdentifier``,
+``Root.Properties.<name>``) are resolved by the checker, so they print as the telemq name
+(``Properties.UserId``): a filter and its alias are one filter, with one text.
 Two filters with the same canonical text mean the same thing, which is what lets the
 many-filters engine share work between subscriptions.
 """
@@ -20,6 +23,8 @@ __all__ = ["render", "render_literal", "render_path"]
 
 _NAME = re.compile(r"[^\W\d]\w*")
 _ATOM = 100
+_CORRELATION_NAMES = ("Body", "Properties", "Root")
+"""First names that are not payload fields; such a payload key is written ``Body.<key>``."""
 
 
 def render(node: ast.Node) -> str:
@@ -52,7 +57,7 @@ def render_literal(node: ast.Literal) -> str:
 def _plain_name(name: str) -> bool:
     return (
         _NAME.fullmatch(name) is not None
-        and name not in ("Body", "Properties")
+        and name not in _CORRELATION_NAMES
         and not (name.isascii() and name.upper() in KEYWORDS)
     )
 

@@ -36,7 +36,8 @@ cheap; ``schema_of_variant`` and the VARIANT cast to DOUBLE cost more per row th
 ``to_json`` and a string cast; ``instr`` is slower than ``contains``.
 
 Properties map to columns: ``Topic`` -> ``topic``, ``QoS`` -> ``qos``, ``Retain`` ->
-``retain``, ``ClientId`` -> ``client_id``, ``UserId`` -> ``user_id``, ``SubPoint`` ->
+``retain``, ``ClientId`` -> ``client_id``, ``UserId`` -> ``user_id`` (ESQL's
+``Root.MQMD.UserIdentifier`` is the same property, resolved by the parser), ``SubPoint`` ->
 ``sub_point``, ``ContentType`` -> ``content_type``, ``Broker`` -> ``broker``;
 ``User.<name>`` is the value of key ``<name>`` in the ``map<string,string>`` column
 ``user_properties`` (``try_element_at``: NULL when the key or the whole map is absent, never

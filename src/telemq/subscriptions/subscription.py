@@ -249,4 +249,8 @@ class Subscription:
                 subscription.compiled = compile_filter(filter_text)
             except FilterError as error:
                 raise ValueError(f"filter {filter_text!r}: {error}") from None
+            # The key holds the canonical text: a record written when the text printed
+            # otherwise (e.g. Root.MQMD.UserIdentifier, now Properties.UserId) is still
+            # found by a command that names its filter today.
+            subscription.filter_text = subscription.compiled.text
         return subscription
