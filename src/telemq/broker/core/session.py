@@ -268,6 +268,7 @@ class ClientHub:
         for client in paused:
             client.resume_after_store()
 
+
 class Client(asyncio.Protocol):
     __slots__ = (
         "_dirty",
