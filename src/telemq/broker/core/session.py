@@ -344,7 +344,7 @@ class Client(asyncio.Protocol):
         self.holding = False
         self._slice_scheduled = False
         self.store_paused = False
-        self.writes = WriteShare()
+        self.writes: WriteShare | None = None  # made at its first charge (`_share`)
         self.reads_held = 0
         self.store_pauses = 0
 
@@ -378,6 +378,14 @@ class Client(asyncio.Protocol):
         else:
             self._arm_timer()
 
+    def _share(self) -> WriteShare:
+        """This client's part of the batch behind a running commit, made when first
+        needed: an idle connection carries none."""
+        share = self.writes
+        if share is None:
+            share = self.writes = WriteShare()
+        return share
+
     def data_received(self, data: bytes) -> None:
         connection = self.connection
         assert connection is not None
@@ -392,7 +400,7 @@ class Client(asyncio.Protocol):
             if (
                 committer.busy
                 and connection.state is ConnectionState.CONNECTED
-                and committer.charge(self.writes)
+                and committer.charge(self._share())
             ):
                 hub.pause_for_store(self)
             if hub.dirty_clients:
@@ -494,7 +502,7 @@ class Client(asyncio.Protocol):
         self.hub.on_gone(self)
         committer = self.hub.committer
         if committer.busy:
-            committer.charge(self.writes)  # its will's writes are its own, not the next reader's
+            committer.charge(self._share())  # its will's writes are its own, not the next reader's
 
     def pause_writing(self) -> None:
         self.writable = False
