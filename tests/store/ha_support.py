@@ -212,8 +212,9 @@ class Publisher:
                 continue
             qos = 1 + i % 2
             payload = f"{self.prefix}:q{qos}:{i}"
+            # Not under the lock: paho calls `_on_publish` holding a lock `publish` takes.
+            info = client.publish(f"ha/q{qos}", payload, qos)
             with self._lock:
-                info = client.publish(f"ha/q{qos}", payload, qos)
                 self.sent[info.mid] = payload
             i += 1
             time.sleep(0.002)
@@ -226,7 +227,8 @@ class Publisher:
         """Stop publishing; wait until everything sent is acknowledged; what was."""
         self._stop.set()
         self._thread.join(10)
-        sent = set(self.sent.values())
+        with self._lock:
+            sent = set(self.sent.values())
         assert len(sent) < 60_000  # paho's message ids are not reused meanwhile
         assert wait_until(lambda: self.acknowledged() == sent, DEADLINE), (
             f"{len(self.acknowledged())} of {len(sent)} acknowledged"

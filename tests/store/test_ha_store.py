@@ -8,15 +8,21 @@ connection is the leadership, and an elected store never connects again.
 - Once that connection is cut (`pg_terminate_backend`), every call fails, "lost the
   connection that holds the leadership", for good: the store does not connect again, and the
   other candidate wins.
+- The broker's committer never runs what waits for a commit that failed (the
+  acknowledgements), whether the commit ran on the writer thread or on the event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
-from telemq.store import JournalRecord, PostgresLocation, StoreError, WriteBatch
+from telemq.broker.core.committer import INLINE_MIN_ACTIONS, Committer
+from telemq.store import JournalRecord, PostgresLocation, SessionRecord, StoreError, WriteBatch
 from telemq.store.postgres import PostgresStore
 from telemq.store.postgres_connection import connect, holds_lock, try_lock
 from testsupport.postgres import PostgresServer
@@ -88,3 +94,47 @@ def test_an_elected_connection_asks_for_keepalives(postgres_dsn: str) -> None:
         assert row is not None and row[0] == "5"
     finally:
         store.close()
+
+
+def test_a_failed_commit_never_runs_what_waits_for_it(
+    postgres_server: PostgresServer, postgres_dsn: str
+) -> None:
+    conn = candidate(postgres_dsn, "a")
+    assert try_lock(conn)
+    store = PostgresStore(postgres_dsn, elected=conn)
+    (pid,) = backends(postgres_server, "telemq (broker ha, member a)")
+    postgres_server.admin("SELECT pg_terminate_backend(%s)", (pid,))
+    executor = ThreadPoolExecutor(1)
+    on_loop: list[bool] = []  # per commit: did it run on the event loop's thread?
+    commit = store.commit
+
+    def watched(batch: WriteBatch) -> None:
+        on_loop.append(threading.current_thread() is threading.main_thread())
+        commit(batch)
+
+    store.commit = watched  # type: ignore[method-assign]
+
+    async def main() -> tuple[list[str], list[BaseException], int]:
+        failures: list[BaseException] = []
+        committer = Committer(store, asyncio.get_running_loop(), executor, failures.append)
+        ran: list[str] = []
+        # One acknowledgement waiting: the commit runs on the writer thread.
+        committer.pending.put_session(SessionRecord("lone"))
+        committer.after(lambda: ran.append("lone"))
+        await committer.drain()
+        # Several waiting on a small batch: the commit runs on the event loop.
+        for index in range(INLINE_MIN_ACTIONS + 1):
+            committer.pending.put_session(SessionRecord(f"c{index}"))
+            committer.after(lambda index=index: ran.append(f"c{index}"))
+        await committer.drain()
+        return ran, failures, committer.commits
+
+    try:
+        ran, failures, commits = asyncio.run(main())
+    finally:
+        executor.shutdown()
+        store.close()
+    assert on_loop == [False, True]
+    assert ran == [] and commits == 0
+    assert len(failures) == 2
+    assert all("lost the connection that holds the leadership" in str(f) for f in failures)

@@ -13,6 +13,8 @@ operator runs them: two ``python -m telemq serve`` processes, real paho clients.
   is lost or doubled.
 - Kill and restart the active member alternately, four takeovers under load: nothing
   acknowledged is lost, no QoS 2 message arrives twice, in the subscriber or the journal.
+- A member elected on a database of a newer schema exits 2 naming it, as without `[ha]`:
+  only the loss of the connection makes a member stand by again.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import contextlib
 import re
 import socket
 import struct
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -43,7 +47,9 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from telemq.store.postgres import PostgresStore
 from telemq.store.postgres_reader import PostgresJournalReader
+from telemq.store.postgres_schema import SCHEMA_VERSION
 from testsupport.postgres import PostgresServer
 from testsupport.process import HOST, connack_code, unique, wait_until
 
@@ -276,3 +282,28 @@ def test_four_takeovers_lose_nothing_acknowledged(
     assert set(journaled) >= sent
     assert q2_duplicates(journaled) == []
     print(f"four takeovers: {len(sent)} messages acknowledged, none lost, no QoS 2 twice")
+
+
+def test_a_member_elected_on_a_database_of_a_newer_schema_exits_2(
+    postgres_server: PostgresServer, postgres_dsn: str, tmp_path: Path
+) -> None:
+    """What is not the connection's fault is not stood by: as without `[ha]`."""
+    store = PostgresStore(postgres_dsn)
+    assert store._conn is not None
+    store._conn.execute("UPDATE telemq_schema SET version = %s", (SCHEMA_VERSION + 1,))
+    store.close()
+    group = Group(postgres_server, postgres_dsn, tmp_path)
+    config = group["a"].process.config_path
+    done = subprocess.run(
+        [sys.executable, "-m", "telemq", "serve", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert f"telemq: cannot start: the postgres store has schema version {SCHEMA_VERSION + 1}" in (
+        done.stderr
+    )

@@ -218,6 +218,7 @@ class Member:
     async def _serve(self, elected: psycopg.Connection[Any], stop: asyncio.Event) -> bool:
         """Be the active broker until stopped (False) or stepped down (True)."""
         from ..store.postgres import PostgresStore  # psycopg only for a member of a group
+        from ..store.postgres_schema import NewerSchema
 
         loop = asyncio.get_running_loop()
         config = self.config
@@ -244,7 +245,10 @@ class Member:
                     elected=elected,
                 ),
             )
-        except StoreError as error:
+        except NewerSchema:
+            elected.close()
+            raise  # not this member's to fix: "cannot start", as without [ha]
+        except StoreError as error:  # the connection went while the store was opened
             self._why = str(error)
             elected.close()
             store = None
@@ -252,7 +256,11 @@ class Member:
             broker = self.broker = Broker(config, store=store, leadership=leadership)
             try:
                 await broker.start()
-            except StoreError as error:  # the load failed: the connection went meanwhile
+            except StoreError as error:
+                if not store.lost:  # the load failed, and not for the connection
+                    leadership.stand_by()
+                    await broker.stop()
+                    raise
                 self._why = str(error)
             except BaseException:
                 leadership.stand_by()

@@ -224,6 +224,11 @@ class PostgresStore(Store):
         if self.elected and (conn.closed or conn.broken):
             self._lose(conn, one_line(exc))
 
+    @property
+    def lost(self) -> bool:
+        """Whether this elected store lost its connection (and with it the lock)."""
+        return bool(self._lost)
+
     @_serialized
     def check_leadership(self) -> None:
         """StoreError unless this elected store's connection still holds the lock."""
@@ -237,13 +242,19 @@ class PostgresStore(Store):
             self._lose(conn, "the server says the lock is not held")
 
     def _rollback(self, conn: psycopg.Connection[Any]) -> None:
-        """End a failed transaction, if one is open, so the connection can be used again."""
+        """End a failed transaction, if one is open, so the connection can be used again. An
+        elected connection that cannot is closed: `_check_lost` then finds it lost."""
         if conn.closed or conn.broken or conn.info.transaction_status == _IDLE:
             return
         try:
             conn.execute("ROLLBACK")
-        except psycopg.Error:
-            log.exception("rollback failed")
+        except psycopg.Error as exc:
+            if not self.elected:
+                log.exception("rollback failed")
+                return
+            log.warning("rollback failed: %s", one_line(exc))
+            with contextlib.suppress(psycopg.Error):
+                conn.close()
 
     # -- Store API ------------------------------------------------------------------------
 
