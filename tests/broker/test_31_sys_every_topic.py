@@ -56,6 +56,8 @@ README_TOPICS = [
     "journal/rows",
     "journal/last_seq",
     "journal/trimmed",
+    "ha/active",
+    "ha/takeovers",
 ]
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from telemq.broker.settings.config import (
     BrokerConfig,
+    HaConfig,
     HttpConfig,
     JournalConfig,
     LimitsConfig,
@@ -33,6 +34,7 @@ TABLES: dict[str, type[Any]] = {
     "limits": LimitsConfig,
     "mqtt5": Mqtt5Config,
     "sys": SysConfig,
+    "ha": HaConfig,
 }
 TOP_LEVEL = {"name": "5", "sub_points": '"not a list"', "allow_anonymous": '"yes"'}
 TOP_LEVEL |= {"users": '"nobody"', "acl": "3", "listeners": '"everywhere"', "http": "8080"}
@@ -44,6 +46,7 @@ ARRAYS: dict[str, type[Any]] = {
     "bridges": BridgeConfig,
 }
 LINK = 'name = "edge"\n[[links]]\nname = "hub"\n'
+PG = '[store]\nkind = "postgres"\ndsn = "dbname=telemq"\n'
 BRIDGE = 'name = "edge"\n[[bridges]]\nname = "cloud"\nhost = "localhost"\n'
 
 
@@ -61,6 +64,9 @@ OUT_OF_RANGE = [
     ("[mqtt5]\ntopic_alias_maximum = 65536\n", "mqtt5.topic_alias_maximum"),
     ("[mqtt5]\nmax_session_expiry_interval = -1\n", "mqtt5.max_session_expiry_interval"),
     ("[mqtt5]\nserver_keep_alive = 70000\n", "mqtt5.server_keep_alive"),
+    ("[ha]\nenabled = true\n", "ha.enabled"),  # without the postgres store
+    (PG + "[ha]\nenabled = true\npoll_interval = 0\n", "ha.poll_interval"),
+    (PG + "[ha]\nenabled = true\nrejoin_delay = -1\n", "ha.rejoin_delay"),
     ('[[http]]\nkeyfile = "k.pem"\n', "http[0].keyfile"),
     ('[[http]]\nwebsocket_paths = ["mqtt"]\n', "http[0].websocket_paths"),
     ('[[http]]\nwebsocket_paths = "/mqtt"\n', "http[0].websocket_paths"),

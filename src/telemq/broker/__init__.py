@@ -13,6 +13,7 @@ from .security.hooks import Hook
 from .server import Broker, run_broker
 from .settings.config import (
     BrokerConfig,
+    HaConfig,
     HttpConfig,
     JournalConfig,
     LimitsConfig,
@@ -28,6 +29,7 @@ __all__ = [
     "Broker",
     "BrokerConfig",
     "ConfigError",
+    "HaConfig",
     "Hook",
     "HttpConfig",
     "JournalConfig",

@@ -68,6 +68,7 @@ from .core.wills import Wills
 from .edges.listeners import Listener, TcpListener
 from .embedded import CallbackTarget, LocalSubscription, Received
 from .operations.housekeeping import Housekeeping
+from .operations.leadership import Leadership
 from .operations.mq import CommandHost
 from .operations.sys import SysReporter
 from .operations.view import BrokerView
@@ -88,7 +89,8 @@ class Broker:
 
     `hooks` come after the configuration's users and ACL (`hooks.AclHook`); `listeners`,
     when given, replace the configuration's TCP listeners (an embedded broker may have none
-    but a `MemoryListener`).
+    but a `MemoryListener`); `leadership`, the broker's role in its group when it runs with
+    `[ha]` (ha.py, which hears through it that the store lost the leadership).
     """
 
     def __init__(
@@ -97,10 +99,12 @@ class Broker:
         store: Store | None = None,
         hooks: Sequence[Hook] = (),
         listeners: Sequence[Listener] | None = None,
+        leadership: Leadership | None = None,
     ) -> None:
         config.validate()
         self.config = config
         self._store = store
+        self.leadership = leadership if leadership is not None else Leadership(config.name)
         authorizer = build_authorizer(config)
         for warning in authorizer.warnings:
             log.warning("configuration: %s", warning)
@@ -314,7 +318,12 @@ class Broker:
         self.bridges = Bridges(rooms)
         self.command_host.attach(rooms, self.links)
         self.view = BrokerView(
-            rooms, self.store, self._executor, lambda: self.quarantined, self.peer_counters
+            rooms,
+            self.store,
+            self._executor,
+            lambda: self.quarantined,
+            self.peer_counters,
+            self.leadership,
         )
         self.sys = SysReporter(config.sys.interval, self.view, self.router)
         self.sys.sources.append(self.links.sys_values)
@@ -356,6 +365,7 @@ class Broker:
 
     def _store_failed(self, error: BaseException) -> None:
         self.sessions_room.close_all(f"store failure: {error}")
+        self.leadership.lose(str(error))  # with [ha]: steps down (ha.py)
 
     # -- what client connections hear from the rooms (through the hub) -----------
 

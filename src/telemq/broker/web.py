@@ -5,10 +5,10 @@ Theory of operation
 `http.HttpServer` owns the listeners, authentication and the journal service; MQTT over
 WebSockets (websockets.py) and the routes here plug into it through its seams (the
 `websocket` handler and `HttpRoutes`). This module is the only one that knows all of them and
-the broker they read: `/metrics` (metrics.py), the admin API (admin_api.py) and the
-dashboard (dashboard.py), which shares `/` with MQTT over WebSockets: an upgrade is an MQTT
-client, a plain GET a person. The broker imports it only when `[[http]]` is
-configured, so a broker without HTTP never loads aiohttp or prometheus_client.
+the broker they read: `/metrics` (metrics.py), the admin API (admin_api.py), `/health`
+(health.py) and the dashboard (dashboard.py), which shares `/` with MQTT over WebSockets:
+an upgrade is an MQTT client, a plain GET a person. The broker imports it only when
+`[[http]]` is configured, so a broker without HTTP never loads aiohttp or prometheus_client.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from .edges.http import Handler, HttpAuth, HttpServer
 from .edges.websockets import mqtt_over_websocket
 from .operations.admin_api import AdminApi
 from .operations.dashboard import Dashboard
+from .operations.health import HealthRoute
 from .operations.metrics import MetricsRoute
 from .security.acl import Action
 
@@ -80,5 +81,5 @@ def http_server(
         view.executor,
         config.store.journal_location(),
         websocket,
-        routes=[metrics, admin, dashboard],
+        routes=[metrics, admin, HealthRoute(view.leadership), dashboard],
     )

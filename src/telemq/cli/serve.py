@@ -11,6 +11,10 @@ JSON report of the ports it bound to PATH, and removes it when it stops:
 `listeners` and `http` are in configuration order; a port configured as 0 is the one the
 system picked. Whoever starts a broker on port 0 (the test suite does) learns its ports there,
 and that this process (`pid`) bound them, without parsing the log.
+
+With `[ha]` (docs/ha.md) the broker is a member of a group that elects its active broker
+through the PostgreSQL store (`broker.ha`): it stands by until elected, and the ready file
+is written once its standby listeners are bound (the same ports serve its active turns).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from .. import version_text
@@ -31,6 +36,7 @@ from ..broker import (
     BrokerConfig,
     ConfigError,
     HttpConfig,
+    Listener,
     ListenerConfig,
     load_config,
     run_broker,
@@ -105,7 +111,7 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
     return config
 
 
-def ready_report(broker: Broker) -> dict[str, object]:
+def ready_report(listeners: Sequence[Listener], http_ports: Sequence[int]) -> dict[str, object]:
     """What `--ready-file` holds (see the module docstring)."""
     return {
         "pid": os.getpid(),
@@ -116,16 +122,16 @@ def ready_report(broker: Broker) -> dict[str, object]:
                 "sub_point": listener.config.sub_point,
                 "tls": bool(listener.config.certfile),
             }
-            for listener in broker.listeners
+            for listener in listeners
         ],
-        "http": list(broker.http.ports) if broker.http is not None else [],
+        "http": list(http_ports),
     }
 
 
-def write_ready_file(path: Path, broker: Broker) -> None:
+def write_ready_file(path: Path, listeners: Sequence[Listener], http_ports: Sequence[int]) -> None:
     """The report, whole or not at all: written beside `path`, then renamed to it."""
     partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(ready_report(broker)) + "\n", encoding="utf-8")
+    partial.write_text(json.dumps(ready_report(listeners, http_ports)) + "\n", encoding="utf-8")
     os.replace(partial, path)
 
 
@@ -160,17 +166,25 @@ def run(args: argparse.Namespace) -> int:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
 
-        def started(broker: Broker) -> None:
+        def ready(listeners: Sequence[Listener], http_ports: Sequence[int]) -> None:
             if ready_file is None:
                 return
             try:
-                write_ready_file(ready_file, broker)
+                write_ready_file(ready_file, listeners, http_ports)
                 written.append(ready_file)
             except OSError as error:
                 unwritable.append(error)
                 stop.set()
 
-        await run_broker(config, stop, started)
+        def started(broker: Broker) -> None:
+            ready(broker.listeners, broker.http.ports if broker.http is not None else [])
+
+        if config.ha.enabled:
+            from ..broker.ha import run_ha_broker
+
+            await run_ha_broker(config, stop, ready)
+        else:
+            await run_broker(config, stop, started)
 
     try:
         asyncio.run(main())

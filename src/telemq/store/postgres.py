@@ -12,6 +12,16 @@ and the commits share a fate. If it breaks (the server restarted, the network fa
 commit raises `StoreError` and the next call connects again, takes the lock again (refused
 if another broker took it meanwhile) and goes on.
 
+An elected store (`elected`: the connection on which a broker with `[ha]` won the lock,
+docs/ha.md) never connects again: the lock is the leadership, and a new connection is a new
+session without it. Once that connection is lost (or a statement fails on a broken one),
+every call raises `StoreError` ("lost the connection that holds the leadership") until the
+store is closed, so nothing is committed, hence nothing acknowledged, by a broker that is no
+longer elected. `check_leadership` asks the server that the connection still holds the lock
+(the broker's watchdog calls it between commits). The elected session also asks the server
+for TCP keepalives, so that the server releases the lock of a broker whose host vanished
+within seconds.
+
 `commit` writes a batch in one transaction, in one round trip in the common case
 (postgres_writes.py), and returns when PostgreSQL reports the transaction committed. How
 durable that is comes from ``synchronous_commit``, which the store sets from `sync` for its
@@ -46,7 +56,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, NoReturn, ParamSpec, TypeVar
 
 import psycopg
 from psycopg import pq
@@ -63,7 +73,13 @@ from .base import (
     SyncMode,
     WriteBatch,
 )
-from .postgres_connection import PostgresLocation, connect, one_line, take_lock
+from .postgres_connection import (
+    PostgresLocation,
+    connect,
+    holds_lock,
+    one_line,
+    take_lock,
+)
 from .postgres_schema import RAISE_MARK, ROW_KEYS, TABLES, migrate, next_ids, read_marks
 from .postgres_writes import COPY_JOURNAL, COPY_ROWS, INSERT_JOURNAL, plan
 
@@ -106,6 +122,12 @@ def _serialized(
     return run
 
 
+# An elected session's server-side TCP keepalives (a vanished broker's lock is released).
+_SERVER_KEEPALIVES = (
+    "SELECT set_config('tcp_keepalives_idle', '5', false),"
+    " set_config('tcp_keepalives_interval', '2', false),"
+    " set_config('tcp_keepalives_count', '3', false)"
+)
 _SIZE = " + ".join(f"pg_total_relation_size('{table}')" for table in TABLES)
 
 
@@ -117,10 +139,14 @@ class PostgresStore(Store):
         location: PostgresLocation | str,
         sync: SyncMode | str = SyncMode.FULL,
         origin: str = "",
+        *,
+        elected: psycopg.Connection[Any] | None = None,
     ) -> None:
         """`location`: the database (a `PostgresLocation`, or a DSN); `origin`: the broker's
-        name, written as the origin of its own journal rows. StoreError when the database
-        cannot be reached, is in use by another broker or holds a newer schema."""
+        name, written as the origin of its own journal rows; `elected`: a connection that
+        holds the store's lock already (a broker with `[ha]`: see the module docstring),
+        the store's for good. StoreError when the database cannot be reached, is in use by
+        another broker or holds a newer schema."""
         self.location = (
             location if isinstance(location, PostgresLocation) else PostgresLocation(location)
         )
@@ -132,16 +158,25 @@ class PostgresStore(Store):
         self._quarantined = 0  # rows in the quarantine table
         # The `meta` high-water marks as last written by this store (lower is safe).
         self._marks: dict[str, int] = {}
+        self.elected = elected is not None
+        self._lost = ""  # why an elected store's connection is gone ("": it is not)
         self._conn: psycopg.Connection[Any] | None = None
-        self._conn = self._open(migrating=True)
+        self._conn = self._open(migrating=True, conn=elected)
 
     # -- the connection -------------------------------------------------------------------
 
-    def _open(self, *, migrating: bool = False) -> psycopg.Connection[Any]:
-        """Connect, lock, and (at start) create or migrate the tables."""
-        conn = connect(self.location, application=self._application)
+    def _open(
+        self, *, migrating: bool = False, conn: psycopg.Connection[Any] | None = None
+    ) -> psycopg.Connection[Any]:
+        """Connect and lock (unless given an elected `conn`), and (at start) create or
+        migrate the tables."""
+        if conn is None:
+            conn = connect(self.location, application=self._application)
         try:
-            take_lock(conn)
+            if self.elected:
+                conn.execute(_SERVER_KEEPALIVES)
+            else:
+                take_lock(conn)
             conn.execute(
                 "SELECT set_config('synchronous_commit', %s, false)",
                 (SYNCHRONOUS_COMMIT[self.sync],),
@@ -165,20 +200,61 @@ class PostgresStore(Store):
         if self._closed:
             raise StoreError("store is closed")
         conn = self._conn
-        if conn is None or conn.closed:
+        if self._lost:
+            raise StoreError(self._lost)
+        if conn is None or conn.closed or conn.broken:
             self._conn = None
+            if self.elected:
+                self._lose(conn, "the connection was closed")
             log.warning("store: connecting to the postgres store (%s) again", self.location)
             conn = self._conn = self._open()
         return conn
 
+    def _lose(self, conn: psycopg.Connection[Any] | None, reason: str) -> NoReturn:
+        """An elected store's connection is gone: refuse every call from now on."""
+        self._lost = f"lost the connection that holds the leadership: {reason}"
+        self._conn = None
+        if conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                conn.close()
+        raise StoreError(self._lost)
+
+    def _check_lost(self, conn: psycopg.Connection[Any], exc: BaseException) -> None:
+        """After a failed statement: an elected store whose connection broke is lost."""
+        if self.elected and (conn.closed or conn.broken):
+            self._lose(conn, one_line(exc))
+
+    @property
+    def lost(self) -> bool:
+        """Whether this elected store lost its connection (and with it the lock)."""
+        return bool(self._lost)
+
+    @_serialized
+    def check_leadership(self) -> None:
+        """StoreError unless this elected store's connection still holds the lock."""
+        conn = self._live()
+        try:
+            held = holds_lock(conn)
+        except psycopg.Error as exc:
+            self._rollback(conn)
+            self._lose(conn, one_line(exc))
+        if not held:
+            self._lose(conn, "the server says the lock is not held")
+
     def _rollback(self, conn: psycopg.Connection[Any]) -> None:
-        """End a failed transaction, if one is open, so the connection can be used again."""
-        if conn.closed or conn.info.transaction_status == _IDLE:
+        """End a failed transaction, if one is open, so the connection can be used again. An
+        elected connection that cannot is closed: `_check_lost` then finds it lost."""
+        if conn.closed or conn.broken or conn.info.transaction_status == _IDLE:
             return
         try:
             conn.execute("ROLLBACK")
-        except psycopg.Error:
-            log.exception("rollback failed")
+        except psycopg.Error as exc:
+            if not self.elected:
+                log.exception("rollback failed")
+                return
+            log.warning("rollback failed: %s", one_line(exc))
+            with contextlib.suppress(psycopg.Error):
+                conn.close()
 
     # -- Store API ------------------------------------------------------------------------
 
@@ -189,6 +265,7 @@ class PostgresStore(Store):
             return self._load(conn)
         except psycopg.Error as exc:
             self._rollback(conn)
+            self._check_lost(conn, exc)
             raise StoreError(f"cannot load the postgres store: {one_line(exc)}") from exc
 
     @_serialized
@@ -225,6 +302,7 @@ class PostgresStore(Store):
             self.last_sync_seconds = time.perf_counter() - syncing
         except Exception as exc:
             self._rollback(conn)
+            self._check_lost(conn, exc)
             raise StoreError(f"commit failed, nothing applied: {one_line(exc)}") from exc
         except BaseException:
             self._rollback(conn)
@@ -257,6 +335,7 @@ class PostgresStore(Store):
                 return max(deleted.rowcount, 0)
         except psycopg.Error as exc:
             self._rollback(conn)
+            self._check_lost(conn, exc)
             raise StoreError(f"cannot trim the journal: {one_line(exc)}") from exc
 
     @_serialized
@@ -339,6 +418,7 @@ class PostgresStore(Store):
             return conn.execute(sql, params)
         except (psycopg.Error, OverflowError) as exc:
             self._rollback(conn)
+            self._check_lost(conn, exc)
             raise StoreError(f"{failure}: {one_line(exc)}") from exc
 
     # -- loading --------------------------------------------------------------------------

@@ -26,6 +26,13 @@ A broker that finds it held waits `LOCK_WAIT_S` (the lock of a broker killed a m
 released when its server process notices the closed socket) and then refuses to start:
 "the store is in use by another broker", naming the holder's backend. Advisory locks belong
 to a database, so one server can hold the stores of many brokers, one database each.
+
+The election (docs/ha.md). Brokers with `[ha]` share one database on purpose: the same lock
+elects the active one. A standby connects with `keepalives` (TCP keepalives and a TCP user
+timeout, so that a vanished server or network is noticed in seconds, not after the system's
+TCP timeout) and tries the lock without waiting (`try_lock`) every poll interval; the
+connection that wins it becomes the store's committing connection. `holds_lock` asks the
+server whether a connection still holds it.
 """
 
 from __future__ import annotations
@@ -46,8 +53,10 @@ __all__ = [
     "connect",
     "describe",
     "holder",
+    "holds_lock",
     "one_line",
     "take_lock",
+    "try_lock",
 ]
 
 # A fixed 64-bit key, telemq's among the advisory locks of the database.
@@ -56,6 +65,16 @@ LOCK_WAIT_S = 3.0
 PSYCOPG_EXTRA = "pip install 'telemq[postgres]'"
 _CONNECT_TIMEOUT_S = 10
 _SHOWN_KEYS = ("host", "hostaddr", "port", "dbname", "user")
+# With `keepalives`: libpq's TCP keepalives (about 11 s to notice a silent peer) and a TCP
+# user timeout (unacknowledged writes fail after 10 s), unless the DSN sets them.
+_KEEPALIVES = {
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 10_000,
+}
+_LOCK_ARGS = ((LOCK_KEY >> 32) & 0xFFFF_FFFF, LOCK_KEY & 0xFFFF_FFFF)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,10 +87,11 @@ class PostgresLocation:
     dsn: str
     password_file: str = ""
 
-    def conninfo(self, application: str = "telemq") -> str:
+    def conninfo(self, application: str = "telemq", keepalives: bool = False) -> str:
         """The connection string the store connects with: the DSN, the password from
-        `password_file`, and the defaults of the module docstring. StoreError for a DSN
-        libpq cannot parse or a password file that cannot be read."""
+        `password_file`, and the defaults of the module docstring (with `keepalives`, those of
+        an elected connection too). StoreError for a DSN libpq cannot parse or a password
+        file that cannot be read."""
         from psycopg import conninfo as pq_conninfo
         from psycopg import errors
 
@@ -97,6 +117,8 @@ class PostgresLocation:
             extra["connect_timeout"] = _CONNECT_TIMEOUT_S
         if "application_name" not in given:
             extra["application_name"] = application
+        if keepalives:
+            extra.update({k: v for k, v in _KEEPALIVES.items() if k not in given})
         return pq_conninfo.make_conninfo(self.dsn, **extra)
 
     def __str__(self) -> str:
@@ -123,12 +145,14 @@ def one_line(exc: BaseException) -> str:
     return "; ".join(line for line in lines if line) or type(exc).__name__
 
 
-def connect(location: PostgresLocation, *, application: str = "telemq") -> psycopg.Connection[Any]:
+def connect(
+    location: PostgresLocation, *, application: str = "telemq", keepalives: bool = False
+) -> psycopg.Connection[Any]:
     """A connection in autocommit mode (the store begins its transactions itself), or
     StoreError naming the server and libpq's reason in one line."""
     import psycopg
 
-    conninfo = location.conninfo(application)
+    conninfo = location.conninfo(application, keepalives)
     try:
         return psycopg.connect(conninfo, autocommit=True)
     except psycopg.Error as exc:
@@ -150,7 +174,7 @@ def holder(conn: psycopg.Connection[Any]) -> str:
         " WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1"
         " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
         " AND l.classid::bigint = %s AND l.objid::bigint = %s",
-        ((LOCK_KEY >> 32) & 0xFFFF_FFFF, LOCK_KEY & 0xFFFF_FFFF),
+        _LOCK_ARGS,
     ).fetchone()
     if row is None:
         return "a backend this user cannot see"
@@ -178,3 +202,22 @@ def take_lock(conn: psycopg.Connection[Any], wait: float = LOCK_WAIT_S) -> None:
             time.sleep(0.1)
     except psycopg.Error as exc:
         raise StoreError(f"cannot lock the postgres store: {one_line(exc)}") from None
+
+
+def try_lock(conn: psycopg.Connection[Any]) -> bool:
+    """Take the store's advisory lock on `conn` if it is free (psycopg.Error if the
+    connection fails)."""
+    row = conn.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,)).fetchone()
+    return row is not None and bool(row[0])
+
+
+def holds_lock(conn: psycopg.Connection[Any]) -> bool:
+    """Whether `conn`'s own session holds the store's advisory lock, as the server says
+    (psycopg.Error if the connection fails)."""
+    row = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = pg_backend_pid()"
+        " AND locktype = 'advisory' AND granted AND objsubid = 1"
+        " AND classid::bigint = %s AND objid::bigint = %s)",
+        _LOCK_ARGS,
+    ).fetchone()
+    return row is not None and bool(row[0])

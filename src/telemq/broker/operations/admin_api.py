@@ -104,7 +104,7 @@ class AdminApi:
 
     async def _overview(self, request: web.Request, admin: str) -> web.StreamResponse:
         overview = self._view.overview()
-        body: dict[str, Any] = {"version": overview.version}
+        body: dict[str, Any] = {"version": overview.version, "role": overview.role}
         for figure in _API_FIGURES:
             body[figure.key] = int(overview.values[figure.key])
         body["uptime_seconds"] = round(overview.values["uptime_seconds"], 3)

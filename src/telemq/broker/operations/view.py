@@ -28,6 +28,7 @@ from ... import __version__
 from ...store import Store, StoreStats
 from ..core.rooms import CoreRooms
 from ..core.stats import PeerCounters
+from .leadership import ACTIVE, Leadership
 
 GAUGE = "gauge"
 COUNTER = "counter"
@@ -129,6 +130,10 @@ FIGURES: tuple[Figure, ...] = (
            metric="journal_last_seq", api=True),
     Figure("journal_trimmed", "Journal rows deleted by retention", COUNTER,
            sys="journal/trimmed", metric="journal_trimmed"),
+    Figure("ha_active", "1 while this broker is the active one of its group (always, without"
+           " [ha]), 0 while it stands by", sys="ha/active", metric="ha_active"),
+    Figure("ha_takeovers", "Times this broker won the election and became active ([ha])",
+           COUNTER, sys="ha/takeovers", metric="ha_takeovers", api=True),
 )  # fmt: skip
 
 
@@ -139,6 +144,7 @@ class Overview:
     version: str  # telemq's (`0.1.0`)
     values: dict[str, float]
     peers: dict[str, list[PeerCounters]] = field(default_factory=dict)  # by kind
+    role: str = ACTIVE  # in its group ([ha]): "active" or "standby"
 
 
 class Operations(Protocol):
@@ -162,7 +168,8 @@ class BrokerView:
     """What the operators' reports read of a running broker (see the module docstring).
 
     Built by the wiring once the rooms exist; `peers` gives the links' and bridges'
-    counters, `quarantined` the records the store set aside at start-up.
+    counters, `quarantined` the records the store set aside at start-up, `leadership` the
+    broker's role in its group (leadership.py).
     """
 
     def __init__(
@@ -172,8 +179,10 @@ class BrokerView:
         executor: Executor | None,
         quarantined: Callable[[], int],
         peers: Callable[[], dict[str, list[PeerCounters]]],
+        leadership: Leadership | None = None,
     ) -> None:
         self.rooms = rooms
+        self.leadership = leadership if leadership is not None else Leadership()
         self.store = store
         self.executor = executor  # the store's thread (None: the memory store, inline)
         self._quarantined = quarantined
@@ -264,5 +273,7 @@ class BrokerView:
             "journal_rows": store_stats.journal_rows,
             "journal_last_seq": rooms.router.next_seq - 1,
             "journal_trimmed": stats.journal_trimmed,
+            "ha_active": int(self.leadership.is_active),
+            "ha_takeovers": self.leadership.takeovers,
         }
-        return Overview(__version__, values, self._peers())
+        return Overview(__version__, values, self._peers(), self.leadership.role)

@@ -170,7 +170,18 @@ class SysConfig:
     interval: float = 10.0  # seconds between $SYS updates; 0 disables them
 
 
-Section = StoreConfig | JournalConfig | LimitsConfig | Mqtt5Config | SysConfig
+@dataclass(slots=True)
+class HaConfig:
+    """`[ha]`: one active broker and standbys on one PostgreSQL store (docs/ha.md)."""
+
+    enabled: bool = False
+    member: str = ""  # names this broker of the group to the database ("": the host name)
+    server_reference: str = ""  # what a standby's CONNACK refers MQTT 5.0 clients to
+    poll_interval: float = 1.0  # seconds between a standby's tries for the lock
+    rejoin_delay: float = 5.0  # seconds a broker that stepped down waits before trying
+
+
+Section = StoreConfig | JournalConfig | LimitsConfig | Mqtt5Config | SysConfig | HaConfig
 
 
 @dataclass(slots=True)
@@ -188,6 +199,7 @@ class BrokerConfig:
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     mqtt5: Mqtt5Config = field(default_factory=Mqtt5Config)
     sys: SysConfig = field(default_factory=SysConfig)
+    ha: HaConfig = field(default_factory=HaConfig)
     # The broker's network (docs/network.md): neighbour telemq brokers, foreign brokers.
     links: list[LinkConfig] = field(default_factory=list)
     bridges: list[BridgeConfig] = field(default_factory=list)
@@ -199,6 +211,7 @@ class BrokerConfig:
             "limits": self.limits,
             "mqtt5": self.mqtt5,
             "sys": self.sys,
+            "ha": self.ha,
         }
         for section_name, section in sections.items():
             for item in fields(section):
@@ -275,6 +288,7 @@ class BrokerConfig:
         if self.sys.interval < 0:
             raise ConfigError("sys.interval: must not be negative")
         _check_mqtt5(self.mqtt5)
+        _check_ha(self.ha, self.store.kind)
         check_network(
             self.name,
             self.links,
@@ -296,6 +310,17 @@ def _check_mqtt5(mqtt5: Mqtt5Config) -> None:
     ):
         if not low <= getattr(mqtt5, name) <= high:
             raise ConfigError(f"mqtt5.{name}: must be between {low} and {high}")
+
+
+def _check_ha(ha: HaConfig, store_kind: str) -> None:
+    if not ha.enabled:
+        return
+    if store_kind != "postgres":
+        raise ConfigError('ha.enabled: needs the postgres store ([store] kind = "postgres")')
+    if not 0.01 <= ha.poll_interval <= 60:
+        raise ConfigError("ha.poll_interval: must be between 0.01 and 60 seconds")
+    if not 0 <= ha.rejoin_delay <= 3600:
+        raise ConfigError("ha.rejoin_delay: must be between 0 and 3600 seconds")
 
 
 TLS_OPTIONS_NEEDING_CERTFILE = (
@@ -397,6 +422,7 @@ def config_from_mapping(data: Mapping[str, Any]) -> BrokerConfig:
         "limits": LimitsConfig,
         "mqtt5": Mqtt5Config,
         "sys": SysConfig,
+        "ha": HaConfig,
     }
     top: dict[str, Any] = {}
     for key, value in data.items():
