@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .base import (
@@ -22,6 +22,7 @@ from .base import (
     RetainedRecord,
     SessionRecord,
     StoredMessage,
+    StoreState,
     SubscriptionRecord,
 )
 
@@ -354,3 +355,38 @@ def link_deliveries(
             dangling.append(d)
     orphans = [mid for mid in messages if mid not in referenced]
     return kept, dangling, orphans
+
+
+def decode_state(
+    rows_of: Callable[[str], Sequence[Sequence[object]]],
+) -> tuple[StoreState, list[tuple[str, Row, str]], list[int]]:
+    """The broker's state from the rows `rows_of(table)` gives (each with its key appended),
+    for every store alike: (the state, the rows that failed to decode with why, the ids of
+    messages no delivery references). The store sets the bad rows and orphans aside."""
+    bad: list[tuple[str, Row, str]] = []
+
+    def decode(table: str, from_row: Callable[[Sequence[object]], Any]) -> list[Any]:
+        records = []
+        for row in rows_of(table):
+            try:
+                records.append(from_row(row))
+            except BadRecord as exc:
+                bad.append((table, tuple(row), str(exc)))
+        return records
+
+    state = StoreState(
+        sessions=decode("sessions", session_from_row),
+        subscriptions=decode("subscriptions", subscription_from_row),
+        retained=decode("retained", retained_from_row),
+        messages={m.id: m for m in decode("messages", message_from_row)},
+        incoming=decode("incoming", incoming_from_row),
+    )
+    deliveries = decode("deliveries", delivery_from_row)
+    state.deliveries, dangling, orphans = link_deliveries(state.messages, deliveries)
+    for d in dangling:
+        bad.append(
+            ("deliveries", (*delivery_row(d), d.delivery_id), f"message {d.message_id} is missing")
+        )
+    for message_id in orphans:
+        del state.messages[message_id]
+    return state, bad, orphans

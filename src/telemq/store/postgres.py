@@ -431,33 +431,9 @@ class PostgresStore(Store):
         return conn.execute(sql.encode()).fetchall()
 
     def _load(self, conn: psycopg.Connection[Any]) -> StoreState:
-        bad: list[tuple[str, Row, str]] = []
-
-        def decode(table: str, from_row: Callable[[Sequence[object]], Any]) -> list[Any]:
-            records = []
-            for row in self._rows(conn, table):
-                try:
-                    records.append(from_row(row))
-                except BadRecord as exc:
-                    bad.append((table, row, str(exc)))
-            return records
-
         with conn.transaction():  # one snapshot of every table
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            state = StoreState(
-                sessions=decode("sessions", _codec.session_from_row),
-                subscriptions=decode("subscriptions", _codec.subscription_from_row),
-                retained=decode("retained", _codec.retained_from_row),
-                messages={m.id: m for m in decode("messages", _codec.message_from_row)},
-                incoming=decode("incoming", _codec.incoming_from_row),
-            )
-            deliveries = decode("deliveries", _codec.delivery_from_row)
-            state.deliveries, dangling, orphans = _codec.link_deliveries(state.messages, deliveries)
-            for d in dangling:
-                row = (*_codec.delivery_row(d), d.delivery_id)
-                bad.append(("deliveries", row, f"message {d.message_id} is missing"))
-            for message_id in orphans:
-                del state.messages[message_id]
+            state, bad, orphans = _codec.decode_state(lambda table: self._rows(conn, table))
             counters = next_ids(conn, read_marks(conn))  # rows set aside count too
         if bad or orphans or counters != self._marks:
             self._set_aside(conn, bad, orphans, counters)

@@ -28,14 +28,13 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
 from itertools import groupby
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
 from . import _codec
-from ._codec import COLUMNS, BadRecord, Row
+from ._codec import COLUMNS, Row
 from .base import (
     ConsumerOffset,
     JournalRecord,
@@ -453,31 +452,7 @@ class SqliteStore(Store):
             conn.text_factory = str
 
     def _load(self, conn: sqlite3.Connection) -> StoreState:
-        bad: list[tuple[str, Row, str]] = []
-
-        def decode(table: str, from_row: Callable[[Sequence[object]], Any]) -> list[Any]:
-            records = []
-            for row in self._rows(conn, table):
-                try:
-                    records.append(from_row(row))
-                except BadRecord as exc:
-                    bad.append((table, row, str(exc)))
-            return records
-
-        state = StoreState(
-            sessions=decode("sessions", _codec.session_from_row),
-            subscriptions=decode("subscriptions", _codec.subscription_from_row),
-            retained=decode("retained", _codec.retained_from_row),
-            messages={m.id: m for m in decode("messages", _codec.message_from_row)},
-            incoming=decode("incoming", _codec.incoming_from_row),
-        )
-        deliveries = decode("deliveries", _codec.delivery_from_row)
-        state.deliveries, dangling, orphans = _codec.link_deliveries(state.messages, deliveries)
-        for d in dangling:
-            row = (*_codec.delivery_row(d), d.delivery_id)
-            bad.append(("deliveries", row, f"message {d.message_id} is missing"))
-        for message_id in orphans:
-            del state.messages[message_id]
+        state, bad, orphans = _codec.decode_state(lambda table: self._rows(conn, table))
         counters = next_ids(conn, read_marks(conn))  # rows set aside count too
         if bad or orphans or counters != self._marks:
             quarantine_rows(conn, bad, orphans, counters)
