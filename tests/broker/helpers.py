@@ -24,9 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from telemq.store import SqliteStore, SyncMode, WriteBatch
-
 # Shared with every black-box test (tests/testsupport), re-exported for this area's modules.
+from testsupport.held_store import HeldStore as HeldStore
 from testsupport.paho import MQTT31, MQTT311, Will
 from testsupport.paho import PahoClient as PahoClient
 from testsupport.paho import Received as Received
@@ -602,20 +601,3 @@ def parse_mosq_lines(output: str) -> list[MosqMessage]:
             _, qos, retain, topic, payload = line.split("|", 4)
             out.append(MosqMessage(topic, payload, int(qos), retain == "1"))
     return out
-
-
-class HeldStore(SqliteStore):
-    """A SQLite store for in-process brokers whose commits wait while `release` is clear:
-    a disk that is slow exactly when a test says so."""
-
-    def __init__(self, path: Path) -> None:
-        super().__init__(path, SyncMode.NORMAL)
-        self.release = threading.Event()
-        self.release.set()
-        self.holding = threading.Event()
-
-    def commit(self, batch: WriteBatch) -> None:
-        if not self.release.is_set():
-            self.holding.set()
-            assert self.release.wait(20), "commit held too long"
-        super().commit(batch)

@@ -15,7 +15,6 @@ show whose reading was held or paused. `soak/hostile.py` measures what the bysta
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -31,27 +30,11 @@ from telemq.broker.server import Broker
 from telemq.protocol import Connect, Publish, Subscribe, encode
 from telemq.protocol.codec import Decoder
 from telemq.protocol.packets import ConnAck, Packet, PubAck, SubAck
-from telemq.store import SqliteStore, SyncMode, WriteBatch
+from testsupport.held_store import HeldStore
 
 BACKLOG = 1000  # MAX_BACKLOG for the back-pressure test: 1/16 of it is a flooder's share
 FLOOD = 2000  # publications in the flood: one write, one read of about 30 KB
 LARGE = 100  # publications of 1 KiB in each of two reads of the large-read test
-
-
-class HeldStore(SqliteStore):
-    """A SQLite store whose commits wait while `release` is clear."""
-
-    def __init__(self, path: Path) -> None:
-        super().__init__(path, SyncMode.NORMAL)
-        self.release = threading.Event()
-        self.release.set()
-        self.holding = threading.Event()
-
-    def commit(self, batch: WriteBatch) -> None:
-        if not self.release.is_set():
-            self.holding.set()
-            assert self.release.wait(30), "commit held too long"
-        super().commit(batch)
 
 
 class Peer:
