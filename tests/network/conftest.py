@@ -10,10 +10,10 @@ import pytest
 from .netsupport import Network, wait_link_state
 
 
-@pytest.fixture
-def chain(tmp_path: Path) -> Iterator[Network]:
-    """A - B - C, A dialing B and B dialing C, both links up; stopped at the end."""
-    network = Network(tmp_path, ["A", "B", "C"], [("A", "B"), ("B", "C")])
+def running_chain(tmp_path: Path, extra: str = "") -> Iterator[Network]:
+    """A - B - C, A dialing B and B dialing C, both links up, with `extra` configuration
+    (users) on each broker; stopped at the end. Fixtures yield from it."""
+    network = Network(tmp_path, ["A", "B", "C"], [("A", "B"), ("B", "C")], extra=extra)
     try:
         network.start()
         for broker, link in (("A", "B"), ("C", "B")):
@@ -21,3 +21,9 @@ def chain(tmp_path: Path) -> Iterator[Network]:
         yield network
     finally:
         network.finalize()
+
+
+@pytest.fixture
+def chain(tmp_path: Path) -> Iterator[Network]:
+    """A - B - C with both links up (`running_chain`)."""
+    yield from running_chain(tmp_path)

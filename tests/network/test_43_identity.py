@@ -17,7 +17,8 @@ from telemq.store import JournalReader
 from testsupport.paho import MQTT5, PahoClient
 from testsupport.process import unique, users_and_acl, wait_until
 
-from .netsupport import Network, wait_link_state
+from .conftest import running_chain
+from .netsupport import Network
 from .test_11_forwarding import wait_proxies
 
 USERS = users_and_acl({"alice": "alice-secret"}, [])
@@ -27,14 +28,7 @@ WHO = "Properties.UserId = 'alice' AND Properties.ClientId = 'pub-alice'"
 @pytest.fixture
 def chain(tmp_path: Path) -> Iterator[Network]:
     """A - B - C, each with a user alice besides the link users."""
-    network = Network(tmp_path, ["A", "B", "C"], [("A", "B"), ("B", "C")], extra=USERS)
-    try:
-        network.start()
-        for broker, link in (("A", "B"), ("C", "B")):
-            assert wait_link_state(network, broker, link, "connected"), (broker, link)
-        yield network
-    finally:
-        network.finalize()
+    yield from running_chain(tmp_path, USERS)
 
 
 def journaled(network: Network, broker: str, topic: str) -> list[tuple[bytes, str, str]]:

@@ -13,7 +13,8 @@ from mq.helpers import MQClient, assert_ok, connected
 from testsupport.paho import PahoClient
 from testsupport.process import unique, users_and_acl
 
-from .netsupport import Network, wait_link_state
+from .conftest import running_chain
+from .netsupport import Network
 from .test_11_forwarding import wait_proxies
 
 USERS = users_and_acl({"alice": "alice-secret"}, [])
@@ -22,14 +23,7 @@ USERS = users_and_acl({"alice": "alice-secret"}, [])
 @pytest.fixture
 def chain(tmp_path: Path) -> Iterator[Network]:
     """A - B - C, each with a user alice besides the link users."""
-    network = Network(tmp_path, ["A", "B", "C"], [("A", "B"), ("B", "C")], extra=USERS)
-    try:
-        network.start()
-        for broker, link in (("A", "B"), ("C", "B")):
-            assert wait_link_state(network, broker, link, "connected"), (broker, link)
-        yield network
-    finally:
-        network.finalize()
+    yield from running_chain(tmp_path, USERS)
 
 
 def test_root_mqmd_user_identifier_is_the_user_at_the_origin(chain: Network) -> None:

@@ -27,6 +27,16 @@ from .base import (
 )
 
 Row = tuple[Any, ...]
+# What each table is loaded sorted by, so that every store returns the same lists
+# (PostgreSQL's key columns are COLLATE "C": names in byte order, as in SQLite).
+LOAD_ORDER: dict[str, str] = {
+    "sessions": "client_id",
+    "subscriptions": "client_id, key",
+    "retained": "sub_point, topic",
+    "messages": "id",
+    "deliveries": "delivery_id",
+    "incoming": "client_id, packet_id",
+}
 
 COLUMNS: dict[str, tuple[str, ...]] = {
     table: tuple(columns.split())

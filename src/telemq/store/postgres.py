@@ -95,15 +95,6 @@ _READ_JOURNAL = (
     f"SELECT {', '.join(COLUMNS['journal'])} FROM journal"
     " WHERE seq >= %s AND seq < %s ORDER BY seq LIMIT %s"
 )
-# Load order: as in SQLite (sqlite.py), names in byte order (their columns are COLLATE "C").
-_LOAD_ORDER = {
-    "sessions": "client_id",
-    "subscriptions": "client_id, key",
-    "retained": "sub_point, topic",
-    "messages": "id",
-    "deliveries": "delivery_id",
-    "incoming": "client_id, packet_id",
-}
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
@@ -427,7 +418,7 @@ class PostgresStore(Store):
         """All rows of `table` in load order, each with its key appended (to quarantine it)."""
         columns = ", ".join(COLUMNS[table])
         keys = ", ".join(ROW_KEYS[table])
-        sql = f"SELECT {columns}, {keys} FROM {table} ORDER BY {_LOAD_ORDER[table]}"
+        sql = f"SELECT {columns}, {keys} FROM {table} ORDER BY {_codec.LOAD_ORDER[table]}"
         return conn.execute(sql.encode()).fetchall()
 
     def _load(self, conn: psycopg.Connection[Any]) -> StoreState:

@@ -86,15 +86,6 @@ _READ_JOURNAL = (
     f"SELECT {', '.join(COLUMNS['journal'])} FROM journal"
     " WHERE seq >= ? AND seq < ? ORDER BY seq LIMIT ?"
 )
-# Load order: what each table is sorted by, so both stores return the same lists.
-_LOAD_ORDER = {
-    "sessions": "client_id",
-    "subscriptions": "client_id, key",
-    "retained": "sub_point, topic",
-    "messages": "id",
-    "deliveries": "delivery_id",
-    "incoming": "client_id, packet_id",
-}
 
 
 def _lenient_text(raw: bytes) -> str:
@@ -439,7 +430,7 @@ class SqliteStore(Store):
         or its key in a table without one): `quarantine_rows` deletes bad rows by it."""
         columns = ", ".join(COLUMNS[table])
         names = ", ".join(ROW_KEYS.get(table, ("rowid",)))
-        sql = f"SELECT {columns}, {names} FROM {table} ORDER BY {_LOAD_ORDER[table]}"
+        sql = f"SELECT {columns}, {names} FROM {table} ORDER BY {_codec.LOAD_ORDER[table]}"
         try:
             return conn.execute(sql).fetchall()
         except sqlite3.OperationalError as exc:
