@@ -48,13 +48,14 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .lakefs import LakeFileSystem, join, lake_uri
 from .location import locate
 from .source import stream_journal
+from .table_format import BatchStats, LakeStats
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -92,16 +93,6 @@ def utc_date(ts: str = "ts") -> Column:
     from pyspark.sql import functions as F
 
     return F.date_from_unix_date(F.floor(F.unix_micros(F.col(ts)) / 86_400_000_000).cast("int"))
-
-
-@dataclass(slots=True)
-class BatchStats:
-    batch_id: int
-    rows: int
-    files: int
-    first_seq: int | None
-    last_seq: int | None
-    seconds: float
 
 
 class BatchCommitter:
@@ -147,15 +138,6 @@ class BatchCommitter:
                 f"batch {batch_id}: {rows:,} rows (seq {first:,}..{last:,}) in {stats.files}"
                 f" file(s), {rate:,.0f} rows/s"
             )
-
-
-@dataclass(slots=True)
-class LakeStats:
-    rows: int = 0
-    files: int = 0
-    dates: list[str] = field(default_factory=list)
-    first_seq: int | None = None
-    last_seq: int | None = None
 
 
 def lake_stats(fs: LakeFileSystem, lake: str | os.PathLike[str]) -> LakeStats:
