@@ -6,11 +6,11 @@ Builds an NBIRTH and `--messages` NDATA payloads of `--metrics` metrics each (by
 without datatypes, as edge nodes send them: Float, Int32, Boolean, String in turn) and
 times `telemq.pipeline.sparkplug_rows.decode_batch` on them as one Arrow batch, in this one
 process: the work each Spark task does per batch, without Spark. The figure is CPU time
-(``time.process_time``), so that it measures one core's work even on a busy machine. The target is 200,000
-metrics/s per core. With ``--spark`` the same rows also go through `sparkplug_metrics` on
-a ``local[1]`` session (one core), counted with ``count()``: that figure adds Spark's own
-cost (JVM <-> Python Arrow transfer, the BIRTH collect) and its start-up, so run it with
-enough messages for the decoding to dominate.
+(``time.process_time``), so that it measures one core's work even on a busy machine. The
+target is 200,000 metrics/s per core. With ``--spark`` the same rows also go through
+`sparkplug_metrics` on a ``local[1]`` session (one core), counted with ``count()``: that
+figure adds Spark's own cost (JVM <-> Python Arrow transfer, the BIRTH collect) and is wall
+time, so run it with enough messages for the decoding to dominate.
 """
 
 from __future__ import annotations
