@@ -29,6 +29,7 @@ COMPILED = [
     "src/telemq/protocol/events.py",
     "src/telemq/protocol/flows.py",
     "src/telemq/protocol/handshake.py",
+    "src/telemq/protocol/lifecycle.py",
     "src/telemq/protocol/packets.py",
     "src/telemq/protocol/peer5.py",
     "src/telemq/protocol/properties.py",
