@@ -63,6 +63,7 @@ from .core.rooms import CoreRooms
 from .core.router import Router
 from .core.session import Client, ClientHub, EventHandlers, Session
 from .core.sessions import Sessions
+from .core.sparkplug import MISSING as SPARKPLUG_MISSING
 from .core.sparkplug import SparkplugAwareness
 from .core.stats import BrokerStats, PeerCounters
 from .core.subscribe import SubscriptionManager
@@ -119,7 +120,11 @@ class Broker:
         )
         self.stats = BrokerStats()
         # The Sparkplug Aware MQTT Server (docs/sparkplug.md); None: [sparkplug] aware = false.
-        self.sparkplug = SparkplugAwareness(self.stats) if config.sparkplug.aware else None
+        self.sparkplug: SparkplugAwareness | None = None
+        if config.sparkplug.aware and SPARKPLUG_MISSING:
+            log.warning("Sparkplug awareness is off: %s", SPARKPLUG_MISSING)
+        elif config.sparkplug.aware:
+            self.sparkplug = SparkplugAwareness(self.stats)
         # What MQTT 5.0 connections are told and held to; None: 5.0 is off.
         self.limits5 = config.mqtt5.server_limits(config.limits.max_packet_size)
         self.command_host = CommandHost(config.name, self.topic_limits, config.limits)

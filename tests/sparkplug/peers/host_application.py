@@ -65,7 +65,9 @@ def describe(topic_name: str, raw: bytes) -> dict[str, Any]:
         kind = topic.message_type
         payload = kind.payload.decode(raw)  # type: ignore[union-attr]
     except Exception as error:  # what pysparkplug cannot read: reported, not fatal
-        return {"type": sparkplug_topic.split("/")[2:3], "error": f"{type(error).__name__}: {error}"}
+        levels = sparkplug_topic.split("/")
+        kind_name = levels[2] if len(levels) > 2 else ""
+        return {"type": kind_name, "error": f"{type(error).__name__}: {error}"}
     if isinstance(payload, sp.State):
         return {"type": "STATE", "online": payload.online, "timestamp": payload.timestamp}
     found: dict[str, Any] = {"type": str(kind.value), "timestamp": payload.timestamp}
@@ -143,7 +145,8 @@ def main() -> None:
                 value=True,
             )
             payload = sp.NCmd(timestamp=sp.get_current_timestamp(), metrics=(rebirth,))
-            client.publish(str(topic), payload.encode(include_dtypes=True), qos=0).wait_for_publish()
+            encoded = payload.encode(include_dtypes=True)
+            client.publish(str(topic), encoded, qos=0).wait_for_publish()
         elif words[0] == "exit":
             offline = sp.State(timestamp=sp.get_current_timestamp(), online=False).encode()
             client.publish(state_topic, offline, qos=1, retain=True).wait_for_publish()

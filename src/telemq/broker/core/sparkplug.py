@@ -31,6 +31,9 @@ publishes there, so a certificate always is what an edge node published.
 The specification also lets the broker replace the timestamp of an NDEATH it publishes as
 a will with the time it publishes it (the one the edge node put in its CONNECT is that of
 the connection, not of the death): `will_payload` does so, keeping every other field.
+
+Decoding needs protobuf (the `sparkplug` extra): without it `MISSING` says so, and the
+wiring runs the broker unaware, with a warning.
 """
 
 from __future__ import annotations
@@ -40,18 +43,24 @@ import logging
 import time
 from typing import Final
 
-from google.protobuf.message import DecodeError
-
-from ...sparkplug import (
-    MessageType,
-    SparkplugPayloadError,
-    SparkplugTopicError,
-    decode_payload,
-    parse_topic,
-)
-from ...sparkplug.schema import PAYLOAD
 from .message import Message
 from .stats import BrokerStats
+
+try:  # telemq.sparkplug decodes with protobuf: the `sparkplug` extra
+    from google.protobuf.message import DecodeError
+
+    from ...sparkplug import (
+        MessageType,
+        SparkplugPayloadError,
+        SparkplugTopicError,
+        decode_payload,
+        parse_topic,
+    )
+    from ...sparkplug.schema import PAYLOAD
+
+    MISSING = ""
+except ImportError as error:
+    MISSING = f"{error} (pip install 'telemq[sparkplug]')"
 
 log = logging.getLogger("telemq.broker")
 
