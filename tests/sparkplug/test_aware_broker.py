@@ -25,7 +25,6 @@ from telemq.broker import ConfigError, ListenerConfig
 from telemq.broker.settings.config import config_from_mapping
 from telemq.sparkplug import MessageType, decode_payload
 from telemq.sparkplug.schema import PAYLOAD
-from telemq.store import MemoryStore
 from testsupport.metrics import samples, value
 from testsupport.paho import MQTT5, MQTT311, PahoClient, Received, sys_value
 from testsupport.process import BrokerProcess, free_port, unique, users_and_acl
@@ -296,19 +295,28 @@ def test_what_is_not_sparkplug_is_routed_counted_and_not_kept(
     assert served.broker.running
 
 
-def test_awareness_can_be_switched_off(tmp_path: Path) -> None:
-    """`[sparkplug] aware = false`: births are routed, nothing is kept under `$sparkplug/`,
-    nothing is counted; a value that is not a boolean is refused naming the key."""
+def test_certificates_survive_a_restart_and_awareness_can_be_switched_off(
+    tmp_path: Path,
+) -> None:
+    """In process, on a SQLite store: a certificate is kept across a restart (it is stored
+    with the retained messages). `[sparkplug] aware = false`: births are routed, nothing is
+    kept under `$sparkplug/`, nothing is counted. A value that is not a boolean is refused
+    naming the key."""
     with pytest.raises(ConfigError, match=r"sparkplug\.aware: expected true or false"):
         config_from_mapping({"sparkplug": {"aware": "yes"}})
     birth = PAYLOAD(timestamp=1, seq=0)
     birth.metrics.add(name="bdSeq", datatype=4).long_value = 0
 
-    async def run(aware: bool) -> tuple[list[str], int]:
+    def config(aware: bool) -> BrokerConfig:
         config = BrokerConfig(listeners=[ListenerConfig(host="127.0.0.1", port=0)])
         config.sys.interval = 0
         config.sparkplug.aware = aware
-        async with Broker(config, store=MemoryStore(), listeners=[]) as broker:
+        config.store.data_dir = str(tmp_path / f"aware-{aware}")
+        config.store.sync = "off"
+        return config
+
+    async def run(aware: bool) -> tuple[list[str], int]:
+        async with Broker(config(aware), listeners=[]) as broker:
             births = broker.subscribe("spBv1.0/#", qos=0)
             broker.publish("spBv1.0/G/NBIRTH/E1", birth.SerializeToString())
             broker.publish("spBv1.0/G/NBIRTH", b"not sparkplug")
@@ -317,5 +325,13 @@ def test_awareness_can_be_switched_off(tmp_path: Path) -> None:
             kept = broker.retained.matching("", CERTIFICATES + "#")
             return [m.topic for m in kept], broker.stats.sparkplug_invalid
 
+    async def restored() -> list[tuple[str, bytes, bool]]:
+        async with Broker(config(True), listeners=[]) as broker:
+            kept = broker.retained.matching("", CERTIFICATES + "#")
+            return [(m.topic, m.payload, m.local_only) for m in kept]
+
     assert asyncio.run(run(True)) == ([CERTIFICATES + "spBv1.0/G/NBIRTH/E1"], 1)
+    assert asyncio.run(restored()) == [
+        (CERTIFICATES + "spBv1.0/G/NBIRTH/E1", birth.SerializeToString(), True)
+    ]
     assert asyncio.run(run(False)) == ([], 0)
