@@ -120,8 +120,8 @@ class SparkplugAwareness:
     def will_payload(topic: str, payload: bytes) -> bytes:
         """The payload of a will about to be published: an NDEATH's with its timestamp set
         to now (UTC milliseconds), everything else kept as sent; any other unchanged."""
-        if not topic.startswith(SPARKPLUG_PREFIX):
-            return payload
+        if not payload or not topic.startswith(SPARKPLUG_PREFIX):
+            return payload  # nothing to stamp
         try:
             if parse_topic(topic).message_type is not MessageType.NDEATH:
                 return payload
