@@ -87,6 +87,10 @@ class SparkplugAwareness:
         except (SparkplugTopicError, SparkplugPayloadError) as error:
             self._invalid(message, error.reason)
             return None
+        except Exception:  # a decoder's bug must not stop the routing of what follows
+            log.exception("checking the Sparkplug publication on %r failed", message.topic)
+            self._invalid(message, "it could not be checked")
+            return None
         if not kind.is_birth:
             return None
         certificate = Message(
