@@ -196,6 +196,7 @@ def test_a_dropped_edge_node_dies_by_its_will(
     raw = observer(served, observers, f"spBv1.0/{group}/NDEATH/#")
     edge = edge_node(served, peers, group, "E1", "D1")
     nbirth = host.wait_message(f"spBv1.0/{group}/NBIRTH/E1")
+    host.wait_message(f"spBv1.0/{group}/DBIRTH/E1/D1")  # both births are in
     before_ms = time.time_ns() // 1_000_000
     edge.kill()
     ndeath = host.wait_message(f"spBv1.0/{group}/NDEATH/E1")

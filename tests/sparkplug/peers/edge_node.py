@@ -39,8 +39,10 @@ def say(**fields: Any) -> None:
 class RebirthingEdgeNode(sp.EdgeNode):
     """`EdgeNode`, and a rebirth: NBIRTH (with the session's bdSeq) and every DBIRTH again."""
 
-    birth_bd_seq: sp.Metric | None = None
-    born = threading.Event()
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.birth_bd_seq: sp.Metric | None = None
+        self.born = threading.Event()  # set once the births of the connection are sent
+        super().__init__(*args, **kwargs)
 
     def _setup_will(self) -> None:
         # EdgeNode calls this before connecting (the will of the session) and after the
