@@ -52,6 +52,7 @@ COMPILED = [
     "src/telemq/broker/peers/remote_queues.py",
     "src/telemq/broker/core/retained.py",
     "src/telemq/broker/core/router.py",
+    "src/telemq/broker/core/sparkplug.py",
     "src/telemq/broker/core/releases.py",
     "src/telemq/broker/core/command_puts.py",
     "src/telemq/broker/server.py",

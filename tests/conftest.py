@@ -42,6 +42,7 @@ BUILD_INDEPENDENT = (
     "tests/dashboard/",
     "tests/filters/",
     "tests/pipeline/",
+    "tests/sparkplug/",
     "tests/store/",
     "tests/test_architecture.py",
     "tests/test_testsupport.py",

@@ -28,7 +28,8 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "telemq"
 
 ALLOWED: dict[str, set[str]] = {
     "protocol": set(),
-    "filters": set(),
+    "sparkplug": set(),  # pure Sparkplug B: topics and payloads
+    "filters": {"sparkplug"},
     "store": set(),
     "dashboard": set(),  # files for browsers; the broker serves them
     "subscriptions": {"filters", "protocol"},
@@ -43,10 +44,20 @@ ALLOWED: dict[str, set[str]] = {
         "journal",
         "network",
         "protocol",
+        "sparkplug",
         "store",
         "subscriptions",
     },
-    "pipeline": {"client", "commands", "filters", "journal", "protocol", "store", "subscriptions"},
+    "pipeline": {
+        "client",
+        "commands",
+        "filters",
+        "journal",
+        "protocol",
+        "sparkplug",
+        "store",
+        "subscriptions",
+    },
 }
 
 # The broker's sub-packages; "" is the wiring at the top of broker/ (server.py, web.py,
