@@ -4,8 +4,7 @@
 #                                      and the web dashboard's browser libraries (npm ci)
 #   bash scripts/bootstrap.sh --test   plus test tools, Debian's MQTT clients, Chromium and
 #                                      PostgreSQL (the tests start servers of their own)
-# Both install the `postgres` extra (psycopg), for `[store] kind = "postgres"`, and the
-# `sparkplug` extra (protobuf), for Sparkplug B payloads.
+# Both install the `postgres` extra (psycopg), for `[store] kind = "postgres"`.
 # telemq is installed from this checkout with its per-message modules compiled by mypyc
 # (setup.py), which needs a C compiler and Python's headers: installed here when missing.
 # Edits to src/ take effect after running this again (or run from source: PYTHONPATH=src).
@@ -106,8 +105,8 @@ if [ "$want_test" = 1 ]; then
             "pysparkplug==0.6.1"
 fi
 if [ "$want_test" = 1 ]; then
-    "$PYTHON" -m pip install -q --disable-pip-version-check ".[test,fast,spark,postgres,sparkplug]"
+    "$PYTHON" -m pip install -q --disable-pip-version-check ".[test,fast,spark,postgres]"
 else
-    "$PYTHON" -m pip install -q --disable-pip-version-check ".[fast,spark,postgres,sparkplug]"
+    "$PYTHON" -m pip install -q --disable-pip-version-check ".[fast,spark,postgres]"
 fi
 "$PYTHON" -m telemq --version

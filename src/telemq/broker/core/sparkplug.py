@@ -60,7 +60,7 @@ try:  # telemq.sparkplug decodes with protobuf: the `sparkplug` extra
 
     MISSING = ""
 except ImportError as error:
-    MISSING = f"{error} (pip install 'telemq[sparkplug]')"
+    MISSING = f"{error} (telemq depends on protobuf: pip install 'protobuf>=5.28,<8')"
 
 log = logging.getLogger("telemq.broker")
 
