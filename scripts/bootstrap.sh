@@ -4,8 +4,7 @@
 #                                      and the web dashboard's browser libraries (npm ci)
 #   bash scripts/bootstrap.sh --test   plus test tools, Debian's MQTT clients, Chromium and
 #                                      PostgreSQL (the tests start servers of their own)
-# Both install the `postgres` extra (psycopg), for `[store] kind = "postgres"`, and the
-# `sparkplug` extra (protobuf), for Sparkplug B payloads.
+# Both install the `postgres` extra (psycopg), for `[store] kind = "postgres"`.
 # telemq is installed from this checkout with its per-message modules compiled by mypyc
 # (setup.py), which needs a C compiler and Python's headers: installed here when missing.
 # Edits to src/ take effect after running this again (or run from source: PYTHONPATH=src).
@@ -43,6 +42,8 @@ if [ "$want_test" = 1 ]; then
     command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || missing+=(mosquitto)
     # Headless, for the dashboard test (tests/dashboard, driven by playwright-core).
     command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+    # venv with pip, for the Sparkplug peers' environment (.venv-sparkplug, below).
+    "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
     # initdb and pg_ctl, for the PostgreSQL store's tests (tests/testsupport/postgres.py):
     # Debian puts them in /usr/lib/postgresql/<version>/bin, not on the PATH.
     if ! command -v initdb >/dev/null 2>&1 &&
@@ -94,8 +95,18 @@ if [ "$want_test" = 1 ]; then
     npm_ci tests/dashboard "playwright-core for the dashboard test"
 fi
 if [ "$want_test" = 1 ]; then
-    "$PYTHON" -m pip install -q --disable-pip-version-check ".[test,fast,spark,postgres,sparkplug]"
+    # The Sparkplug edge nodes and host applications of tests/sparkplug: pysparkplug needs
+    # paho-mqtt < 2, the test suite paho-mqtt 2, so it has a virtual environment of its own.
+    [ -x .venv-sparkplug/bin/python ] || "$PYTHON" -m venv .venv-sparkplug
+    .venv-sparkplug/bin/python -c \
+        'import importlib.metadata as m; assert m.version("pysparkplug") == "0.6.1"' \
+        2>/dev/null ||
+        .venv-sparkplug/bin/python -m pip install -q --disable-pip-version-check \
+            "pysparkplug==0.6.1"
+fi
+if [ "$want_test" = 1 ]; then
+    "$PYTHON" -m pip install -q --disable-pip-version-check ".[test,fast,spark,postgres]"
 else
-    "$PYTHON" -m pip install -q --disable-pip-version-check ".[fast,spark,postgres,sparkplug]"
+    "$PYTHON" -m pip install -q --disable-pip-version-check ".[fast,spark,postgres]"
 fi
 "$PYTHON" -m telemq --version

@@ -15,6 +15,7 @@ under ``TYPE_CHECKING`` or inside a function, read with `ast`:
 - no import cycle is left among the broker's modules: an import inside a function or under
   TYPE_CHECKING is an arrow like any other.
 - a session's queue is changed by `Deliveries` only (`QUEUE_OWNERS`).
+- no module grows past about 600 lines (`MAX_MODULE_LINES`).
 """
 
 from __future__ import annotations
@@ -282,3 +283,16 @@ def test_a_sessions_queue_is_changed_by_deliveries_only() -> None:
 def test_the_queue_check_sees_writes() -> None:
     made_up = "session.queue.remove(d)\nsession.queued_bytes -= 3\nsession.held = []\nq.topic = 1\n"
     assert queue_writes(made_up) == [1, 2, 3]
+
+
+# "Modules under about 600 lines": a module that grows past this is split by concern.
+MAX_MODULE_LINES = 620
+
+
+def test_modules_stay_small() -> None:
+    sizes = {
+        str(path.relative_to(SRC)): len(path.read_text(encoding="utf-8").splitlines())
+        for path in SRC.rglob("*.py")
+    }
+    assert len(sizes) > 100, "the source tree was not found"
+    assert {name: n for name, n in sizes.items() if n > MAX_MODULE_LINES} == {}

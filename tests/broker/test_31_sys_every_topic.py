@@ -58,6 +58,7 @@ README_TOPICS = [
     "journal/trimmed",
     "ha/active",
     "ha/takeovers",
+    "sparkplug/invalid",
 ]
 
 
@@ -155,6 +156,7 @@ def test_every_sys_topic_is_published_and_moves(tmp_path: Path) -> None:
             publisher.send(Publish("t/kept", b"retained", 0, retain=True))
             publisher.send(Publish("t/not-kept", b"one too many", 0, retain=True))
             publisher.send(Publish("denied/x", b"no", 0))
+            publisher.send(Publish("spBv1.0/G/NBIRTH/E", b"\xff not Sparkplug B", 0))
             for packet_id in (9, 10, 11):  # a queue of one, offline: two are dropped
                 publisher.send(Publish("q/x", b"queued", 1, packet_id=packet_id))
                 assert await publisher.next() == PubAck(packet_id)
@@ -176,7 +178,9 @@ def test_every_sys_topic_is_published_and_moves(tmp_path: Path) -> None:
                 "publish/messages/denied": 1,
                 "commands/received": 1,
                 "messages/dropped": 2,
-                "journal/last_seq": 11,  # 5, the 2 retained ones, 3 queued, the sentinel
+                "sparkplug/invalid": 1,
+                # 5, the 2 retained ones, the Sparkplug one, 3 queued, the sentinel
+                "journal/last_seq": 12,
             }
             for topic, delta in moved.items():
                 assert int(after[topic]) - int(before[topic]) == delta, (topic, before, after)
@@ -191,7 +195,7 @@ def test_every_sys_topic_is_published_and_moves(tmp_path: Path) -> None:
                 "topic cache/bytes",
             ):
                 assert int(after[topic]) > int(before[topic]), (topic, before, after)
-            assert int(after["journal/rows"]) == 11
+            assert int(after["journal/rows"]) == 12
 
             trimmed = await broker.apply_journal_retention()
             assert trimmed > 0

@@ -22,6 +22,7 @@ from telemq.broker.settings.config import (
     LimitsConfig,
     ListenerConfig,
     Mqtt5Config,
+    SparkplugConfig,
     StoreConfig,
     SysConfig,
 )
@@ -35,6 +36,7 @@ TABLES: dict[str, type[Any]] = {
     "mqtt5": Mqtt5Config,
     "sys": SysConfig,
     "ha": HaConfig,
+    "sparkplug": SparkplugConfig,
 }
 TOP_LEVEL = {"name": "5", "sub_points": '"not a list"', "allow_anonymous": '"yes"'}
 TOP_LEVEL |= {"users": '"nobody"', "acl": "3", "listeners": '"everywhere"', "http": "8080"}

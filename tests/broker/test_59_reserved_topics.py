@@ -1,7 +1,8 @@
-"""The broker's own topics (`$SYS/`, `$link/`, `$bridge/`, `$remote/`, `$share/`) over real
-sockets: a client's PUBLISH, will or retained message there is refused for every user,
-administrators included, and counted; MQ commands cannot write there either; a bridge may
-still announce its own state (docs/security.md, "The broker's own topics")."""
+"""The broker's own topics (`$SYS/`, `$link/`, `$bridge/`, `$remote/`, `$share/`,
+`$sparkplug/`) over real sockets: a client's PUBLISH, will or retained message there is
+refused for every user, administrators included, and counted; MQ commands cannot write
+there either; a bridge may still announce its own state (docs/security.md, "The broker's
+own topics")."""
 
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ RESERVED = [
     "$bridge/cloud/x",
     "$remote/QM2/queue",
     "$share/group/a",
+    "$sparkplug/certificates/spBv1.0/G/NBIRTH/E",
 ]
 ADMIN = ("alice", "alice-pw")
 # alice is an administrator whose rules would allow anything, $SYS included.

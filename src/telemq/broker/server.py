@@ -11,7 +11,8 @@ what it owns (docs/architecture.md has the map):
   and connections: takeover, session expiry), `Wills`,
   `Router` (publications in: retained, journaled, routed; QoS 2 releases), `Shares`,
   `Deliveries` (queues, the in-flight window, subscribers' acks), `SubscriptionManager`,
-  `RetainedMessages`, `BrokerStats`, and the `ClientHub` every connection shares;
+  `RetainedMessages`, `BrokerStats`, `SparkplugAwareness` (the births of Sparkplug edge
+  nodes kept as certificates), and the `ClientHub` every connection shares;
 - peers/: `Links` and `Bridges`, given the core's rooms (`CoreRooms`);
 - operations/: `BrokerView` and what renders it (`SysReporter`, /metrics, the admin API),
   `Housekeeping`, and the `CommandHost` of the MQ commands.
@@ -62,6 +63,8 @@ from .core.rooms import CoreRooms
 from .core.router import Router
 from .core.session import Client, ClientHub, EventHandlers, Session
 from .core.sessions import Sessions
+from .core.sparkplug import MISSING as SPARKPLUG_MISSING
+from .core.sparkplug import SparkplugAwareness
 from .core.stats import BrokerStats, PeerCounters
 from .core.subscribe import SubscriptionManager
 from .core.wills import Wills
@@ -116,6 +119,12 @@ class Broker:
             config.limits.max_topic_levels, config.limits.max_topic_length
         )
         self.stats = BrokerStats()
+        # The Sparkplug Aware MQTT Server (docs/sparkplug.md); None: [sparkplug] aware = false.
+        self.sparkplug: SparkplugAwareness | None = None
+        if config.sparkplug.aware and SPARKPLUG_MISSING:
+            log.warning("Sparkplug awareness is off: %s", SPARKPLUG_MISSING)
+        elif config.sparkplug.aware:
+            self.sparkplug = SparkplugAwareness(self.stats)
         # What MQTT 5.0 connections are told and held to; None: 5.0 is off.
         self.limits5 = config.mqtt5.server_limits(config.limits.max_packet_size)
         self.command_host = CommandHost(config.name, self.topic_limits, config.limits)
@@ -265,6 +274,7 @@ class Broker:
             config.limits.max_topic_cache_bytes,
             self.hub.read_clock,
             config.name,
+            self.sparkplug,
         )
         self.subscriptions = SubscriptionManager(
             config.name,
@@ -280,7 +290,9 @@ class Broker:
             self.limits5,
             config.mqtt5.shared_subscription_available,
         )
-        self.wills = Wills(self.loop, self.hooks, self.stats, self.router, committer)
+        self.wills = Wills(
+            self.loop, self.hooks, self.stats, self.router, committer, self.sparkplug
+        )
         sessions.attach(self.router, self.subscriptions, self.wills)
         self.housekeeping = Housekeeping(
             config,

@@ -23,7 +23,9 @@ For one PUBLISH from a client (`on_publish`):
 Publications also come from inside the broker (`publish`: $SYS, command replies; wills.py),
 over links and bridges (`on_link_publish`), and from the MQ commands (command_puts.py);
 all go through `accept`. The router owns the journal's sequence numbers; sessions are read
-from the `Sessions` room.
+from the `Sessions` room. With `[sparkplug] aware` on, a publication under `spBv1.0/` is
+also shown to the Sparkplug room (sparkplug.py), which keeps the births as retained
+certificates: one `startswith` per publication is all other topics pay.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from .releases import complete_release, record_release
 from .retained import RetainedMessages
 from .session import ReadClock, Session
 from .shares import Shares
+from .sparkplug import SPARKPLUG_PREFIX, SparkplugAwareness
 
 if TYPE_CHECKING:
     from ...protocol.property_table import Properties
@@ -122,6 +125,7 @@ class Router:
         "_registry",
         "_retained",
         "_sessions",
+        "_sparkplug",
         "_stats",
         "_topic_limits",
         "cache_bytes",
@@ -147,8 +151,11 @@ class Router:
         cache_bytes: int,
         read_clock: ReadClock,
         own: str = "",
+        sparkplug: SparkplugAwareness | None = None,
     ) -> None:
         self.own = own  # this broker's name: the origin of the publications made here
+        # [sparkplug] aware: asked for each publication under spBv1.0/ (sparkplug.py).
+        self._sparkplug = sparkplug
         self._committer = committer
         self._topic_limits = topic_limits
         self._journal_cache_limit = cache_bytes  # 0 = no bound
@@ -391,7 +398,25 @@ class Router:
                     self._committer.pending.journal += row
         if self._on_accepted:
             self._hooks.notify(self._on_accepted, message)
+        sparkplug = self._sparkplug
+        if sparkplug is not None and message.topic.startswith(SPARKPLUG_PREFIX):
+            return self._route_sparkplug(sparkplug, message, hand_off_now, exclude_queue)
         return self._route(message, hand_off_now, exclude_queue)
+
+    def _route_sparkplug(
+        self,
+        sparkplug: SparkplugAwareness,
+        message: Message,
+        hand_off_now: bool,
+        exclude_queue: str | None,
+    ) -> list[tuple[Session, Delivery]]:
+        """A publication under spBv1.0/: routed as any other, then a birth's certificate
+        retained, not journaled (the birth is), and routed to `$sparkplug/` subscribers."""
+        later = self._route(message, hand_off_now, exclude_queue)
+        certificate = sparkplug.certificate_of(message)
+        if certificate is not None:
+            later += self.accept(certificate, hand_off_now, False)
+        return later
 
     def _journaled(self, topic: str) -> bool:
         cached = self._journal_cache.get(topic)

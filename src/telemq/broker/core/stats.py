@@ -59,6 +59,7 @@ class BrokerStats:
         "received_by_qos",
         "retained_refused",
         "sent_by_qos",
+        "sparkplug_invalid",
         "subscribe_denied",
         "subscriptions_refused",
     )
@@ -80,6 +81,7 @@ class BrokerStats:
         self.journal_trimmed = 0  # journal rows deleted by retention
         self.subscriptions_refused = 0  # beyond limits.max_subscriptions_per_client
         self.retained_refused = 0  # not retained: beyond the retained quotas
+        self.sparkplug_invalid = 0  # under spBv1.0/ but not Sparkplug B (core/sparkplug.py)
         self.bytes_received_closed = 0  # bytes of connections that have ended
         self.bytes_sent_closed = 0
 

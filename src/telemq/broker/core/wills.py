@@ -14,7 +14,9 @@ by a new connection (`cancel`) and when a session ends (`session_ended`). A dela
 kept in memory only: a broker that stops drops it (as Mosquitto does).
 
 The will's properties (content type, response topic, correlation data, user properties,
-message expiry, payload format) go with its message, as a PUBLISH's would.
+message expiry, payload format) go with its message, as a PUBLISH's would. With
+`[sparkplug] aware` on, a Sparkplug NDEATH will gets the time it is published as its
+timestamp (sparkplug.py).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from ..security.hooks import Hooks
 from .committer import Committer
 from .message import Message
 from .router import Router, now_us
+from .sparkplug import SparkplugAwareness
 
 if TYPE_CHECKING:
     from .stats import BrokerStats
@@ -59,8 +62,10 @@ class Wills:
         stats: BrokerStats,
         router: Router,
         committer: Committer,
+        sparkplug: SparkplugAwareness | None = None,
     ) -> None:
         self._loop = loop
+        self._sparkplug = sparkplug  # [sparkplug] aware: an NDEATH's timestamp is replaced
         self._hooks = hooks
         self._stats = stats
         self._router = router
@@ -118,9 +123,12 @@ class Wills:
             self._stats.publish_denied += 1
             log.info("client %r: will to %r denied", pending.client_id, will.topic)
             return
+        payload = will.payload
+        if self._sparkplug is not None:
+            payload = self._sparkplug.will_payload(will.topic, payload)
         message = Message(
             will.topic,
-            will.payload,
+            payload,
             will.qos,
             will.retain,
             pending.sub_point,

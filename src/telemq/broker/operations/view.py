@@ -116,6 +116,9 @@ FIGURES: tuple[Figure, ...] = (
            metric="bytes_sent", api=True),
     Figure("commands", "MQ command messages executed", COUNTER, sys="commands/received",
            metric="commands"),
+    Figure("sparkplug_invalid", "Publications under spBv1.0/ that are not Sparkplug B (topic,"
+           " payload, duplicate aliases): routed, never kept as certificates", COUNTER,
+           sys="sparkplug/invalid", metric="sparkplug_invalid", api=True),
     Figure("store_commits", "Store transactions committed", COUNTER, metric="store_commits"),
     Figure("store_pauses", "Clients paused until a commit ended: their writes filled the backlog",
            COUNTER, sys="store/pauses", metric="store_pauses"),
@@ -265,6 +268,7 @@ class BrokerView:
             "bytes_received": bytes_received,
             "bytes_sent": bytes_sent,
             "commands": stats.commands,
+            "sparkplug_invalid": stats.sparkplug_invalid,
             "store_commits": rooms.committer.commits,
             "store_pauses": rooms.hub.store_pauses,
             "reads_held": rooms.hub.reads_held,

@@ -5,7 +5,8 @@ Theory of operation
 `$SYS/` carries the broker's figures; `$link/` the control messages linked brokers send each
 other (`$link/control`, only ever on a link's own connection); `$bridge/` and `$remote/`
 name the network's sessions and queues; `$share/` starts a shared subscription's filter
-(MQTT 5.0 §4.8.2), so no subscription can ask for a topic name of that form. A PUBLISH, a
+(MQTT 5.0 §4.8.2), so no subscription can ask for a topic name of that form; `$sparkplug/`
+holds the Sparkplug certificates the broker keeps (core/sparkplug.py). A PUBLISH, a
 will or a retained message a client sends there could only mislead whoever reads them (an
 anonymous `$SYS/broker/clients/connected` of 9999), so it is refused for every user,
 administrators included (an administrator may read `$SYS`), as an ACL denial is: dropped
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 from typing import Final
 
-RESERVED_PREFIXES: Final = ("$SYS/", "$link/", "$bridge/", "$remote/", "$share/")
+RESERVED_PREFIXES: Final = ("$SYS/", "$link/", "$bridge/", "$remote/", "$share/", "$sparkplug/")
 _ROOTS: Final = frozenset(prefix[:-1] for prefix in RESERVED_PREFIXES)
 BRIDGE_STATE: Final = "$SYS/broker/connection/{}/state"  # Mosquitto's notification topic
 

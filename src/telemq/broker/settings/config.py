@@ -181,7 +181,23 @@ class HaConfig:
     rejoin_delay: float = 5.0  # seconds a broker that stepped down waits before trying
 
 
-Section = StoreConfig | JournalConfig | LimitsConfig | Mqtt5Config | SysConfig | HaConfig
+@dataclass(slots=True)
+class SparkplugConfig:
+    """`[sparkplug]`: the Sparkplug Aware MQTT Server of the Sparkplug 3.0 specification
+    (docs/sparkplug.md). On by default: it costs one prefix test per publication."""
+
+    aware: bool = True  # keep NBIRTH/DBIRTH as retained $sparkplug/certificates/... messages
+
+
+Section = (
+    StoreConfig
+    | JournalConfig
+    | LimitsConfig
+    | Mqtt5Config
+    | SysConfig
+    | HaConfig
+    | SparkplugConfig
+)
 
 
 @dataclass(slots=True)
@@ -200,6 +216,7 @@ class BrokerConfig:
     mqtt5: Mqtt5Config = field(default_factory=Mqtt5Config)
     sys: SysConfig = field(default_factory=SysConfig)
     ha: HaConfig = field(default_factory=HaConfig)
+    sparkplug: SparkplugConfig = field(default_factory=SparkplugConfig)
     # The broker's network (docs/network.md): neighbour telemq brokers, foreign brokers.
     links: list[LinkConfig] = field(default_factory=list)
     bridges: list[BridgeConfig] = field(default_factory=list)
@@ -212,6 +229,7 @@ class BrokerConfig:
             "mqtt5": self.mqtt5,
             "sys": self.sys,
             "ha": self.ha,
+            "sparkplug": self.sparkplug,
         }
         for section_name, section in sections.items():
             for item in fields(section):
@@ -423,6 +441,7 @@ def config_from_mapping(data: Mapping[str, Any]) -> BrokerConfig:
         "mqtt5": Mqtt5Config,
         "sys": SysConfig,
         "ha": HaConfig,
+        "sparkplug": SparkplugConfig,
     }
     top: dict[str, Any] = {}
     for key, value in data.items():
