@@ -13,7 +13,13 @@ import pytest
 from telemq.pipeline import sparkplug_fast
 from telemq.pipeline.source import read_journal, stream_journal
 from telemq.pipeline.sparkplug_births import BirthLedger, Births
-from telemq.pipeline.sparkplug_rows import birth_rows, decode_batch, sparkplug_metrics
+from telemq.pipeline.sparkplug_rows import (
+    birth_rows,
+    decode_batch,
+    decode_sparkplug,
+    sparkplug_metrics,
+    split_decoded,
+)
 from telemq.sparkplug import (
     DataSet,
     DataType,
@@ -157,9 +163,11 @@ def test_aliases_resolve_across_batches_and_a_restart(spark: Any, tmp_path: Path
         ledger = BirthLedger(spark, checkpoint / "sparkplug")
 
         def each(frame: Any, batch_id: int) -> None:
-            metrics, quarantine = sparkplug_metrics(frame, ledger, batch_id)
+            decoded = decode_sparkplug(frame, ledger, batch_id).persist()  # decoded once
+            metrics, quarantine = split_decoded(decoded)
             seen.extend((r.seq, r.name, r.double_value) for r in metrics.collect())
             reasons.extend(r.reason for r in quarantine.collect())
+            decoded.unpersist()
 
         query = (
             stream_journal(spark, str(data_dir))

@@ -78,6 +78,7 @@ __all__ = [
     "metrics_schema",
     "quarantine_schema",
     "sparkplug_metrics",
+    "split_decoded",
 ]
 
 _LONG_MAX = (1 << 63) - 1
@@ -386,9 +387,14 @@ def sparkplug_metrics(
     frame: DataFrame, ledger: BirthLedger | None = None, batch_id: int | None = None
 ) -> tuple[DataFrame, DataFrame]:
     """(metrics, quarantine) of the Sparkplug rows of `frame` (see the module's docstring)."""
+    return split_decoded(decode_sparkplug(frame, ledger, batch_id))
+
+
+def split_decoded(decoded: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """(metrics, quarantine) of `decode_sparkplug`'s frame (persist it first to decode once
+    for both)."""
     from pyspark.sql import functions as F
 
-    decoded = decode_sparkplug(frame, ledger, batch_id)
     metrics = decoded.where(F.col("reason").isNull()).select(*METRIC_COLUMNS)
     quarantine = decoded.where(F.col("reason").isNotNull()).select(
         "seq", "ts", "topic", "payload", "metric_index", "reason"
