@@ -73,22 +73,30 @@ DDATA = data(2, Metric(alias=10, value=0xFFFE), Metric(alias=11, is_null=True))
 
 def journal() -> list[Pub]:
     unknown_alias = data(3, Metric(alias=99, value=1))
-    return [
-        Pub(NODE.format("NDATA"), NDATA),  # 0: before any BIRTH: quarantined
-        Pub(NODE.format("NBIRTH"), NBIRTH),  # 1
-        Pub(NODE.format("NDATA"), NDATA),  # 2
-        Pub(DEVICE.format("DDATA"), DDATA),  # 3: the device has no BIRTH yet
-        Pub(DEVICE.format("DBIRTH"), DBIRTH),  # 4
-        Pub(DEVICE.format("DDATA"), DDATA),  # 5
-        Pub(DEVICE.format("DDATA"), unknown_alias),  # 6
-        Pub("spBv1.0/Plant/NDATA", NDATA),  # 7: broken topic
-        Pub(NODE.format("NDATA"), b"\xff\x00garbage"),  # 8: not protobuf
-        Pub(DEVICE.format("DDEATH"), data(4)),  # 9: no metrics: one row
+    return [  # journal seqs start at 1
+        Pub(NODE.format("NDATA"), NDATA),  # seq 1: before any BIRTH: quarantined
+        Pub(NODE.format("NBIRTH"), NBIRTH),  # seq 2
+        Pub(NODE.format("NDATA"), NDATA),  # seq 3
+        Pub(DEVICE.format("DDATA"), DDATA),  # seq 4: the device has no BIRTH yet
+        Pub(DEVICE.format("DBIRTH"), DBIRTH),  # seq 5
+        Pub(DEVICE.format("DDATA"), DDATA),  # seq 6
+        Pub(DEVICE.format("DDATA"), unknown_alias),  # seq 7
+        Pub("spBv1.0/Plant/NDATA", NDATA),  # seq 8: broken topic
+        Pub(NODE.format("NDATA"), b"\xff\x00garbage"),  # seq 9: not protobuf
+        Pub(DEVICE.format("DDEATH"), data(4)),  # seq 10: no metrics: one row
         Pub(NODE.format("NDEATH"), birth(Metric("bdSeq", datatype=DataType.Int64, value=0))),
-        Pub("spBv1.0/STATE/scada", b'{"online":true,"timestamp":1}'),  # 11
-        Pub("sensors/other", b"{}"),  # 12: not Sparkplug: in neither frame
+        Pub("spBv1.0/STATE/scada", b'{"online":true,"timestamp":1}'),  # seq 12
+        Pub("sensors/other", b"{}"),  # seq 13: not Sparkplug: in neither frame
         Pub(NODE.format("NBIRTH"), birth(Metric("Pressure", 1, datatype=DataType.Double))),
-        Pub(DEVICE.format("DDATA"), DDATA),  # 14: its DBIRTH predates the new NBIRTH
+        Pub(DEVICE.format("DDATA"), DDATA),  # seq 15: its DBIRTH predates the new NBIRTH
+        Pub(
+            DEVICE.format("DBIRTH"),
+            birth(
+                Metric("a", 1, datatype=DataType.Int8, value=1),
+                Metric("b", 1, datatype=DataType.Int8, value=2),
+            ),
+        ),
+        Pub(DEVICE.format("DDATA"), DDATA),  # seq 17: still no valid DBIRTH
     ]
 
 
@@ -145,6 +153,9 @@ def test_births_data_and_deaths_become_metric_rows_and_the_rest_is_quarantined(
         (9, None, reasons[5][2]),
         (15, 0, "alias 10: no BIRTH of this device before it"),
         (15, 1, "alias 11: no BIRTH of this device before it"),
+        (16, None, "BIRTH gives alias 1 to both 'a' and 'b'"),
+        (17, 0, "alias 10: no BIRTH of this device before it"),
+        (17, 1, "alias 11: no BIRTH of this device before it"),
     ]
     assert reasons[5][2].startswith("not a Sparkplug B protobuf message")
     assert next(r for r in held if r["seq"] == 9)["payload"] == b"\xff\x00garbage"
