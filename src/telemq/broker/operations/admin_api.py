@@ -34,7 +34,7 @@ from aiohttp import web
 
 from ...protocol import ReasonCode
 from ...protocol.topics import topic_filter_error
-from ...store import StoreError
+from ...store import JournalReaders, StoreError
 from ..edges.http import USER, Handler, offset_json, read_journal
 from ..edges.http_errors import json_error
 from .admin_views import client_json, retained_json, session_json, subscription_json
@@ -61,11 +61,16 @@ class AdminApi:
     open_paths: tuple[str, ...] = (PREFIX + "/openapi.json",)
 
     def __init__(
-        self, view: BrokerView, operations: Operations, is_admin: Callable[[str], bool]
+        self,
+        view: BrokerView,
+        operations: Operations,
+        is_admin: Callable[[str], bool],
+        journal: JournalReaders | None = None,
     ) -> None:
         self._view = view  # what the listings read
         self._operations = operations  # what a change goes through
         self._is_admin = is_admin
+        self._journal_readers = journal  # the HTTP server's (None: the memory store)
 
     def install(self, app: web.Application) -> None:
         routes = [
@@ -260,9 +265,7 @@ class AdminApi:
 
     async def _journal(self, request: web.Request, admin: str) -> web.StreamResponse:
         view = self._view
-        store_config = view.rooms.config.store
-        location = store_config.journal_location()
-        first, last = await read_journal(location, lambda reader: reader.bounds())
+        first, last = await read_journal(self._journal_readers, lambda reader: reader.bounds())
         try:
             offsets = await asyncio.get_running_loop().run_in_executor(
                 view.executor, view.store.consumer_offsets
