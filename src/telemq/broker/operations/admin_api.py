@@ -109,7 +109,15 @@ class AdminApi:
 
     async def _overview(self, request: web.Request, admin: str) -> web.StreamResponse:
         overview = self._view.overview()
-        body: dict[str, Any] = {"version": overview.version, "role": overview.role}
+        leadership = self._view.leadership
+        body: dict[str, Any] = {
+            "version": overview.version,
+            "role": overview.role,
+            "broker": leadership.broker,
+            "ha": leadership.enabled,
+            "member": leadership.member,
+            "role_since": round(leadership.since, 3),
+        }
         for figure in _API_FIGURES:
             body[figure.key] = int(overview.values[figure.key])
         body["uptime_seconds"] = round(overview.values["uptime_seconds"], 3)
