@@ -25,9 +25,9 @@ over loopback by bench_broker.py's clients (telemq's own codec, every message ch
 The last lines give postgres / sqlite per workload; the goal for ``qos1-w100`` is 0.5 or more.
 
 ``--inline-budget S`` starts the brokers with the committer's `INLINE_BUDGET` set to S
-seconds (0: no commit on the event loop) for every store, PostgreSQL's included (which
-never commits on the loop otherwise: `Store.commits_on_loop`), to measure what committing
-small batches on the event loop does per store (docs/postgres.md). It patches the modules
+seconds (0: no commit on the event loop; 1: every small batch that several acknowledgements
+wait for), to measure what committing them on the event loop does per store
+(docs/postgres.md, "Speed"). It patches the modules
 before the broker starts, so run from a checkout with ``PYTHONPATH=src`` (a compiled build
 may not see it).
 
@@ -105,7 +105,6 @@ class BenchBroker(BrokerProcess):
         patch = (
             "import sys; import telemq.broker.core.committer as c;"
             " c.INLINE_BUDGET = float(sys.argv.pop(1));"
-            " import telemq.store.postgres as p; p.PostgresStore.commits_on_loop = True;"
             " from telemq.cli.main import main; sys.exit(main(sys.argv[1:]))"
         )
         return [command[0], "-c", patch, str(self.inline_budget), *command[3:]]

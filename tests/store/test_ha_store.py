@@ -9,8 +9,7 @@ connection is the leadership, and an elected store never connects again.
   connection that holds the leadership", for good: the store does not connect again, and the
   other candidate wins.
 - The broker's committer never runs what waits for a commit that failed (the
-  acknowledgements); a PostgreSQL commit runs on the writer thread, never on the event loop,
-  even the small batch several acknowledgements wait for (`Store.commits_on_loop`).
+  acknowledgements), whether the commit ran on the writer thread or on the event loop.
 """
 
 from __future__ import annotations
@@ -123,8 +122,7 @@ def test_a_failed_commit_never_runs_what_waits_for_it(
         committer.pending.put_session(SessionRecord("lone"))
         committer.after(lambda: ran.append("lone"))
         await committer.drain()
-        # Several waiting on a small batch: on the writer thread too (a PostgreSQL commit
-        # never runs on the event loop: `Store.commits_on_loop`).
+        # Several waiting on a small batch: the commit runs on the event loop.
         for index in range(INLINE_MIN_ACTIONS + 1):
             committer.pending.put_session(SessionRecord(f"c{index}"))
             committer.after(lambda index=index: ran.append(f"c{index}"))
@@ -136,7 +134,7 @@ def test_a_failed_commit_never_runs_what_waits_for_it(
     finally:
         executor.shutdown()
         store.close()
-    assert on_loop == [False, False]
+    assert on_loop == [False, True]
     assert ran == [] and commits == 0
     assert len(failures) == 2
     assert all("lost the connection that holds the leadership" in str(f) for f in failures)

@@ -378,10 +378,6 @@ class Store(ABC):
     # Seconds the last commit spent making itself durable (SQLite's COMMIT: the fsync with
     # `sync = "full"`), for the broker's metrics; 0 for a store that has nothing to sync.
     last_sync_seconds: float = 0.0
-    # Whether the broker may run a small commit on its event loop (broker/core/committer.py,
-    # INLINE_BUDGET): yes where a commit is work in this process (SQLite's fsync), no where
-    # it waits on a server (PostgreSQL): a worker thread waits without holding up the loop.
-    commits_on_loop: bool = True
 
     @abstractmethod
     def load(self) -> StoreState:

@@ -125,8 +125,6 @@ _SIZE = " + ".join(f"pg_total_relation_size('{table}')" for table in TABLES)
 class PostgresStore(Store):
     """The durable state in a PostgreSQL database; see the module docstring."""
 
-    commits_on_loop = False  # a commit is a round trip to the server (base.Store)
-
     def __init__(
         self,
         location: PostgresLocation | str,

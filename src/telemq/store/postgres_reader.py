@@ -14,7 +14,9 @@ The journal service reads through `PostgresReaderPool`: a pool of such connectio
 concurrent HTTP readers share a few connections instead of each request connecting (and
 authenticating) anew. A reader on a pooled connection is `PostgresJournalReader.borrowing`
 it; its `close` gives it back. Each new pooled connection is made read-only and its schema
-checked, as a reader's own; the pool asks for the password file again for each new one.
+checked, as a reader's own, and each is checked (a round trip) as it is handed out, so that
+one the server dropped meanwhile is replaced; the pool reads the password file again for
+each new connection.
 A reader that waits `POOL_WAIT_S` for a connection in vain (the server down, every
 connection busy) connects once on its own to learn why, so the error says what libpq says.
 
@@ -204,6 +206,7 @@ class PostgresReaderPool:
             max_size=max_size,
             open=False,
             configure=configure,
+            check=ConnectionPool.check_connection,  # one gone stale (a server restart): a new one
             name="telemq-journal",
             timeout=POOL_WAIT_S,
             max_idle=POOL_IDLE_S,

@@ -25,10 +25,7 @@ measured): handing it to the writer thread and its outcome back costs two thread
 wake-ups (about 0.1 ms here), as much as the commit's own fsync, and those clients
 can send nothing more until it ends. A lone acknowledgement (a trickle, where another
 client's message may arrive during the fsync), a large batch, a lazy one and a slow
-disk keep going to the writer thread, so the loop keeps reading while it works. So does
-every commit of a store that waits on a server (`Store.commits_on_loop` false: PostgreSQL,
-whose commit is a round trip the writer thread spends without holding the GIL; measured by
-bench/bench_store.py ``--inline-budget``, docs/postgres.md).
+disk keep going to the writer thread, so the loop keeps reading while it works.
 
 The memory store commits inline (there is nothing to wait for).
 """
@@ -234,7 +231,6 @@ class Committer:
             and len(actions) >= INLINE_MIN_ACTIONS
             and len(batch) <= INLINE_MAX_OPS
             and self._inline_seconds < INLINE_BUDGET
-            and self._store.commits_on_loop
         ):
             try:
                 if batch:
