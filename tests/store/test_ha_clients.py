@@ -203,18 +203,16 @@ def test_clients_that_know_both_addresses_resume_on_the_new_active_member(
         )
         assert first["packet"]["sessionPresent"] is False
         mqttjs.subscribe(topic, qos=1)
-        node = mqttjs._proc
-        assert node is not None
         # Both clients away: paho's thread held, the Node process stopped.
         paho_client.away.set()
-        os.kill(node.pid, signal.SIGSTOP)
+        os.kill(mqttjs.pid, signal.SIGSTOP)
         try:
             a.process.kill()
             assert group.wait_for_one_active(other_than=a) is b
             queued = [f"away-{i}" for i in range(20)]
             publish_qos1(b.port, topic, queued)  # acknowledged by b: queued for both
         finally:
-            os.kill(node.pid, signal.SIGCONT)
+            os.kill(mqttjs.pid, signal.SIGCONT)
             paho_client.away.clear()
         resumed = mqttjs.wait_for("connect")
         assert resumed["packet"]["sessionPresent"] is True
