@@ -2,8 +2,8 @@
 # Installs what telemq needs on a fresh Debian machine, idempotently.
 #   bash scripts/bootstrap.sh          the broker, uvloop, PySpark and Java 17+ (for the demo),
 #                                      and the web dashboard's browser libraries (npm ci)
-#   bash scripts/bootstrap.sh --test   plus test tools, Debian's MQTT clients, Chromium and
-#                                      PostgreSQL (the tests start servers of their own)
+#   bash scripts/bootstrap.sh --test   plus test tools, Debian's MQTT clients, Chromium,
+#                                      PostgreSQL and HAProxy (the tests start their own)
 # Both install the `postgres` extra (psycopg), for `[store] kind = "postgres"`.
 # telemq is installed from this checkout with its per-message modules compiled by mypyc
 # (setup.py), which needs a C compiler and Python's headers: installed here when missing.
@@ -40,6 +40,8 @@ if [ "$want_test" = 1 ]; then
     command -v mosquitto_sub >/dev/null 2>&1 || missing+=(mosquitto-clients)
     # The broker itself, for the bridge tests (Debian installs it in /usr/sbin).
     command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || missing+=(mosquitto)
+    # The load balancer in front of an [ha] group (tests/store/test_ha_clients.py).
+    command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || missing+=(haproxy)
     # Headless, for the dashboard test (tests/dashboard, driven by playwright-core).
     command -v chromium >/dev/null 2>&1 || missing+=(chromium)
     # venv with pip, for the Sparkplug peers' environment (.venv-sparkplug, below).

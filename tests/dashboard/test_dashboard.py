@@ -142,6 +142,7 @@ def test_clients_and_the_topic_viewer(
     assert browser.text("#login-error") == ""
     # The overview: the numbers, and Chart.js's two charts (npm's bundle, served by the broker).
     browser.wait_text("#overview-stats", "Connections")
+    browser.wait_text("#broker-role", "broker telemq")  # no [ha]: just its name
     assert browser.evaluate("typeof Chart") == "function"
     assert browser.evaluate("document.getElementById('charts-notice').hidden") is True
 

@@ -62,8 +62,14 @@ class Group:
     """Members of one `[ha]` group on the database `dsn` names (see the module docstring)."""
 
     def __init__(
-        self, server: PostgresServer, dsn: str, workdir: Path, names: tuple[str, ...] = ("a", "b")
+        self,
+        server: PostgresServer,
+        dsn: str,
+        workdir: Path,
+        names: tuple[str, ...] = ("a", "b"),
+        extra: str = "",
     ) -> None:
+        """`extra`: more configuration, the same for every member (top-level keys first)."""
         secret = workdir / "pg.password"
         workdir.mkdir(parents=True, exist_ok=True)
         secret.write_text(server.password + "\n", encoding="utf-8")
@@ -74,7 +80,7 @@ class Group:
             other = names[(index + 1) % len(names)]
             port, http = ports[name]
             text = (
-                "[sys]\ninterval = 1\n"
+                f"{extra}\n[sys]\ninterval = 1\n"
                 f'[[http]]\nhost = "{HOST}"\nport = {http}\n'
                 f'[ha]\nenabled = true\nmember = "{name}"\npoll_interval = {POLL}\n'
                 f'rejoin_delay = 1.0\nserver_reference = "{HOST}:{ports[other][0]}"\n'

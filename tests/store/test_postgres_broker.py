@@ -8,7 +8,8 @@
 - Bad input (a DSN libpq cannot parse, no password, a server that refuses the connection,
   a database of a newer schema, a missing dsn): ``telemq serve`` prints one line naming the
   problem and exits 2.
-- The journal service reads the database (bounds over HTTP).
+- The journal service reads the database (bounds and ranges over HTTP), concurrent readers
+  sharing its pool of connections.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import time
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import paho.mqtt.client as paho
@@ -29,7 +31,7 @@ import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
 from telemq.store.postgres import PostgresStore
-from telemq.store.postgres_reader import PostgresJournalReader
+from telemq.store.postgres_reader import POOL_SIZE, PostgresJournalReader
 from telemq.store.postgres_schema import SCHEMA_VERSION
 from testsupport.paho import PahoClient
 from testsupport.postgres import PostgresServer
@@ -219,6 +221,8 @@ def test_a_database_of_a_newer_schema_is_refused(
 def test_the_journal_service_reads_the_database(
     postgres_server: PostgresServer, postgres_dsn: str, tmp_path: Path, no_pgpass: None
 ) -> None:
+    """Bounds and ranges over HTTP, from concurrent readers that share the journal
+    service's pool of connections (no connection per request)."""
     http = free_port()
     extra = f'allow_anonymous = true\n[[http]]\nhost = "{HOST}"\nport = {http}\n'
     process = BrokerProcess(
@@ -235,5 +239,30 @@ def test_the_journal_service_reads_the_database(
         with urllib.request.urlopen(f"http://{HOST}:{http}/journal/v1/bounds", timeout=10) as r:
             bounds = json.loads(r.read())
         assert bounds["first"] == 1 and bounds["last"] >= 5
+        readers, requests = 8, 12
+        with ThreadPoolExecutor(readers) as pool:
+            answers = list(pool.map(lambda i: journal_payloads(http, i), range(readers * requests)))
+        assert all(answer == [f"m{i}" for i in range(5)] for answer in answers), answers[:3]
+        backends = postgres_server.admin(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND application_name = %s",
+            (postgres_dsn.split("dbname=")[1].split()[0], "telemq journal reader"),
+        )[0][0]
+        assert 1 <= backends <= POOL_SIZE  # kept open, and shared by the 96 requests
     finally:
         process.finalize()
+
+
+def journal_payloads(http: int, index: int) -> list[str]:
+    """Request `index` of the concurrent readers: the payloads on ``pg/journal`` (a range),
+    or, one request in two, after the bounds."""
+    import pyarrow as pa
+
+    base = f"http://{HOST}:{http}/journal/v1"
+    last = 5
+    if index % 2:
+        with urllib.request.urlopen(f"{base}/bounds?topic=pg/%23", timeout=30) as answer:
+            last = json.loads(answer.read())["last"]
+    url = f"{base}/range?from=1&to={last}&topic=pg/journal"
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        table = pa.ipc.open_stream(answer.read()).read_all()
+    return [bytes(p).decode() for p in table.column("payload").to_pylist()]

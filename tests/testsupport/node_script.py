@@ -113,6 +113,12 @@ class NodeScript(abc.ABC):
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    @property
+    def pid(self) -> int:
+        """The Node process's id (to signal it: a test stops it to keep its client away)."""
+        assert self._proc is not None, "not started"
+        return self._proc.pid
+
     def close(self) -> int | None:
         """Ask the script to exit, kill it if it has not within `exit_deadline`; return its
         exit status (None if it was never started)."""

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from ..store import JournalReaders
 from .core.session import Client
 from .edges.http import Handler, HttpAuth, HttpServer
 from .edges.websockets import mqtt_over_websocket
@@ -55,9 +56,11 @@ def http_server(
             Action.SUBSCRIBE, SYS_TOPICS, user, ""
         )
 
+    location = config.store.journal_location()
+    journal = JournalReaders(location) if location is not None else None  # the server's
     dashboard = Dashboard()
     metrics = MetricsRoute(view, may_watch)
-    admin = AdminApi(view, operations, hooks.is_admin)
+    admin = AdminApi(view, operations, hooks.is_admin, journal)
 
     def websocket(http: HttpConfig) -> Handler:
         mqtt = mqtt_over_websocket(
@@ -79,7 +82,7 @@ def http_server(
         auth,
         view.store,
         view.executor,
-        config.store.journal_location(),
+        journal,
         websocket,
         routes=[metrics, admin, HealthRoute(view.leadership), dashboard],
     )

@@ -4,8 +4,9 @@ A `[[links]]` entry taken out of the configuration leaves its session `$link/NAM
 store: the broker stops adding to it at start (and says so in a WARNING), but keeps the
 messages it holds, so that a link removed by mistake loses nothing once configured again.
 This command deletes that session, its queued and in-flight messages and what the neighbour
-had sent but not released, in one transaction. It works on the store file, so the broker
-must be stopped: the store's lock refuses it otherwise. A link still configured is refused
+had sent but not released, in one transaction. It works on the store itself (the SQLite
+file, or the PostgreSQL database `[store]` names), so the broker must be stopped: the
+store's lock refuses it otherwise. A link still configured is refused
 too (its session would be made again at the next start, empty: forget is for links gone).
 """
 

@@ -378,6 +378,16 @@
     }
   }
 
+  // Which broker serves this page: in a group ([ha]) the active member (a standby serves no
+  // page), since when, and how often this member took over.
+  function roleText(data) {
+    if (!data.broker) return '';
+    if (!data.ha) return 'broker ' + data.broker;
+    const since = new Date(data.role_since * 1000).toLocaleString('en-GB', { hour12: false });
+    const takeovers = data.ha_takeovers === 1 ? '1 takeover' : fmtInt(data.ha_takeovers) + ' takeovers';
+    return `${data.role} member ${data.member} of ${data.broker} since ${since} (${takeovers})`;
+  }
+
   function showOverview(data) {
     const now = performance.now();
     const values = { received_rate: null, sent_rate: null, ...data };
@@ -389,6 +399,7 @@
     }
     state.previous = { time: now, received: data.messages_received, sent: data.messages_sent };
     $('broker-version').textContent = data.version ? 'version ' + data.version : '';
+    $('broker-role').textContent = roleText(data);
     renderStats(values);
     if (state.charts) {
       const label = new Date().toLocaleTimeString('en-GB', { hour12: false });

@@ -60,6 +60,7 @@ from .base import (
 from .journal_reader import (
     JournalLocation,
     JournalReader,
+    JournalReaders,
     JournalReading,
     JournalRowValues,
     PackedRange,
@@ -80,6 +81,7 @@ __all__ = [
     "IncomingRecord",
     "JournalLocation",
     "JournalReader",
+    "JournalReaders",
     "JournalReading",
     "JournalRecord",
     "JournalRow",

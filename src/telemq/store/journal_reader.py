@@ -35,12 +35,16 @@ search on the integer primary key; `packed_in_order` checks the plan once per re
 
 A PostgreSQL store has a reader of its own (postgres_reader.py) with the same methods:
 `JournalReading` is what both offer, and `open_reader` opens the one a `JournalLocation` (a
-data directory or file, or a `PostgresLocation`) calls for.
+data directory or file, or a `PostgresLocation`) calls for. `JournalReaders` is where a
+server that reads many times (the journal service) gets its readers: a SQLite reader opened
+for each (opening a file costs little), a PostgreSQL reader on a connection of a pool
+(connecting and authenticating cost a round trip or more each).
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -233,9 +237,44 @@ def open_reader(location: JournalLocation) -> JournalReading:
     return JournalReader(location)
 
 
+class JournalReaders:
+    """The readers of one journal for a server that reads it often (module docstring):
+    `open` one per read, `close` the lot when the server stops."""
+
+    def __init__(self, location: JournalLocation) -> None:
+        self.location = location
+        self._pool: Any = None  # a PostgresReaderPool, made at the first read
+        self._lock = threading.Lock()  # reads come from worker threads
+
+    def open(self) -> JournalReading:
+        """A reader, until its `close`; StoreError when there is none to read."""
+        location = self.location
+        if not isinstance(location, PostgresLocation):
+            return JournalReader(location)
+        with self._lock:
+            if self._pool is None:
+                try:
+                    from .postgres_reader import PostgresReaderPool
+                except ImportError as exc:
+                    raise StoreError(
+                        f"the journal service needs psycopg_pool ({_PSYCOPG}): {exc}"
+                    ) from None
+                self._pool = PostgresReaderPool(location)
+            pool = self._pool
+        reader: JournalReading = pool.reader()
+        return reader
+
+    def close(self) -> None:
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+
+
 __all__ = [
     "JournalLocation",
     "JournalReader",
+    "JournalReaders",
     "JournalReading",
     "JournalRowValues",
     "PackedRange",

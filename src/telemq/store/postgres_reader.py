@@ -9,6 +9,17 @@ read either store alike. It holds a connection of its own, read-only
 broker's commits never wait for it and it never waits for them. Each call is one statement,
 or one ``REPEATABLE READ`` transaction where two statements must see the same rows.
 
+The journal service reads through `PostgresReaderPool`: a pool of such connections
+(psycopg_pool), opened at its first read and closed with the HTTP listeners, so that
+concurrent HTTP readers share a few connections instead of each request connecting (and
+authenticating) anew. A reader on a pooled connection is `PostgresJournalReader.borrowing`
+it; its `close` gives it back. Each new pooled connection is made read-only and its schema
+checked, as a reader's own, and each is checked (a round trip) as it is handed out, so that
+one the server dropped meanwhile is replaced; the pool reads the password file again for
+each new connection.
+A reader that waits `POOL_WAIT_S` for a connection in vain (the server down, every
+connection busy) connects once on its own to learn why, so the error says what libpq says.
+
 `packed` asks the server for one row of aggregates, as the SQLite reader does with
 ``group_concat``: ``string_agg`` with ``ORDER BY seq`` (so `packed_in_order` is always
 true). PostgreSQL's text cannot hold U+0000, so the text columns are aggregated as bytes
@@ -18,7 +29,9 @@ true). PostgreSQL's text cannot hold U+0000, so the text columns are aggregated 
 
 from __future__ import annotations
 
-from typing import Any
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
@@ -27,7 +40,15 @@ from .journal_reader import JournalRowValues, PackedRange, SubscriptionRow
 from .postgres_connection import PostgresLocation, connect, one_line
 from .postgres_schema import check_version, schema_version
 
-__all__ = ["PostgresJournalReader"]
+if TYPE_CHECKING:
+    from psycopg_pool import ConnectionPool
+
+__all__ = ["POOL_SIZE", "PostgresJournalReader", "PostgresReaderPool"]
+
+APPLICATION = "telemq journal reader"
+POOL_SIZE = 8  # connections of one broker's journal service, at most
+POOL_WAIT_S = 10.0  # how long a read waits for one of them
+POOL_IDLE_S = 60.0  # an idle connection beyond the first is closed after this
 
 
 def _text_agg(column: str) -> str:
@@ -53,6 +74,19 @@ _ROWS_SQL = """SELECT seq, ts_us, topic, sub_point, qos, retain, payload, client
  properties, origin FROM journal WHERE seq >= %s AND seq <= %s ORDER BY seq"""
 
 
+def _prepare(conn: psycopg.Connection[Any], location: PostgresLocation) -> None:
+    """Make `conn` a reader's: read-only, on a telemq store of a schema this telemq reads;
+    StoreError otherwise."""
+    try:
+        conn.execute("SET default_transaction_read_only = on")
+        version = schema_version(conn)
+    except psycopg.Error as exc:
+        raise StoreError(f"cannot read the postgres store: {one_line(exc)}") from None
+    if version is None:
+        raise StoreError(f"no telemq store in the postgres database ({location})")
+    check_version(version)
+
+
 def _bytes(value: object) -> bytes:
     """An aggregate as bytes: text encoded, NULL (no rows) empty."""
     if value is None:
@@ -74,22 +108,27 @@ class PostgresJournalReader:
         of a newer schema)."""
         if not isinstance(location, PostgresLocation):
             location = PostgresLocation(location)
-        self._conn = connect(location, application="telemq journal reader")
+        self._conn = connect(location, application=APPLICATION)
+        self._release: Callable[[], None] = self._conn.close
         try:
-            self._conn.execute("SET default_transaction_read_only = on")
-            version = schema_version(self._conn)
-            if version is None:
-                raise StoreError(f"no telemq store in the postgres database ({location})")
-            check_version(version)
-        except psycopg.Error as exc:
-            self._conn.close()
-            raise StoreError(f"cannot read the postgres store: {one_line(exc)}") from None
+            _prepare(self._conn, location)
         except BaseException:
             self._conn.close()
             raise
 
+    @classmethod
+    def borrowing(
+        cls, conn: psycopg.Connection[Any], release: Callable[[], None]
+    ) -> PostgresJournalReader:
+        """A reader on a connection prepared by `_prepare` (a pooled one): `close` calls
+        `release` instead of closing it."""
+        reader = cls.__new__(cls)
+        reader._conn = conn
+        reader._release = release
+        return reader
+
     def close(self) -> None:
-        self._conn.close()
+        self._release()
 
     def __enter__(self) -> PostgresJournalReader:
         return self
@@ -147,3 +186,56 @@ class PostgresJournalReader:
         except psycopg.Error as exc:
             raise StoreError(f"cannot read the subscriptions: {one_line(exc)}") from exc
         return [SubscriptionRow(str(c), str(k), str(d or "")) for c, k, d in rows]
+
+
+class PostgresReaderPool:
+    """Journal readers of one database on pooled connections (see the module docstring)."""
+
+    def __init__(self, location: PostgresLocation, max_size: int = POOL_SIZE) -> None:
+        from psycopg_pool import ConnectionPool
+
+        self._location = location
+
+        def configure(conn: psycopg.Connection[Any]) -> None:
+            _prepare(conn, location)
+
+        self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+            lambda: location.conninfo(APPLICATION),
+            kwargs={"autocommit": True},
+            min_size=1,
+            max_size=max_size,
+            open=False,
+            configure=configure,
+            check=ConnectionPool.check_connection,  # one gone stale (a server restart): a new one
+            name="telemq-journal",
+            timeout=POOL_WAIT_S,
+            max_idle=POOL_IDLE_S,
+        )
+        self._opened = False
+        self._lock = threading.Lock()
+
+    def reader(self) -> PostgresJournalReader:
+        """A reader on a pooled connection, until its `close`; StoreError when none can be
+        had within `POOL_WAIT_S`."""
+        from psycopg_pool import PoolTimeout
+
+        with self._lock:
+            if not self._opened:
+                self._pool.open(wait=False)
+                self._opened = True
+        try:
+            conn = self._pool.getconn()
+        except PoolTimeout:
+            # Why: connect once without the pool (the server's own words), else busy.
+            PostgresJournalReader(self._location).close()
+            raise StoreError(
+                f"every one of the journal service's {self._pool.max_size} connections to the"
+                f" postgres store stayed busy for {POOL_WAIT_S:g} s"
+            ) from None
+        return PostgresJournalReader.borrowing(conn, lambda: self._pool.putconn(conn))
+
+    def close(self) -> None:
+        with self._lock:
+            if self._opened:
+                self._pool.close()
+                self._opened = False

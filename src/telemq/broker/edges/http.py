@@ -24,9 +24,10 @@ under `USER` and answer errors with `json_error`.
 
 Every error is JSON, ``{"error": "..."}``: see http_errors.py.
 
-Reads go to a read-only connection to the store (`store.open_reader`: the SQLite file, or
-the PostgreSQL database) on a worker thread, never on the event loop, so a slow read delays
-only its own request.
+Reads go to a read-only connection to the store (`store.JournalReaders`: the SQLite file,
+opened per request, or a connection of a pool to the PostgreSQL database, shared by the
+requests) on a worker thread, never on the event loop, so a slow read delays only its own
+request.
 
 Endpoints (all JSON, errors as ``{"error": "..."}``):
 
@@ -74,11 +75,11 @@ from ...protocol.topics import topic_filter_error
 from ...store import (
     ConsumerOffset,
     JournalLocation,
+    JournalReaders,
     JournalReading,
     Store,
     StoreError,
     consumers,
-    open_reader,
 )
 from ..settings.config import HttpConfig
 from ..settings.tls import server_context
@@ -137,16 +138,15 @@ NO_JOURNAL = "the journal service needs the sqlite store or the postgres store"
 
 
 async def read_journal(
-    location: JournalLocation | None, work: Callable[[JournalReading], Any]
+    readers: JournalReaders | None, work: Callable[[JournalReading], Any]
 ) -> Any:
-    """`work` on a read-only connection to the journal at `location` (the sqlite store's
-    directory, the postgres store's database; None: the memory store), on a worker thread;
-    503 when it cannot be read."""
-    if location is None:
+    """`work` on a reader of `readers` (the sqlite store's directory, the postgres store's
+    database; None: the memory store), on a worker thread; 503 when it cannot be read."""
+    if readers is None:
         raise _unavailable(NO_JOURNAL)
 
     def run() -> Any:
-        with open_reader(location) as reader:
+        with readers.open() as reader:
             return work(reader)
 
     try:
@@ -164,13 +164,13 @@ class HttpServer:
         auth: HttpAuth,
         store: Store,
         store_executor: Executor | None,
-        journal: JournalLocation | None,
+        journal: JournalLocation | JournalReaders | None,
         websocket: Callable[[HttpConfig], Handler] | None = None,
         routes: Sequence[HttpRoutes] = (),
     ) -> None:
         """`journal`: where the store's journal is (the sqlite store's data directory, the
-        postgres store's database), or None for the memory store: the journal endpoints then
-        answer 503. `store_executor`: the
+        postgres store's database, or the readers of either, which `stop` closes), or None
+        for the memory store: the journal endpoints then answer 503. `store_executor`: the
         store's own thread, which the consumer offsets are written on (None: inline).
         `websocket`: the handler of a listener's `websocket_paths` (websockets.py); `routes`:
         what else the listeners serve."""
@@ -178,7 +178,10 @@ class HttpServer:
         self._auth = auth
         self._store = store
         self._store_executor = store_executor
-        self._journal = journal
+        if journal is None or isinstance(journal, JournalReaders):
+            self.journal = journal
+        else:
+            self.journal = JournalReaders(journal)
         self._websocket = websocket
         self._routes = routes
         self._runners: list[web.AppRunner] = []
@@ -247,6 +250,8 @@ class HttpServer:
         runners, self._runners = self._runners, []
         for runner in runners:
             await runner.cleanup()
+        if self.journal is not None:  # the pool's connections, once no request reads
+            await asyncio.get_running_loop().run_in_executor(None, self.journal.close)
 
     # -- authentication and authorization ---------------------------------------
 
@@ -303,7 +308,7 @@ class HttpServer:
     # -- the journal ---------------------------------------------------------------
 
     async def _read(self, work: Callable[[JournalReading], Any]) -> Any:
-        return await read_journal(self._journal, work)
+        return await read_journal(self.journal, work)
 
     async def _bounds(self, request: web.Request) -> web.StreamResponse:
         refused = self._refused(request, self._topics(request))
@@ -324,9 +329,9 @@ class HttpServer:
             return json_error(400, "from and to must be given, as sequence numbers")
         if first < 1 or last < first - 1:
             return json_error(400, f"from {first} and to {last} make no range")
-        if self._journal is None:
+        if self.journal is None:
             raise _unavailable(NO_JOURNAL)
-        stream = _RangeStream(self._journal, first, last, topics)
+        stream = _RangeStream(self.journal, first, last, topics)
         ahead: asyncio.Future[bytes | None] | None = None
         try:
             problem = await stream.open()
@@ -447,8 +452,8 @@ class _RangeStream:
     """One range of the journal as Arrow IPC bytes, read on a thread of its own (the
     store's connection stays on the thread that opened it)."""
 
-    def __init__(self, location: JournalLocation, first: int, last: int, topics: list[str]) -> None:
-        self._location = location
+    def __init__(self, readers: JournalReaders, first: int, last: int, topics: list[str]) -> None:
+        self._readers = readers
         self._first = first
         self._last = last
         self._topics = topics
@@ -468,7 +473,7 @@ class _RangeStream:
 
         from ...journal.arrow import JOURNAL_SCHEMA, TopicMatcher, read_range
 
-        reader = self._reader = open_reader(self._location)
+        reader = self._reader = self._readers.open()
         low, high = reader.bounds()
         if self._first < low:
             return (

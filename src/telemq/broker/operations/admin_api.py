@@ -34,7 +34,7 @@ from aiohttp import web
 
 from ...protocol import ReasonCode
 from ...protocol.topics import topic_filter_error
-from ...store import StoreError
+from ...store import JournalReaders, StoreError
 from ..edges.http import USER, Handler, offset_json, read_journal
 from ..edges.http_errors import json_error
 from .admin_views import client_json, retained_json, session_json, subscription_json
@@ -61,11 +61,16 @@ class AdminApi:
     open_paths: tuple[str, ...] = (PREFIX + "/openapi.json",)
 
     def __init__(
-        self, view: BrokerView, operations: Operations, is_admin: Callable[[str], bool]
+        self,
+        view: BrokerView,
+        operations: Operations,
+        is_admin: Callable[[str], bool],
+        journal: JournalReaders | None = None,
     ) -> None:
         self._view = view  # what the listings read
         self._operations = operations  # what a change goes through
         self._is_admin = is_admin
+        self._journal_readers = journal  # the HTTP server's (None: the memory store)
 
     def install(self, app: web.Application) -> None:
         routes = [
@@ -104,7 +109,15 @@ class AdminApi:
 
     async def _overview(self, request: web.Request, admin: str) -> web.StreamResponse:
         overview = self._view.overview()
-        body: dict[str, Any] = {"version": overview.version, "role": overview.role}
+        leadership = self._view.leadership
+        body: dict[str, Any] = {
+            "version": overview.version,
+            "role": overview.role,
+            "broker": leadership.broker,
+            "ha": leadership.enabled,
+            "member": leadership.member,
+            "role_since": round(leadership.since, 3),
+        }
         for figure in _API_FIGURES:
             body[figure.key] = int(overview.values[figure.key])
         body["uptime_seconds"] = round(overview.values["uptime_seconds"], 3)
@@ -260,9 +273,7 @@ class AdminApi:
 
     async def _journal(self, request: web.Request, admin: str) -> web.StreamResponse:
         view = self._view
-        store_config = view.rooms.config.store
-        location = store_config.journal_location()
-        first, last = await read_journal(location, lambda reader: reader.bounds())
+        first, last = await read_journal(self._journal_readers, lambda reader: reader.bounds())
         try:
             offsets = await asyncio.get_running_loop().run_in_executor(
                 view.executor, view.store.consumer_offsets
