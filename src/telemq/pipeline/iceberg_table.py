@@ -50,16 +50,18 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import re
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .ingest import utc_date
 from .journal import JOURNAL_DDL
 from .lakefs import FileInfo, LakeFileSystem, join, lake_uri
-from .table_format import BatchStats, LakeError, LakeStats
+from .table_format import BatchStats, LakeError, LakeStats, LakeTable
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -95,27 +97,12 @@ def journal_schema() -> Schema:
     from pyiceberg import types as t
     from pyiceberg.schema import Schema
 
-    def column(field_id: int, name: str, kind: Any) -> t.NestedField:
-        return t.NestedField(field_id, name, kind, required=False)
-
-    return Schema(
-        column(1, "seq", t.LongType()),
-        column(2, "ts", t.TimestamptzType()),
-        column(3, "topic", t.StringType()),
-        column(4, "sub_point", t.StringType()),
-        column(5, "qos", t.IntegerType()),
-        column(6, "retain", t.BooleanType()),
-        column(7, "payload", t.BinaryType()),
-        column(8, "client_id", t.StringType()),
-        column(9, "user_id", t.StringType()),
-        column(10, "content_type", t.StringType()),
-        column(
-            11,
-            "user_properties",
-            t.MapType(13, t.StringType(), 14, t.StringType(), value_required=False),
-        ),
-        column(12, "broker", t.StringType()),
-    )
+    text, properties = t.StringType(), t.MapType(13, t.StringType(), 14, t.StringType(), False)
+    kinds: list[t.IcebergType] = [t.LongType(), t.TimestamptzType(), text, text, t.IntegerType()]
+    kinds.append(t.BooleanType())
+    kinds += [t.BinaryType(), text, text, text, properties, text]
+    fields = zip(JOURNAL_COLUMNS, kinds, strict=True)
+    return Schema(*(t.NestedField(i, n, k, required=False) for i, (n, k) in enumerate(fields, 1)))
 
 
 def _key(uri: str) -> str:
@@ -128,19 +115,33 @@ def _first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
 
 
+_TIMESTAMP_TYPE = "spark.sql.parquet.outputTimestampType"
+_writers_lock = threading.Lock()
+_writers: dict[int, tuple[int, str | None]] = {}  # per session: writes under way, the old value
+
+
 @contextmanager
 def _micros_timestamps(spark: SparkSession) -> Iterator[None]:
-    """Spark writes timestamps as INT96 unless told otherwise; Iceberg wants microseconds."""
-    key = "spark.sql.parquet.outputTimestampType"
-    before = spark.conf.get(key, None)
-    spark.conf.set(key, "TIMESTAMP_MICROS")
+    """Spark writes timestamps as INT96 unless told otherwise, Iceberg wants microseconds:
+    set for the writes under way on a session, the session's own value back after the last."""
+    key = id(spark)
+    with _writers_lock:
+        count, before = _writers.get(key, (0, None))
+        if count == 0:
+            before = spark.conf.get(_TIMESTAMP_TYPE, None)
+            spark.conf.set(_TIMESTAMP_TYPE, "TIMESTAMP_MICROS")
+        _writers[key] = (count + 1, before)
     try:
         yield
     finally:
-        if before is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, before)
+        with _writers_lock:
+            count, before = _writers.pop(key)
+            if count > 1:
+                _writers[key] = (count - 1, before)
+            elif before is None:
+                spark.conf.unset(_TIMESTAMP_TYPE)
+            else:
+                spark.conf.set(_TIMESTAMP_TYPE, before)
 
 
 class IcebergTable:
@@ -159,7 +160,7 @@ class IcebergTable:
         progress: Progress | None = None,
     ) -> None:
         self.spark = spark
-        self.lake = lake_uri(lake)
+        self.lake = _key(lake_uri(lake))
         self.identifier = table or DEFAULT_TABLE
         namespace, _, name = self.identifier.rpartition(".")
         if not namespace or not name or not all(map(_NAME.match, self.identifier.split("."))):
@@ -192,24 +193,37 @@ class IcebergTable:
             self._fs = LakeFileSystem.for_uri(self.spark, self.lake)
         return self._fs
 
+    def _sqlite_file(self) -> Path | None:
+        """The database file of a SQLite catalog (None for another catalog or in memory)."""
+        path = self.catalog_uri.removeprefix("sqlite:///")
+        if path == self.catalog_uri or not path or ":memory:" in path:
+            return None
+        return Path(path.split("?")[0])
+
     def _open_catalog(self, *, create: bool) -> Catalog:
-        """pyiceberg's catalog; `create` makes the default catalog's file and tables."""
+        """pyiceberg's catalog named ``telemq`` (further properties from pyiceberg's own
+        configuration: ``~/.pyiceberg.yaml``, ``PYICEBERG_CATALOG__TELEMQ__*``); `create`
+        makes the default catalog's file and pyiceberg's tables in a SQL database."""
         if self._catalog is not None:
             return self._catalog
         try:
-            from pyiceberg.catalog.rest import RestCatalog
-            from pyiceberg.catalog.sql import SqlCatalog
+            from pyiceberg.catalog import load_catalog
+            from pyiceberg.catalog.sql import SqlCatalog  # noqa: F401  (pyiceberg[sql-sqlite])
         except ImportError as error:
             raise LakeError(f"{_INSTALL} ({error})") from None
         uri = self.catalog_uri
         try:
             if uri.startswith(("http://", "https://")):
-                catalog: Catalog = RestCatalog("telemq", uri=uri)
+                catalog = load_catalog("telemq", type="rest", uri=uri)
             else:
                 if create and self.default_catalog:
                     self.fs.mkdirs(join(self.lake, CATALOG_DIR))
-                catalog = SqlCatalog(
-                    "telemq", uri=uri, warehouse=self.lake, init_catalog_tables=str(create).lower()
+                catalog = load_catalog(
+                    "telemq",
+                    type="sql",
+                    uri=uri,
+                    warehouse=self.lake,
+                    init_catalog_tables=str(create).lower(),
                 )
         except Exception as error:  # the database's or HTTP client's own errors
             raise LakeError(
@@ -223,6 +237,9 @@ class IcebergTable:
         """The table, made first if `create`; None if there is none (and not `create`)."""
         from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
+        sqlite = self._sqlite_file()
+        if not create and sqlite is not None and not sqlite.exists():
+            return None  # nobody has committed yet (opening it would make the file)
         catalog = self._open_catalog(create=create)
         try:
             return catalog.load_table(self.identifier)
@@ -259,6 +276,7 @@ class IcebergTable:
             properties={
                 "write.metadata.delete-after-commit.enabled": "true",
                 "write.metadata.previous-versions-max": "20",
+                "commit.manifest-merge.enabled": "true",  # not one manifest per batch
             },
         )
 
@@ -282,9 +300,11 @@ class IcebergTable:
                 )
         except OSError as error:
             raise LakeError(f"lake {self.lake}: {error}") from None
-        catalog_file = join(self.lake, CATALOG_DIR, "catalog.db")
-        if self.default_catalog and not fs.exists(catalog_file):
-            return  # made by the first commit
+        sqlite = self._sqlite_file()
+        made_later = self.default_catalog or sqlite is None or sqlite.parent.is_dir()
+        if not made_later and sqlite is not None and not sqlite.exists():
+            message = f"cannot be used: no directory {sqlite.parent}"
+            raise LakeError(f"iceberg catalog {self.catalog_uri}: {message}")
         table = self._load(create=False)
         if table is not None:
             self._check_schema(table)
@@ -360,8 +380,9 @@ class IcebergTable:
             if self._committed(table, batch_id):
                 self.fs.delete(where, recursive=True)
                 return self._done(batch_id, 0, [], started, "already committed")
-            if not files:
-                break
+            if not files:  # an empty batch: nothing to record
+                self.fs.delete(where, recursive=True)
+                return self._done(batch_id, 0, [], started, None)
             transaction = table.transaction()
             transaction.set_properties({self._marker: str(batch_id)})
             transaction.add_files(
@@ -574,3 +595,9 @@ class IcebergTable:
                         self.fs.delete(info.uri)
                 removed += len(orphans)
         return removed
+
+
+if TYPE_CHECKING:
+
+    def _is_a_lake_table(table: IcebergTable) -> LakeTable:
+        return table  # mypy checks that IcebergTable implements the protocol
