@@ -243,5 +243,11 @@ def test_lakes_that_cannot_be_iceberg_are_one_line_errors(
     catalog.create_table("telemq.journal", schema=pa.schema([("seq", pa.string())]))
     assert "not a journal table" in refused(lake)
 
+    # The table of a shared catalog, made for another lake.
+    shared = f"sqlite:///{tmp_path}/shared.db"
+    elsewhere = IcebergTable(spark, str(tmp_path / "a"), catalog=shared, table=None, query_id="q")
+    assert elsewhere._load(create=True) is not None
+    assert "not in lake" in refused(tmp_path / "b", catalog=shared)
+
     monkeypatch.setitem(sys.modules, "pyiceberg.catalog.sql", None)
     assert "needs pyiceberg" in refused(tmp_path / "fresh")

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import random
 import re
 import threading
 import time
@@ -81,7 +82,7 @@ SUMMARY_COMPACTION = "telemq.compaction"
 SMALL_FILE_BYTES = 64 * 1024 * 1024  # a date with two files below this is rewritten
 COMPACT_MAX_ROWS = 5_000_000  # rows per file written by compact
 ORPHAN_MIN_HOURS = 1.0  # an unreferenced file younger than this may be a commit in flight
-COMMIT_ATTEMPTS = 8
+COMMIT_ATTEMPTS = 8  # commits conflicting with concurrent ones before giving up
 JOURNAL_COLUMNS = (
     "seq", "ts", "topic", "sub_point", "qos", "retain", "payload", "client_id", "user_id",
     "content_type", "user_properties", "broker",
@@ -108,6 +109,28 @@ def journal_schema() -> Schema:
 def _key(uri: str) -> str:
     """One spelling per local file: ``file:///x`` and ``file:/x`` are the same file."""
     return "file:/" + uri[len("file:///") :] if uri.startswith("file:///") else uri
+
+
+def _widen(
+    first: int | None, last: int | None, low: int | None, high: int | None
+) -> tuple[int | None, int | None]:
+    """The seq range ``first..last`` grown to hold ``low..high`` (None: not known)."""
+    lows = [v for v in (first, low) if v is not None]
+    highs = [v for v in (last, high) if v is not None]
+    return (min(lows) if lows else None, max(highs) if highs else None)
+
+
+def _require_pyiceberg() -> None:
+    try:
+        import pyiceberg.catalog.sql  # noqa: F401  (pyiceberg[sql-sqlite]: SQLAlchemy)
+    except ImportError as error:
+        raise LakeError(f"{_INSTALL} ({error})") from None
+
+
+def _back_off(attempt_no: int) -> None:
+    """Wait a little before committing again after a conflict (none before the first)."""
+    if attempt_no:
+        time.sleep(random.uniform(0.5, 1.0) * min(2.0, 0.05 * 2**attempt_no))
 
 
 def _first_line(error: BaseException) -> str:
@@ -206,11 +229,9 @@ class IcebergTable:
         makes the default catalog's file and pyiceberg's tables in a SQL database."""
         if self._catalog is not None:
             return self._catalog
-        try:
-            from pyiceberg.catalog import load_catalog
-            from pyiceberg.catalog.sql import SqlCatalog  # noqa: F401  (pyiceberg[sql-sqlite])
-        except ImportError as error:
-            raise LakeError(f"{_INSTALL} ({error})") from None
+        _require_pyiceberg()
+        from pyiceberg.catalog import load_catalog
+
         uri = self.catalog_uri
         try:
             if uri.startswith(("http://", "https://")):
@@ -218,20 +239,20 @@ class IcebergTable:
             else:
                 if create and self.default_catalog:
                     self.fs.mkdirs(join(self.lake, CATALOG_DIR))
+                init = str(create).lower()
                 catalog = load_catalog(
-                    "telemq",
-                    type="sql",
-                    uri=uri,
-                    warehouse=self.lake,
-                    init_catalog_tables=str(create).lower(),
+                    "telemq", type="sql", uri=uri, warehouse=self.lake, init_catalog_tables=init
                 )
         except Exception as error:  # the database's or HTTP client's own errors
-            raise LakeError(
-                f"iceberg catalog {uri}: cannot be used: {_first_line(error)}"
-            ) from None
+            raise self._unusable(error) from None
         if create:
             self._catalog = catalog
         return catalog
+
+    def _unusable(self, error: BaseException) -> LakeError:
+        return LakeError(
+            f"iceberg catalog {self.catalog_uri}: cannot be used: {_first_line(error)}"
+        )
 
     def _load(self, *, create: bool) -> Table | None:
         """The table, made first if `create`; None if there is none (and not `create`)."""
@@ -249,9 +270,7 @@ class IcebergTable:
         except Exception as error:
             if not create and self._fresh_catalog(error):
                 return None
-            raise LakeError(
-                f"iceberg catalog {self.catalog_uri}: cannot be used: {_first_line(error)}"
-            ) from None
+            raise self._unusable(error) from None
         return self._create(catalog)
 
     @staticmethod
@@ -277,6 +296,7 @@ class IcebergTable:
                 "write.metadata.delete-after-commit.enabled": "true",
                 "write.metadata.previous-versions-max": "20",
                 "commit.manifest-merge.enabled": "true",  # not one manifest per batch
+                "commit.retry.num-retries": "0",  # retried here, the batch checked again
             },
         )
 
@@ -285,10 +305,7 @@ class IcebergTable:
     def check(self) -> None:
         """Another format at the lake path, a catalog that cannot be used, a table whose
         schema does not fit, pyiceberg missing: `LakeError`, and nothing written."""
-        try:
-            import pyiceberg.catalog.sql  # noqa: F401
-        except ImportError as error:
-            raise LakeError(f"{_INSTALL} ({error})") from None
+        _require_pyiceberg()
         fs = self.fs
         try:
             if fs.exists(join(self.location, "_delta_log")):
@@ -321,6 +338,10 @@ class IcebergTable:
             raise LakeError(
                 f"iceberg table {self.identifier}: not a journal table (columns missing or of"
                 f" another type: {', '.join(wrong)})"
+            )
+        if _key(table.location().rstrip("/")) != self.location:
+            raise LakeError(
+                f"iceberg table {self.identifier} is at {table.location()}, not in lake {self.lake}"
             )
         required = [f.name for f in table.schema().fields if f.required]
         if required:
@@ -375,7 +396,8 @@ class IcebergTable:
             )
         files = self.fs.glob(join(where, "date=*", "*.parquet"))
         summary = {SUMMARY_QUERY: self.query_id, SUMMARY_BATCH: str(batch_id)}
-        for _ in range(COMMIT_ATTEMPTS):
+        for attempt_no in range(COMMIT_ATTEMPTS):
+            _back_off(attempt_no)
             table.refresh()
             if self._committed(table, batch_id):
                 self.fs.delete(where, recursive=True)
@@ -413,8 +435,7 @@ class IcebergTable:
         for info in files:
             count, low, high = self.fs.parquet_stats(info.uri)
             rows += count
-            first = low if first is None or (low is not None and low < first) else first
-            last = high if last is None or (high is not None and high > last) else last
+            first, last = _widen(first, last, low, high)
         stats = BatchStats(batch_id, rows, len(files), first, last, time.monotonic() - started)
         self.batches.append(stats)
         if self.progress is not None and note is not None:
@@ -459,14 +480,9 @@ class IcebergTable:
             day = data_file.partition[0] if len(data_file.partition) else None
             if isinstance(day, int):
                 dates.add((epoch + dt.timedelta(days=day)).isoformat())
-            low = (data_file.lower_bounds or {}).get(1)
-            high = (data_file.upper_bounds or {}).get(1)
-            if low is not None:
-                value = int(from_bytes(LongType(), low))
-                stats.first_seq = value if stats.first_seq is None else min(stats.first_seq, value)
-            if high is not None:
-                value = int(from_bytes(LongType(), high))
-                stats.last_seq = value if stats.last_seq is None else max(stats.last_seq, value)
+            bounds = [(data_file.lower_bounds or {}).get(1), (data_file.upper_bounds or {}).get(1)]
+            low, high = (None if b is None else int(from_bytes(LongType(), b)) for b in bounds)
+            stats.first_seq, stats.last_seq = _widen(stats.first_seq, stats.last_seq, low, high)
         stats.dates = sorted(dates)
         return stats
 
@@ -517,7 +533,8 @@ class IcebergTable:
         if sum(f.record_count for f in new) != sum(f.record_count for f in old):
             self.fs.delete(where, recursive=True)
             raise RuntimeError(f"iceberg compact: rows differ after rewriting {len(old)} files")
-        for _ in range(COMMIT_ATTEMPTS):
+        for attempt_no in range(COMMIT_ATTEMPTS):
+            _back_off(attempt_no)
             table.refresh()
             live = {f.file_path for f in self.data_files()}
             if not all(f.file_path in live for f in old):
@@ -543,7 +560,8 @@ class IcebergTable:
         from pyiceberg.exceptions import CommitFailedException
 
         cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(hours=keep_hours)
-        for _ in range(COMMIT_ATTEMPTS):
+        for attempt_no in range(COMMIT_ATTEMPTS):
+            _back_off(attempt_no)
             table.refresh()
             before = {s.snapshot_id: s for s in table.metadata.snapshots}
             try:
@@ -588,7 +606,7 @@ class IcebergTable:
                     continue
                 files = self.fs.glob(join(attempt.uri, "date=*", "*.parquet"))
                 orphans = [f for f in files if _key(f.uri) not in referenced]
-                if orphans and len(orphans) == len(files):
+                if len(orphans) == len(files):  # also a write killed before its first file
                     self.fs.delete(attempt.uri, recursive=True)
                 else:
                     for info in orphans:
