@@ -204,8 +204,10 @@ def test_compact_during_concurrent_commits(
     loaded = ingest._load(create=False)
     assert loaded is not None and len(loaded.metadata.snapshots) == 1
     assert len(parquet_files(lake)) == stats.files, "rewritten files deleted"
-    again = ingest.commit_batch(read_journal(spark, str(data), options={"endingSeq": 100}), 0)
-    assert again.rows == 0 and ingest.stats().rows == 600
+    replay = read_journal(spark, str(data), options={"startingSeq": 501})
+    assert ingest.commit_batch(replay, 5).rows == 0 and ingest.stats().rows == 600
+    with pytest.raises(LakeError, match="a new checkpoint needs a new query id"):
+        ingest.commit_batch(replay, 3)  # a checkpoint older than the table
 
 
 def test_lakes_that_cannot_be_iceberg_are_one_line_errors(

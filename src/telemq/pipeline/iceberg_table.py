@@ -23,8 +23,9 @@ per UTC date, so the Parquet statistics of ``ts`` give each file its one partiti
 Exactly once. `commit_batch` makes one snapshot per micro-batch whose summary records the
 query and batch (``telemq.query-id``, ``telemq.batch-id``), and in the same commit sets the
 table property ``telemq.ingest.<query>.last-batch``. A batch counts as committed when that
-property is at least its id (Spark's batch ids of one query only grow, and a batch runs only
-after the previous one committed) or a snapshot in the current ancestry names it. The
+property is its id or a snapshot in the current ancestry names it. Spark replays only the
+latest batch of a query, so a batch below the property means a checkpoint that did not write
+this table (replaced, or another job's under the same query id): refused, `LakeError`. The
 property survives snapshot expiry, the summaries let other tools see which batch wrote what.
 Before writing, and again right before committing, the batch is looked up: a batch already
 committed (a replay after a crash between the commit and Spark's own record of it) writes
@@ -361,7 +362,15 @@ class IcebergTable:
         from pyiceberg.table.snapshots import ancestors_of
 
         last = table.properties.get(self._marker)
-        if last is not None and last.lstrip("-").isdigit() and int(last) >= batch_id:
+        if last is not None and last.isdigit() and int(last) > batch_id:
+            # Spark replays only a query's latest batch: this checkpoint is not the one
+            # that wrote the table, and would skip or double rows.
+            raise LakeError(
+                f"iceberg table {self.identifier}: query {self.query_id} already committed"
+                f" batch {last}, and its checkpoint is at batch {batch_id}: a new checkpoint"
+                " needs a new query id"
+            )
+        if last is not None and last.isdigit() and int(last) == batch_id:
             return True
         metadata = table.metadata
         for snapshot in ancestors_of(metadata.current_snapshot(), metadata):
