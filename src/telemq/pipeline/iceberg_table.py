@@ -328,27 +328,24 @@ class IcebergTable:
             self._check_schema(table)
 
     def _check_schema(self, table: Table) -> None:
-        expected = {f.name: f.field_type for f in journal_schema().fields}
-        found = {f.name: f.field_type for f in table.schema().fields}
+        """The journal's columns, optional and of their types, and the table in this lake."""
+        found = {f.name: f for f in table.schema().fields}
         wrong = [
-            name
-            for name, kind in expected.items()
-            if name not in found or str(found[name]) != str(kind)
+            f.name
+            for f in journal_schema().fields
+            if f.name not in found
+            or found[f.name].required
+            or str(found[f.name].field_type) != str(f.field_type)
         ]
         if wrong:
             raise LakeError(
-                f"iceberg table {self.identifier}: not a journal table (columns missing or of"
-                f" another type: {', '.join(wrong)})"
+                f"iceberg table {self.identifier}: not a journal table (columns missing, required"
+                f" or of another type: {', '.join(wrong)})"
             )
         if _key(table.location().rstrip("/")) != self.location:
+            where = table.location()
             raise LakeError(
-                f"iceberg table {self.identifier} is at {table.location()}, not in lake {self.lake}"
-            )
-        required = [f.name for f in table.schema().fields if f.required]
-        if required:
-            raise LakeError(
-                f"iceberg table {self.identifier}: columns {', '.join(required)} are required;"
-                " the journal's columns may be null"
+                f"iceberg table {self.identifier} is at {where}, not in lake {self.lake}"
             )
 
     # -- exactly-once commits ------------------------------------------------------------
