@@ -2,11 +2,10 @@
 
 Theory of operation
 -------------------
-An Iceberg table is a set of Parquet data files plus metadata naming, per snapshot, which
-of them make up the table; a catalog holds the pointer to the current metadata and moves it
-with an optimistic compare-and-swap. Spark writes the data files (its executors, as for the
-Parquet format); the driver registers them with pyiceberg. No Iceberg jars are needed in the
-JVM: Spark reads the files a snapshot lists as plain Parquet.
+An Iceberg table is Parquet data files plus metadata naming, per snapshot, which of them
+make up the table; a catalog holds the pointer to the current metadata and moves it with a
+compare-and-swap. Spark's executors write the data files, the driver registers them with
+pyiceberg; no Iceberg jars in the JVM: Spark reads the files a snapshot lists as Parquet.
 
 Layout (default catalog; ``<name>`` is the table's name without its namespace)::
 
@@ -16,9 +15,8 @@ Layout (default catalog; ``<name>`` is the table's name without its namespace)::
     <lake>/<name>/data/compact/<t>-<r>/date=2024-11-22/part-*.parquet
 
 ``<t>`` is the attempt's start (UTC milliseconds), ``<r>`` random: every attempt writes into a
-directory of its own, so nothing is ever renamed (object stores need no rename at all). The
-table is partitioned by ``day(ts)`` (partition field ``date``): Spark writes one directory
-per UTC date, so the Parquet statistics of ``ts`` give each file its one partition value.
+directory of its own, never renamed. Partitioned by ``day(ts)`` (field ``date``): Spark
+writes one directory per UTC date, so the statistics of ``ts`` give a file its partition.
 
 Exactly once. `commit_batch` makes one snapshot per micro-batch whose summary records the
 query and batch (``telemq.query-id``, ``telemq.batch-id``), and in the same commit sets the
@@ -189,7 +187,7 @@ class IcebergTable:
         namespace, _, name = self.identifier.rpartition(".")
         if not namespace or not name or not all(map(_NAME.match, self.identifier.split("."))):
             raise LakeError(f"iceberg table {self.identifier!r}: expected namespace.name")
-        if not _NAME.match(query_id) or "." in query_id:
+        if not _NAME.match(query_id) or "." in query_id or query_id == "compact":
             raise LakeError(f"iceberg: query id {query_id!r}: letters, digits, - and _ only")
         self.namespace, self.name = namespace, name
         self.query_id = query_id
