@@ -188,7 +188,8 @@ class IcebergTable:
         if not namespace or not name or not all(map(_NAME.match, self.identifier.split("."))):
             raise LakeError(f"iceberg table {self.identifier!r}: expected namespace.name")
         if not _NAME.match(query_id) or "." in query_id or query_id == "compact":
-            raise LakeError(f"iceberg: query id {query_id!r}: letters, digits, - and _ only")
+            why = "letters, digits, - and _, not compact"
+            raise LakeError(f"iceberg: query id {query_id!r}: {why}")
         self.namespace, self.name = namespace, name
         self.query_id = query_id
         self.progress = progress
