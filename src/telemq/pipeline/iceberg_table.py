@@ -48,16 +48,23 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import random
 import re
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .iceberg_support import (
+    JOURNAL_COLUMNS,
+    back_off,
+    file_key,
+    first_line,
+    journal_schema,
+    micros_timestamps,
+    require_pyiceberg,
+    widen,
+)
 from .ingest import utc_date
 from .journal import JOURNAL_DDL
 from .lakefs import FileInfo, LakeFileSystem, join, lake_uri
@@ -65,11 +72,10 @@ from .table_format import BatchStats, LakeError, LakeStats, LakeTable
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
-    from pyiceberg.schema import Schema
     from pyiceberg.table import Table
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["DEFAULT_TABLE", "IcebergTable", "journal_schema"]
+__all__ = ["DEFAULT_TABLE", "IcebergTable"]
 
 Progress = Callable[[str], None]
 
@@ -82,88 +88,9 @@ SMALL_FILE_BYTES = 64 * 1024 * 1024  # a date with two files below this is rewri
 COMPACT_MAX_ROWS = 5_000_000  # rows per file written by compact
 ORPHAN_MIN_HOURS = 1.0  # an unreferenced file younger than this may be a commit in flight
 COMMIT_ATTEMPTS = 8  # commits conflicting with concurrent ones before giving up
-JOURNAL_COLUMNS = (
-    "seq", "ts", "topic", "sub_point", "qos", "retain", "payload", "client_id", "user_id",
-    "content_type", "user_properties", "broker",
-)  # fmt: skip
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _ATTEMPT = re.compile(r"^(\d{12})-(\d{13})-[0-9a-f]{8}$")
 _COMPACTION = re.compile(r"^(\d{13})-[0-9a-f]{8}$")
-_INSTALL = "the iceberg format needs pyiceberg: pip install 'pyiceberg[pyarrow,sql-sqlite]'"
-
-
-def journal_schema() -> Schema:
-    """The journal's columns as an Iceberg schema: all optional, as Spark writes them."""
-    from pyiceberg import types as t
-    from pyiceberg.schema import Schema
-
-    text, properties = t.StringType(), t.MapType(13, t.StringType(), 14, t.StringType(), False)
-    kinds: list[t.IcebergType] = [t.LongType(), t.TimestamptzType(), text, text, t.IntegerType()]
-    kinds.append(t.BooleanType())
-    kinds += [t.BinaryType(), text, text, text, properties, text]
-    fields = zip(JOURNAL_COLUMNS, kinds, strict=True)
-    return Schema(*(t.NestedField(i, n, k, required=False) for i, (n, k) in enumerate(fields, 1)))
-
-
-def _key(uri: str) -> str:
-    """One spelling per local file: ``file:///x`` and ``file:/x`` are the same file."""
-    return "file:/" + uri[len("file:///") :] if uri.startswith("file:///") else uri
-
-
-def _widen(
-    first: int | None, last: int | None, low: int | None, high: int | None
-) -> tuple[int | None, int | None]:
-    """The seq range ``first..last`` grown to hold ``low..high`` (None: not known)."""
-    lows = [v for v in (first, low) if v is not None]
-    highs = [v for v in (last, high) if v is not None]
-    return (min(lows) if lows else None, max(highs) if highs else None)
-
-
-def _require_pyiceberg() -> None:
-    try:
-        import pyiceberg.catalog.sql  # noqa: F401  (pyiceberg[sql-sqlite]: SQLAlchemy)
-    except ImportError as error:
-        raise LakeError(f"{_INSTALL} ({error})") from None
-
-
-def _back_off(attempt_no: int) -> None:
-    """Wait a little before committing again after a conflict (none before the first)."""
-    if attempt_no:
-        time.sleep(random.uniform(0.5, 1.0) * min(2.0, 0.05 * 2**attempt_no))
-
-
-def _first_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
-
-
-_TIMESTAMP_TYPE = "spark.sql.parquet.outputTimestampType"
-_writers_lock = threading.Lock()
-_writers: dict[int, tuple[int, str | None]] = {}  # per session: writes under way, the old value
-
-
-@contextmanager
-def _micros_timestamps(spark: SparkSession) -> Iterator[None]:
-    """Spark writes timestamps as INT96 unless told otherwise, Iceberg wants microseconds:
-    set for the writes under way on a session, the session's own value back after the last."""
-    key = id(spark)
-    with _writers_lock:
-        count, before = _writers.get(key, (0, None))
-        if count == 0:
-            before = spark.conf.get(_TIMESTAMP_TYPE, None)
-            spark.conf.set(_TIMESTAMP_TYPE, "TIMESTAMP_MICROS")
-        _writers[key] = (count + 1, before)
-    try:
-        yield
-    finally:
-        with _writers_lock:
-            count, before = _writers.pop(key)
-            if count > 1:
-                _writers[key] = (count - 1, before)
-            elif before is None:
-                spark.conf.unset(_TIMESTAMP_TYPE)
-            else:
-                spark.conf.set(_TIMESTAMP_TYPE, before)
 
 
 class IcebergTable:
@@ -182,7 +109,7 @@ class IcebergTable:
         progress: Progress | None = None,
     ) -> None:
         self.spark = spark
-        self.lake = _key(lake_uri(lake))
+        self.lake = file_key(lake_uri(lake))
         self.identifier = table or DEFAULT_TABLE
         namespace, _, name = self.identifier.rpartition(".")
         if not namespace or not name or not all(map(_NAME.match, self.identifier.split("."))):
@@ -201,7 +128,7 @@ class IcebergTable:
                     f"iceberg lake {lake}: not a local path; give a catalog (a SQL database URL"
                     " or a REST catalog's http(s) URL)"
                 )
-            path = _key(join(self.lake, CATALOG_DIR, "catalog.db")).removeprefix("file:")
+            path = file_key(join(self.lake, CATALOG_DIR, "catalog.db")).removeprefix("file:")
             catalog = "sqlite:///" + path  # four slashes: an absolute path
         self.catalog_uri = catalog
         self.batches: list[BatchStats] = []
@@ -229,7 +156,7 @@ class IcebergTable:
         makes the default catalog's file and pyiceberg's tables in a SQL database."""
         if self._catalog is not None:
             return self._catalog
-        _require_pyiceberg()
+        require_pyiceberg()
         from pyiceberg.catalog import load_catalog
 
         uri = self.catalog_uri
@@ -250,9 +177,7 @@ class IcebergTable:
         return catalog
 
     def _unusable(self, error: BaseException) -> LakeError:
-        return LakeError(
-            f"iceberg catalog {self.catalog_uri}: cannot be used: {_first_line(error)}"
-        )
+        return LakeError(f"iceberg catalog {self.catalog_uri}: cannot be used: {first_line(error)}")
 
     def _load(self, *, create: bool) -> Table | None:
         """The table, made first if `create`; None if there is none (and not `create`)."""
@@ -305,7 +230,7 @@ class IcebergTable:
     def check(self) -> None:
         """Another format at the lake path, a catalog that cannot be used, a table whose
         schema does not fit, pyiceberg missing: `LakeError`, and nothing written."""
-        _require_pyiceberg()
+        require_pyiceberg()
         fs = self.fs
         try:
             if fs.exists(join(self.location, "_delta_log")):
@@ -341,7 +266,7 @@ class IcebergTable:
                 f"iceberg table {self.identifier}: not a journal table (columns missing, required"
                 f" or of another type: {', '.join(wrong)})"
             )
-        if _key(table.location().rstrip("/")) != self.location:
+        if file_key(table.location().rstrip("/")) != self.location:
             where = table.location()
             raise LakeError(
                 f"iceberg table {self.identifier} is at {where}, not in lake {self.lake}"
@@ -391,7 +316,7 @@ class IcebergTable:
             return self._done(batch_id, 0, [], started, "already committed")
         attempt = f"{batch_id:012d}-{int(time.time() * 1000):013d}-{uuid.uuid4().hex[:8]}"
         where = join(self.location, "data", self.query_id, attempt)
-        with _micros_timestamps(frame.sparkSession):
+        with micros_timestamps(frame.sparkSession):
             (
                 frame.select(*JOURNAL_COLUMNS)
                 .withColumn("date", utc_date())
@@ -402,7 +327,7 @@ class IcebergTable:
         files = self.fs.glob(join(where, "date=*", "*.parquet"))
         summary = {SUMMARY_QUERY: self.query_id, SUMMARY_BATCH: str(batch_id)}
         for attempt_no in range(COMMIT_ATTEMPTS):
-            _back_off(attempt_no)
+            back_off(attempt_no)
             table.refresh()
             if self._committed(table, batch_id):
                 self.fs.delete(where, recursive=True)
@@ -440,7 +365,7 @@ class IcebergTable:
         for info in files:
             count, low, high = self.fs.parquet_stats(info.uri)
             rows += count
-            first, last = _widen(first, last, low, high)
+            first, last = widen(first, last, low, high)
         stats = BatchStats(batch_id, rows, len(files), first, last, time.monotonic() - started)
         self.batches.append(stats)
         if self.progress is not None and note is not None:
@@ -487,7 +412,7 @@ class IcebergTable:
                 dates.add((epoch + dt.timedelta(days=day)).isoformat())
             bounds = [(data_file.lower_bounds or {}).get(1), (data_file.upper_bounds or {}).get(1)]
             low, high = (None if b is None else int(from_bytes(LongType(), b)) for b in bounds)
-            stats.first_seq, stats.last_seq = _widen(stats.first_seq, stats.last_seq, low, high)
+            stats.first_seq, stats.last_seq = widen(stats.first_seq, stats.last_seq, low, high)
         stats.dates = sorted(dates)
         return stats
 
@@ -523,7 +448,7 @@ class IcebergTable:
         name = f"{int(time.time() * 1000):013d}-{uuid.uuid4().hex[:8]}"
         where = join(self.location, "data", "compact", name)
         frame = self.spark.read.schema(JOURNAL_DDL).parquet(*[f.file_path for f in old])
-        with _micros_timestamps(self.spark):
+        with micros_timestamps(self.spark):
             (
                 frame.select(*JOURNAL_COLUMNS)
                 .withColumn("date", utc_date())
@@ -539,7 +464,7 @@ class IcebergTable:
             self.fs.delete(where, recursive=True)
             raise RuntimeError(f"iceberg compact: rows differ after rewriting {len(old)} files")
         for attempt_no in range(COMMIT_ATTEMPTS):
-            _back_off(attempt_no)
+            back_off(attempt_no)
             table.refresh()
             live = {f.file_path for f in self.data_files()}
             if not all(f.file_path in live for f in old):
@@ -566,7 +491,7 @@ class IcebergTable:
 
         cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(hours=keep_hours)
         for attempt_no in range(COMMIT_ATTEMPTS):
-            _back_off(attempt_no)
+            back_off(attempt_no)
             table.refresh()
             before = {s.snapshot_id: s for s in table.metadata.snapshots}
             try:
@@ -592,7 +517,9 @@ class IcebergTable:
         """Delete data files no snapshot references: at once for a committed batch, after
         the retention (at least `ORPHAN_MIN_HOURS`) for anything else."""
         table.refresh()
-        referenced = {_key(str(p)) for p in table.inspect.all_data_files()["file_path"].to_pylist()}
+        referenced = {
+            file_key(str(p)) for p in table.inspect.all_data_files()["file_path"].to_pylist()
+        }
         horizon = time.time() * 1000 - max(keep_hours, ORPHAN_MIN_HOURS) * 3_600_000
         removed = 0
         for owner in self.fs.glob(join(self.location, "data", "*")):
@@ -610,7 +537,7 @@ class IcebergTable:
                 if not (settled or old):
                     continue
                 files = self.fs.glob(join(attempt.uri, "date=*", "*.parquet"))
-                orphans = [f for f in files if _key(f.uri) not in referenced]
+                orphans = [f for f in files if file_key(f.uri) not in referenced]
                 if len(orphans) == len(files):  # also a write killed before its first file
                     self.fs.delete(attempt.uri, recursive=True)
                 else:

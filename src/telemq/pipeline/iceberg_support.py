@@ -1,0 +1,115 @@
+"""What the Iceberg table's commits and its compaction share (iceberg_table.py).
+
+The journal's columns as an Iceberg schema; one spelling per local file URI (pyiceberg and
+Hadoop spell ``file:`` URIs differently, and a file must be recognised either way when
+deciding what a snapshot references); the back-off between commits that conflicted with a
+concurrent one; and Spark's Parquet timestamp type, which must be microseconds while Spark
+writes files for Iceberg (Spark 4 writes INT96 by default) and the session's own value
+again afterwards, counted per session because several writes may be under way at once.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from .table_format import LakeError
+
+if TYPE_CHECKING:
+    from pyiceberg.schema import Schema
+    from pyspark.sql import SparkSession
+
+__all__ = [
+    "JOURNAL_COLUMNS",
+    "back_off",
+    "file_key",
+    "first_line",
+    "journal_schema",
+    "micros_timestamps",
+    "require_pyiceberg",
+    "widen",
+]
+
+JOURNAL_COLUMNS = (
+    "seq", "ts", "topic", "sub_point", "qos", "retain", "payload", "client_id", "user_id",
+    "content_type", "user_properties", "broker",
+)  # fmt: skip
+_INSTALL = "the iceberg format needs pyiceberg: pip install 'pyiceberg[pyarrow,sql-sqlite]'"
+
+
+def journal_schema() -> Schema:
+    """The journal's columns as an Iceberg schema: all optional, as Spark writes them."""
+    from pyiceberg import types as t
+    from pyiceberg.schema import Schema
+
+    text, properties = t.StringType(), t.MapType(13, t.StringType(), 14, t.StringType(), False)
+    kinds: list[t.IcebergType] = [t.LongType(), t.TimestamptzType(), text, text, t.IntegerType()]
+    kinds.append(t.BooleanType())
+    kinds += [t.BinaryType(), text, text, text, properties, text]
+    fields = zip(JOURNAL_COLUMNS, kinds, strict=True)
+    return Schema(*(t.NestedField(i, n, k, required=False) for i, (n, k) in enumerate(fields, 1)))
+
+
+def file_key(uri: str) -> str:
+    """One spelling per local file: ``file:///x`` and ``file:/x`` are the same file."""
+    return "file:/" + uri[len("file:///") :] if uri.startswith("file:///") else uri
+
+
+def widen(
+    first: int | None, last: int | None, low: int | None, high: int | None
+) -> tuple[int | None, int | None]:
+    """The seq range ``first..last`` grown to hold ``low..high`` (None: not known)."""
+    lows = [v for v in (first, low) if v is not None]
+    highs = [v for v in (last, high) if v is not None]
+    return (min(lows) if lows else None, max(highs) if highs else None)
+
+
+def require_pyiceberg() -> None:
+    try:
+        import pyiceberg.catalog.sql  # noqa: F401  (pyiceberg[sql-sqlite]: SQLAlchemy)
+    except ImportError as error:
+        raise LakeError(f"{_INSTALL} ({error})") from None
+
+
+def back_off(attempt_no: int) -> None:
+    """Wait a little before committing again after a conflict (none before the first)."""
+    if attempt_no:
+        time.sleep(random.uniform(0.5, 1.0) * min(2.0, 0.05 * 2**attempt_no))
+
+
+def first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+
+
+_TIMESTAMP_TYPE = "spark.sql.parquet.outputTimestampType"
+_writers_lock = threading.Lock()
+_writers: dict[int, tuple[int, str | None]] = {}  # per session: writes under way, the old value
+
+
+@contextmanager
+def micros_timestamps(spark: SparkSession) -> Iterator[None]:
+    """Spark writes timestamps as INT96 unless told otherwise, Iceberg wants microseconds:
+    set for the writes under way on a session, the session's own value back after the last."""
+    key = id(spark)
+    with _writers_lock:
+        count, before = _writers.get(key, (0, None))
+        if count == 0:
+            before = spark.conf.get(_TIMESTAMP_TYPE, None)
+            spark.conf.set(_TIMESTAMP_TYPE, "TIMESTAMP_MICROS")
+        _writers[key] = (count + 1, before)
+    try:
+        yield
+    finally:
+        with _writers_lock:
+            count, before = _writers.pop(key)
+            if count > 1:
+                _writers[key] = (count - 1, before)
+            elif before is None:
+                spark.conf.unset(_TIMESTAMP_TYPE)
+            else:
+                spark.conf.set(_TIMESTAMP_TYPE, before)
