@@ -1,0 +1,216 @@
+"""Faults of the database under an `[ha]` group while it serves (docs/ha.md, docs/postgres.md):
+two ``python -m telemq serve`` members, real paho clients, real PostgreSQL servers.
+
+- The database stopped for 10 s and started again: the clients are dropped, nothing sent
+  meanwhile is acknowledged, the members try again with backoff (few connection attempts)
+  and log the loss and the return of the store once each, then one of them is active again
+  and everything acknowledged before and after reaches the persistent subscriber.
+- The active member's database connection swallowed by a relay (every socket open, nothing
+  passes) while its MQTT clients stay connected: it acknowledges nothing more, steps down
+  when its lease runs out, the other member takes over, and no acknowledgement of the first
+  comes after one of the second.
+- PostgreSQL's own failover: a primary with a synchronous streaming replica, the members'
+  DSN naming both (``target_session_attrs=read-write``); the primary's machine "crashes"
+  (SIGKILL of every server process) and the replica is promoted: the members find the new
+  primary and nothing the publisher had acknowledged is lost, no QoS 2 message twice.
+
+The tests stop and kill servers, so they use servers of their own, not the session's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from ha_support import DEADLINE, Failover, Group, Publisher
+from test_ha_takeover import TOPICS, RawClient, journal_counts, q2_duplicates
+
+from testsupport.postgres import REPLICA_NAME, SUPERUSER, PostgresServer, start_server
+from testsupport.process import HOST, wait_until
+from testsupport.relay import Relay
+
+pytestmark = [pytest.mark.interop]
+
+OUTAGE_S = 10.0
+
+
+@pytest.fixture(scope="module")
+def own_server() -> Iterator[PostgresServer]:
+    """A server this module may stop and start."""
+    server = start_server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def own_dsn(own_server: PostgresServer) -> Iterator[str]:
+    with own_server.database() as name:
+        yield own_server.dsn(name)
+
+
+def via(relay: Relay, dsn: str, port: int) -> str:
+    return dsn.replace(f"port={port}", f"port={relay.port}")
+
+
+def clients(group: Group, prefix: str) -> tuple[Failover, Publisher]:
+    subscriber = Failover(f"ha-subscriber-{prefix}", group.ports)
+    subscriber.start(group["a"].port)
+    subscriber.subscribe(TOPICS)
+    publisher = Publisher(group.ports, prefix)
+    publisher.start(group["a"].port)
+    return subscriber, publisher
+
+
+def more_acknowledged(publisher: Publisher, count: int = 100) -> None:
+    before = len(publisher.acknowledged())
+    assert wait_until(lambda: len(publisher.acknowledged()) >= before + count, DEADLINE)
+
+
+def check_delivered(subscriber: Failover, sent: set[str], dsn: str) -> Counter[str]:
+    """Every message sent (all acknowledged) reached the subscriber and the journal, QoS 2
+    exactly once; the journal's counts."""
+    assert wait_until(lambda: set(subscriber.payloads()) >= sent, DEADLINE), sorted(
+        sent - set(subscriber.payloads())
+    )[:10]
+    time.sleep(0.5)  # a duplicate would arrive now
+    assert q2_duplicates(subscriber.payloads()) == []
+    subscriber.stop()
+    journaled = journal_counts(dsn)
+    assert set(journaled) >= sent
+    assert q2_duplicates(journaled) == []
+    return journaled
+
+
+def test_the_database_stopped_for_10_s(
+    own_server: PostgresServer, own_dsn: str, tmp_path: Path
+) -> None:
+    relay = Relay(own_server.port)  # counts member a's connection attempts
+    group = Group(own_server, own_dsn, tmp_path, dsns={"a": via(relay, own_dsn, own_server.port)})
+    a, b = group["a"], group["b"]
+    try:
+        a.process.start()
+        assert group.wait_for_one_active() is a
+        b.process.start()
+        subscriber, publisher = clients(group, "outage")
+        raw = RawClient(a.port)
+        try:
+            more_acknowledged(publisher)
+            own_server.pause()
+            attempts = relay.accepted
+            raw.publish_qos1("ha/q1", b"during the outage", 7)
+            answer = raw.read_all()  # until a drops the connection
+            assert b"\x40\x02\x00\x07" not in answer, answer  # no PUBACK
+            assert wait_until(lambda: group.active() == [], DEADLINE)
+            time.sleep(OUTAGE_S)
+            attempts = relay.accepted - attempts
+            own_server.start_again()
+            group.wait_for_one_active()
+            more_acknowledged(publisher)
+        finally:
+            raw.close()
+            sent = publisher.stop()
+        journaled = check_delivered(subscriber, sent, own_dsn)
+        assert "during the outage" not in journaled
+        # Backing off: a poll every 0.2 s would be 50 tries in 10 s.
+        assert 2 <= attempts <= 15, attempts
+        for member in (a, b):  # the standby's next try may be a backoff away
+            assert wait_until(
+                lambda m=member: "the store is reachable again" in m.process.log_text(), DEADLINE
+            )
+            log = member.process.log_text()
+            assert log.count("stepping down") <= 1, log[-3000:]
+            assert log.count("cannot reach the store to stand for election") == 1, log[-3000:]
+            assert log.count("the store is reachable again") == 1, log[-3000:]
+        assert "stepping down" in a.process.log_text()
+    finally:
+        group.finalize()
+        relay.close()
+
+
+def test_a_connection_that_swallows_everything_makes_the_active_member_step_down(
+    own_server: PostgresServer, own_dsn: str, tmp_path: Path
+) -> None:
+    relay = Relay(own_server.port)
+    group = Group(
+        own_server,
+        own_dsn,
+        tmp_path,
+        dsns={"a": via(relay, own_dsn, own_server.port)},
+        lease=2.0,
+    )
+    a, b = group["a"], group["b"]
+    try:
+        a.process.start()
+        assert group.wait_for_one_active() is a
+        b.process.start()
+        subscriber, publisher = clients(group, "blackhole")
+        raw = RawClient(a.port)
+        try:
+            more_acknowledged(publisher)
+            relay.blackholed = True  # a's clients stay connected to a
+            raw.publish_qos1("ha/q1", b"into the void", 7)
+            answer = raw.read_all()  # until a drops the connection
+            assert b"\x40\x02\x00\x07" not in answer, answer  # no PUBACK
+            assert group.wait_for_one_active(other_than=a) is b
+            assert a.process.running and a.role() == "standby"
+            more_acknowledged(publisher)
+            assert [m.name for m in group.active()] == ["b"]
+        finally:
+            raw.close()
+            sent = publisher.stop()
+        journaled = check_delivered(subscriber, sent, own_dsn)
+        assert "into the void" not in journaled
+        # Acknowledged by a, then by b: never by a once b had begun.
+        ports = publisher.ack_ports
+        assert b.port in ports
+        assert a.port not in ports[ports.index(b.port) :]
+        log = a.process.log_text()
+        assert "stepping down: the store did not answer for 2 s (the lease)" in log, log[-3000:]
+    finally:
+        group.finalize()
+        relay.close()
+
+
+def test_postgresql_fails_over_to_its_synchronous_replica(tmp_path: Path) -> None:
+    primary = start_server()
+    replica: PostgresServer | None = None
+    group: Group | None = None
+    try:
+        dbname = primary.create_database()
+        replica = primary.replica()
+        primary.admin(f"ALTER SYSTEM SET synchronous_standby_names = '{REPLICA_NAME}'")
+        primary.admin("SELECT pg_reload_conf()")
+        assert wait_until(
+            lambda: primary.admin("SELECT sync_state FROM pg_stat_replication") == [("sync",)],
+            DEADLINE,
+        )
+        dsn = (
+            f"host={HOST},{HOST} port={primary.port},{replica.port} user={SUPERUSER}"
+            f" dbname={dbname} target_session_attrs=read-write"
+        )
+        group = Group(primary, dsn, tmp_path)
+        a, b = group["a"], group["b"]
+        a.process.start()
+        assert group.wait_for_one_active() is a
+        b.process.start()
+        subscriber, publisher = clients(group, "pgfail")
+        try:
+            more_acknowledged(publisher, 200)
+            before = publisher.acknowledged()
+            primary.crash()
+            replica.promote()
+            group.wait_for_one_active()
+            more_acknowledged(publisher, 200)
+        finally:
+            sent = publisher.stop()
+        assert before <= sent
+        check_delivered(subscriber, sent, f"{dsn} password={primary.password}")
+    finally:
+        if group is not None:
+            group.finalize()
+        if replica is not None:
+            replica.stop()
+        primary.stop()
