@@ -9,6 +9,9 @@ two ``python -m telemq serve`` members, real paho clients, real PostgreSQL serve
   passes) while its MQTT clients stay connected: it acknowledges nothing more, steps down
   when its lease runs out, the other member takes over, and no acknowledgement of the first
   comes after one of the second.
+- The active member frozen (SIGSTOP) while the server's keepalives still get answers: the
+  server ends its session when the lease runs out, the other member takes over, and the
+  frozen one, woken, acknowledges nothing it got meanwhile and stands by.
 - PostgreSQL's own failover: a primary with a synchronous streaming replica, the members'
   DSN naming both (``target_session_attrs=read-write``); the primary's machine "crashes"
   (SIGKILL of every server process) and the replica is promoted: the members find the new
@@ -19,6 +22,7 @@ The tests stop and kill servers, so they use servers of their own, not the sessi
 
 from __future__ import annotations
 
+import signal
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -172,6 +176,38 @@ def test_a_connection_that_swallows_everything_makes_the_active_member_step_down
     finally:
         group.finalize()
         relay.close()
+
+
+def test_the_server_ends_the_session_of_a_frozen_active_member(
+    own_server: PostgresServer, own_dsn: str, tmp_path: Path
+) -> None:
+    """SIGSTOP: the member's sockets stay open and its kernel answers the server's
+    keepalives; only the lease ends its session and frees the lock."""
+    group = Group(own_server, own_dsn, tmp_path, lease=2.0)
+    a, b = group["a"], group["b"]
+    try:
+        a.process.start()
+        assert group.wait_for_one_active() is a
+        b.process.start()
+        raw = RawClient(a.port)
+        try:
+            assert a.process.proc is not None
+            a.process.proc.send_signal(signal.SIGSTOP)
+            raw.publish_qos1("ha/q1", b"while frozen", 7)
+            try:
+                assert wait_until(lambda: b.role() == "active", DEADLINE)
+            finally:
+                a.process.proc.send_signal(signal.SIGCONT)
+            answer = raw.read_all()  # until a, awake, drops the connection
+            assert b"\x40\x02\x00\x07" not in answer, answer  # no PUBACK
+            assert wait_until(lambda: a.role() == "standby", DEADLINE)
+            assert [m.name for m in group.active()] == ["b"]
+        finally:
+            raw.close()
+        assert "while frozen" not in journal_counts(own_dsn)
+        assert "stepping down" in a.process.log_text()
+    finally:
+        group.finalize()
 
 
 def test_postgresql_fails_over_to_its_synchronous_replica(tmp_path: Path) -> None:
