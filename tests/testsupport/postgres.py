@@ -26,6 +26,13 @@ starts its own), started on first use:
 Each test gets a database of its own (`database`: ``CREATE DATABASE``, dropped after the test
 with ``WITH (FORCE)``, so a broker the test killed cannot hold it), so tests stay independent.
 `stop` is ``pg_ctl stop -m fast``.
+
+For the tests of faults (tests/store/test_ha_faults.py), on servers of their own: `pause` and
+`start_again` stop and start a server on the same data and port; `crash` SIGKILLs the
+postmaster and every process it started (the crash of the server's machine); `replica`
+makes and starts a streaming replica (``pg_basebackup -R`` over the unix socket, its
+``cluster_name`` `REPLICA_NAME` for ``synchronous_standby_names``) and `promote` makes it
+the primary.
 """
 
 from __future__ import annotations
