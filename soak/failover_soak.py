@@ -102,7 +102,7 @@ class FailoverSoakConfig:
     kills: int = 100
     seed: int = 0
     messages: int = 3000  # per QoS
-    duration: float = 300.0
+    duration: float = 380.0
     window: int = 20
     up: float = 1.0
     stall: float = 60.0
@@ -551,8 +551,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--duration",
         type=_positive(float),
-        default=300.0,
-        help="seconds the publisher's pace spreads the messages over (300)",
+        default=380.0,
+        help="seconds the publisher's pace spreads the messages over (380)",
     )
     parser.add_argument(
         "--window", type=_positive(int), default=20, help="unacknowledged at most (20)"

@@ -130,8 +130,8 @@ def test_the_database_stopped_for_10_s(
             assert log.count("the store is reachable again") == 1, log[-3000:]
         assert "stepping down" in a.process.log_text()
     finally:
+        relay.close()  # first: a connection attempt stuck in it would delay a's stop
         group.finalize()
-        relay.close()
 
 
 def test_a_connection_that_swallows_everything_makes_the_active_member_step_down(
@@ -174,8 +174,8 @@ def test_a_connection_that_swallows_everything_makes_the_active_member_step_down
         log = a.process.log_text()
         assert "stepping down: the store did not answer for 2 s (the lease)" in log, log[-3000:]
     finally:
+        relay.close()  # first: a connection attempt stuck in it would delay a's stop
         group.finalize()
-        relay.close()
 
 
 def test_the_server_ends_the_session_of_a_frozen_active_member(
