@@ -13,9 +13,10 @@ two ``python -m telemq serve`` members, real paho clients, real PostgreSQL serve
   server ends its session when the lease runs out, the other member takes over, and the
   frozen one, woken, acknowledges nothing it got meanwhile and stands by.
 - PostgreSQL's own failover: a primary with a synchronous streaming replica, the members'
-  DSN naming both (``target_session_attrs=read-write``); the primary's machine "crashes"
-  (SIGKILL of every server process) and the replica is promoted: the members find the new
-  primary and nothing the publisher had acknowledged is lost, no QoS 2 message twice.
+  DSN naming both (``target_session_attrs=read-write``), and a broker without `[ha]` on
+  another database of the same server; the primary's machine "crashes" (SIGKILL of every
+  server process) and the replica is promoted: the members and the lone broker find the new
+  primary and nothing their publishers had acknowledged is lost, no QoS 2 message twice.
 
 The tests stop and kill servers, so they use servers of their own, not the session's.
 """
@@ -33,7 +34,7 @@ from ha_support import DEADLINE, Failover, Group, Publisher
 from test_ha_takeover import TOPICS, RawClient, journal_counts, q2_duplicates
 
 from testsupport.postgres import REPLICA_NAME, SUPERUSER, PostgresServer, start_server
-from testsupport.process import HOST, wait_until
+from testsupport.process import HOST, BrokerProcess, wait_until
 from testsupport.relay import Relay
 
 pytestmark = [pytest.mark.interop]
@@ -211,11 +212,14 @@ def test_the_server_ends_the_session_of_a_frozen_active_member(
 
 
 def test_postgresql_fails_over_to_its_synchronous_replica(tmp_path: Path) -> None:
+    """An `[ha]` pair on one database, and a broker without `[ha]` on another, of the same
+    replicated server."""
     primary = start_server()
     replica: PostgresServer | None = None
     group: Group | None = None
+    alone: BrokerProcess | None = None
     try:
-        dbname = primary.create_database()
+        dbname, alone_db = primary.create_database(), primary.create_database()
         replica = primary.replica()
         primary.admin(f"ALTER SYSTEM SET synchronous_standby_names = '{REPLICA_NAME}'")
         primary.admin("SELECT pg_reload_conf()")
@@ -223,28 +227,48 @@ def test_postgresql_fails_over_to_its_synchronous_replica(tmp_path: Path) -> Non
             lambda: primary.admin("SELECT sync_state FROM pg_stat_replication") == [("sync",)],
             DEADLINE,
         )
-        dsn = (
-            f"host={HOST},{HOST} port={primary.port},{replica.port} user={SUPERUSER}"
-            f" dbname={dbname} target_session_attrs=read-write"
-        )
-        group = Group(primary, dsn, tmp_path)
+        hosts = f"host={HOST},{HOST} port={primary.port},{replica.port} user={SUPERUSER}"
+        dsn = f"{hosts} dbname={dbname} target_session_attrs=read-write"
+        alone_dsn = f"{hosts} dbname={alone_db} target_session_attrs=read-write"
+        group = Group(primary, dsn, tmp_path / "group")
         a, b = group["a"], group["b"]
         a.process.start()
         assert group.wait_for_one_active() is a
         b.process.start()
+        secret = tmp_path / "group" / "pg.password"
+        alone = BrokerProcess(
+            tmp_path / "alone",
+            config_text=(
+                f'[store]\nkind = "postgres"\ndsn = "{alone_dsn}"\n'
+                f'password_file = "{secret}"\nsync = "full"\n'
+            ),
+        )
+        alone.start()
         subscriber, publisher = clients(group, "pgfail")
+        alone_subscriber = Failover("pgfail-alone-subscriber", [alone.port])
+        alone_subscriber.start(alone.port)
+        alone_subscriber.subscribe(TOPICS)
+        alone_publisher = Publisher([alone.port], "pgfail-alone")
+        alone_publisher.start(alone.port)
         try:
             more_acknowledged(publisher, 200)
-            before = publisher.acknowledged()
+            more_acknowledged(alone_publisher, 200)
+            before = publisher.acknowledged() | alone_publisher.acknowledged()
             primary.crash()
             replica.promote()
             group.wait_for_one_active()
             more_acknowledged(publisher, 200)
+            more_acknowledged(alone_publisher, 200)
         finally:
             sent = publisher.stop()
-        assert before <= sent
+            alone_sent = alone_publisher.stop()
+        assert before <= sent | alone_sent
         check_delivered(subscriber, sent, f"{dsn} password={primary.password}")
+        check_delivered(alone_subscriber, alone_sent, f"{alone_dsn} password={primary.password}")
+        assert "connecting to the postgres store" in alone.log_text()  # again, to the new one
     finally:
+        if alone is not None:
+            alone.finalize()
         if group is not None:
             group.finalize()
         if replica is not None:
