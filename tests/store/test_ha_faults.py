@@ -4,7 +4,9 @@ two ``python -m telemq serve`` members, real paho clients, real PostgreSQL serve
 - The database stopped for 10 s and started again: the clients are dropped, nothing sent
   meanwhile is acknowledged, the members try again with backoff (few connection attempts)
   and log the loss and the return of the store once each, then one of them is active again
-  and everything acknowledged before and after reaches the persistent subscriber.
+  and everything acknowledged before and after reaches the persistent subscriber. A broker
+  without `[ha]` on another database of the server does the same: it starts again on the
+  store's state once the server is back, logging the loss and the return once each.
 - The active member's database connection swallowed by a relay (every socket open, nothing
   passes) while its MQTT clients stay connected: it acknowledges nothing more, steps down
   when its lease runs out, the other member takes over, and no acknowledgement of the first
@@ -34,7 +36,7 @@ from ha_support import DEADLINE, Failover, Group, Publisher
 from test_ha_takeover import TOPICS, RawClient, journal_counts, q2_duplicates
 
 from testsupport.postgres import REPLICA_NAME, SUPERUSER, PostgresServer, start_server
-from testsupport.process import HOST, BrokerProcess, wait_until
+from testsupport.process import HOST, BrokerProcess, connack_code, wait_until
 from testsupport.relay import Relay
 
 pytestmark = [pytest.mark.interop]
@@ -95,30 +97,47 @@ def test_the_database_stopped_for_10_s(
     relay = Relay(own_server.port)  # counts member a's connection attempts
     group = Group(own_server, own_dsn, tmp_path, dsns={"a": via(relay, own_dsn, own_server.port)})
     a, b = group["a"], group["b"]
+    alone_db = own_server.create_database()  # a broker without [ha] on it
+    alone = BrokerProcess(
+        tmp_path / "alone",
+        config_text=(
+            f'[store]\nkind = "postgres"\ndsn = "{own_server.dsn(alone_db, password=False)}"\n'
+            f'password_file = "{tmp_path / "pg.password"}"\nsync = "full"\n'
+        ),
+    )
     try:
         a.process.start()
         assert group.wait_for_one_active() is a
         b.process.start()
+        alone.start()
         subscriber, publisher = clients(group, "outage")
-        raw = RawClient(a.port)
+        raw, raw_alone = RawClient(a.port), RawClient(alone.port)
         try:
             more_acknowledged(publisher)
             own_server.pause()
             attempts = relay.accepted
-            raw.publish_qos1("ha/q1", b"during the outage", 7)
-            answer = raw.read_all()  # until a drops the connection
-            assert b"\x40\x02\x00\x07" not in answer, answer  # no PUBACK
+            for client in (raw, raw_alone):
+                client.publish_qos1("ha/q1", b"during the outage", 7)
+                answer = client.read_all()  # until the broker drops the connection
+                assert b"\x40\x02\x00\x07" not in answer, answer  # no PUBACK
             assert wait_until(lambda: group.active() == [], DEADLINE)
             time.sleep(OUTAGE_S)
             attempts = relay.accepted - attempts
             own_server.start_again()
             group.wait_for_one_active()
             more_acknowledged(publisher)
+            assert wait_until(lambda: connack_code(alone.port) == 0, DEADLINE)
         finally:
             raw.close()
+            raw_alone.close()
             sent = publisher.stop()
         journaled = check_delivered(subscriber, sent, own_dsn)
         assert "during the outage" not in journaled
+        assert "during the outage" not in journal_counts(own_server.dsn(alone_db))
+        log = alone.log_text()
+        assert log.count("starting again on the store's state") == 1, log[-3000:]
+        assert log.count("cannot start again on the store") == 1, log[-3000:]
+        assert log.count("the store is reachable again") == 1, log[-3000:]
         # Backing off: a poll every 0.2 s would be 50 tries in 10 s.
         assert 2 <= attempts <= 15, attempts
         for member in (a, b):  # the standby's next try may be a backoff away
@@ -133,6 +152,7 @@ def test_the_database_stopped_for_10_s(
     finally:
         relay.close()  # first: a connection attempt stuck in it would delay a's stop
         group.finalize()
+        alone.finalize()
 
 
 def test_a_connection_that_swallows_everything_makes_the_active_member_step_down(
@@ -265,7 +285,7 @@ def test_postgresql_fails_over_to_its_synchronous_replica(tmp_path: Path) -> Non
         assert before <= sent | alone_sent
         check_delivered(subscriber, sent, f"{dsn} password={primary.password}")
         check_delivered(alone_subscriber, alone_sent, f"{alone_dsn} password={primary.password}")
-        assert "connecting to the postgres store" in alone.log_text()  # again, to the new one
+        assert "serving again on the store's state" in alone.log_text()  # the new primary's
     finally:
         if alone is not None:
             alone.finalize()

@@ -188,13 +188,13 @@ class Member:
         and once when it is back, not at every try."""
         loop = asyncio.get_running_loop()
         poll = self.config.ha.poll_interval
-        unreachable_since = 0.0
+        unreachable_since: float | None = None  # loop time of the first failed try
         wait = poll
         while not stop.is_set():
             try:
                 won, holder = await loop.run_in_executor(None, self._try)
             except StoreError as error:
-                if not unreachable_since:
+                if unreachable_since is None:
                     unreachable_since = loop.time()
                     log.warning(
                         "cannot reach the store to stand for election: %s; trying again,"
@@ -207,12 +207,12 @@ class Member:
                     wait = min(wait * 2, max(poll, MAX_BACKOFF_S))
                 await self._drop_candidate()
             else:
-                if unreachable_since:
+                if unreachable_since is not None:
                     log.warning(
                         "the store is reachable again after %.1f s",
                         loop.time() - unreachable_since,
                     )
-                unreachable_since = 0.0
+                unreachable_since = None
                 wait = poll
                 if won:
                     conn, self._candidate = self._candidate, None

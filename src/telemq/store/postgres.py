@@ -245,10 +245,13 @@ class PostgresStore(Store):
             self._lose(conn, one_line(exc))
 
     def abandon(self, reason: str) -> None:
-        """From any thread, without taking turns: this elected store is lost (`reason`), and a
-        call stuck on its connection fails at once (its socket is shut down)."""
+        """From any thread, without taking turns: this store is given up (`reason`): every
+        call fails from now on, one stuck on its connection at once (its socket is shut
+        down), and it never connects again. An elected store whose lease ran out; a broker
+        that starts again on the store's state after a failed commit (broker/recovery.py)."""
         if not self._lost:
-            self._lost = f"lost the connection that holds the leadership: {reason}"
+            what = "lost the connection that holds the leadership" if self.elected else "given up"
+            self._lost = f"{what}: {reason}"
         conn = self._conn
         if conn is None or conn.closed:
             return
