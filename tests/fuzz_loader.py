@@ -1,6 +1,7 @@
 """Scripts outside the package that tests reuse: `fuzz/fuzz_broker.py` (its corpus and
-mutations), `soak/crash_soak.py` (the crash soak, run bounded) and `soak/hostile.py`. They are
-scripts, not packages, so they are loaded by path, once.
+mutations), `soak/crash_soak.py` (the crash soak, run bounded), `soak/failover_soak.py` (the
+same for an `[ha]` pair) and `soak/hostile.py`. They are scripts, not packages, so they are
+loaded by path, once.
 
 Each starts its own broker on a port from its `free_port`, which binds port 0 and releases
 it: fine for a script alone on a machine, not beside other tests (another pytest-xdist worker
@@ -38,3 +39,7 @@ def load_fuzz_module() -> ModuleType:
 
 def load_crash_soak() -> ModuleType:
     return load_script("soak/crash_soak.py", "telemq_crash_soak")
+
+
+def load_failover_soak() -> ModuleType:
+    return load_script("soak/failover_soak.py", "telemq_failover_soak")

@@ -69,6 +69,7 @@ OUT_OF_RANGE = [
     ("[ha]\nenabled = true\n", "ha.enabled"),  # without the postgres store
     (PG + "[ha]\nenabled = true\npoll_interval = 0\n", "ha.poll_interval"),
     (PG + "[ha]\nenabled = true\nrejoin_delay = -1\n", "ha.rejoin_delay"),
+    (PG + "[ha]\nenabled = true\npoll_interval = 3\n", "ha.lease"),  # lease < 2 polls
     ('[[http]]\nkeyfile = "k.pem"\n', "http[0].keyfile"),
     ('[[http]]\nwebsocket_paths = ["mqtt"]\n', "http[0].websocket_paths"),
     ('[[http]]\nwebsocket_paths = "/mqtt"\n', "http[0].websocket_paths"),

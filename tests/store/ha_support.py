@@ -68,22 +68,28 @@ class Group:
         workdir: Path,
         names: tuple[str, ...] = ("a", "b"),
         extra: str = "",
+        *,
+        dsns: dict[str, str] | None = None,
+        lease: float = 5.0,
     ) -> None:
-        """`extra`: more configuration, the same for every member (top-level keys first)."""
+        """`extra`: more configuration, the same for every member (top-level keys first);
+        `dsns`: a member's own DSN instead of `dsn` (through a relay, say); `lease`: the
+        members' `[ha] lease`."""
         secret = workdir / "pg.password"
         workdir.mkdir(parents=True, exist_ok=True)
         secret.write_text(server.password + "\n", encoding="utf-8")
-        plain = dsn.replace(f" password={server.password}", "")
         ports = {name: (free_port(), free_port()) for name in names}
         self.members: dict[str, Member] = {}
         for index, name in enumerate(names):
             other = names[(index + 1) % len(names)]
             port, http = ports[name]
+            plain = (dsns or {}).get(name, dsn).replace(f" password={server.password}", "")
             text = (
                 f"{extra}\n[sys]\ninterval = 1\n"
                 f'[[http]]\nhost = "{HOST}"\nport = {http}\n'
                 f'[ha]\nenabled = true\nmember = "{name}"\npoll_interval = {POLL}\n'
                 f'rejoin_delay = 1.0\nserver_reference = "{HOST}:{ports[other][0]}"\n'
+                f"lease = {lease}\n"
                 f'[store]\nkind = "postgres"\ndsn = "{plain}"\npassword_file = "{secret}"\n'
                 'sync = "full"\n'
             )
@@ -194,6 +200,7 @@ class Publisher:
         self.prefix = prefix
         self.sent: dict[int, str] = {}  # mid -> payload
         self._acked: set[int] = set()
+        self.ack_ports: list[int] = []  # the member's port of each acknowledgement, in order
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -202,6 +209,7 @@ class Publisher:
     def _on_publish(self, client: Any, userdata: Any, mid: int, rc: Any, props: Any) -> None:
         with self._lock:
             self._acked.add(mid)
+            self.ack_ports.append(self.failover.client.port)
 
     def start(self, port: int) -> None:
         self.failover.start(port)

@@ -8,6 +8,8 @@ connection is the leadership, and an elected store never connects again.
 - Once that connection is cut (`pg_terminate_backend`), every call fails, "lost the
   connection that holds the leadership", for good: the store does not connect again, and the
   other candidate wins.
+- The lease: a silent elected session is ended by the server, and `abandon` makes a call
+  stuck on the connection fail at once, from another thread.
 - The broker's committer never runs what waits for a commit that failed (the
   acknowledgements), whether the commit ran on the writer thread or on the event loop.
 """
@@ -47,6 +49,55 @@ def backends(server: PostgresServer, application: str) -> list[int]:
         "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (application,)
     )
     return [int(row[0]) for row in rows]
+
+
+def test_the_lease_ends_a_silent_session_and_abandon_ends_a_stuck_call(
+    postgres_server: PostgresServer, postgres_dsn: str
+) -> None:
+    first, second = candidate(postgres_dsn, "a"), candidate(postgres_dsn, "b")
+    store = PostgresStore(postgres_dsn, origin="ha", elected=first)
+    try:
+        store.hold_lease(0.3)
+        assert wait_until(lambda: try_lock(second), 10)  # the server ended the silent session
+        with pytest.raises(StoreError, match="lost the connection that holds the leadership"):
+            store.check_leadership()
+        store.close()
+
+        store = PostgresStore(postgres_dsn, origin="ha", elected=second)
+        failed: list[BaseException] = []
+
+        def commit() -> None:
+            try:
+                store.commit(batch(1))
+            except StoreError as error:
+                failed.append(error)
+
+        blocker = connect(PostgresLocation(postgres_dsn))
+        try:
+            blocker.execute("BEGIN")
+            blocker.execute("LOCK TABLE journal IN ACCESS EXCLUSIVE MODE")
+            stuck = threading.Thread(target=commit)
+            stuck.start()
+            assert wait_until(
+                lambda: (
+                    postgres_server.admin(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    )
+                    != [(0,)]
+                ),
+                10,
+            )
+            store.abandon("stuck")
+            stuck.join(10)
+            assert not stuck.is_alive() and len(failed) == 1
+        finally:
+            blocker.close()
+        with pytest.raises(StoreError, match="lost the connection that holds the leadership"):
+            store.commit(batch(1))
+    finally:
+        store.close()
+        first.close()
+        second.close()
 
 
 def test_the_lock_elects_one_store_and_a_lost_connection_is_never_replaced(

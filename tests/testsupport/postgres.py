@@ -18,7 +18,10 @@ starts its own), started on first use:
   programs run under ``runuser -u USER --``;
 - listening on 127.0.0.1 on a port from `free_port` (the worker's own slice of ports), and on
   a unix socket in its directory, never the system's ``/var/run/postgresql``;
-- with the default fsync settings: what the tests measure is what an installation does;
+- with the default fsync settings: what the tests measure is what an installation does
+  (only ``initdb`` and ``pg_basebackup`` skip flushing the files they write to a throw-away
+  directory, and a replica's start flushes them with one ``syncfs``: seconds less per server
+  on a loaded machine);
 - its superuser `SUPERUSER`, whose password (`password`, random per server) TCP clients must
   give (``scram-sha-256``), while the unix socket trusts the local user for the support code's
   own administration.
@@ -26,6 +29,13 @@ starts its own), started on first use:
 Each test gets a database of its own (`database`: ``CREATE DATABASE``, dropped after the test
 with ``WITH (FORCE)``, so a broker the test killed cannot hold it), so tests stay independent.
 `stop` is ``pg_ctl stop -m fast``.
+
+For the tests of faults (tests/store/test_ha_faults.py), on servers of their own: `pause` and
+`start_again` stop and start a server on the same data and port; `crash` SIGKILLs the
+postmaster and every process it started (the crash of the server's machine); `replica`
+makes and starts a streaming replica (``pg_basebackup -R`` over the unix socket, its
+``cluster_name`` `REPLICA_NAME` for ``synchronous_standby_names``) and `promote` makes it
+the primary.
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ import pwd
 import re
 import secrets
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -47,6 +58,7 @@ from .process import HOST, free_port, unique
 from .requirements import BOOTSTRAP, require
 
 SUPERUSER = "telemq_test"
+REPLICA_NAME = "telemq_replica"
 DEBIAN_LIB = Path("/usr/lib/postgresql")
 START_DEADLINE = 60.0
 _NAME = re.compile(r"[a-z_][a-z0-9_]*")
@@ -139,14 +151,22 @@ class PostgresServer:
                 "UTF8",
                 "--no-locale",
                 "--no-instructions",
+                "--no-sync",  # a throw-away directory; the server itself fsyncs as usual
             ],
             "initdb",
         )
         password_file.unlink()
-        options = (
+        self.start_again()
+
+    def start_again(self, *options: str) -> None:
+        """``pg_ctl start`` on the existing data directory (after `start`, `pause`, or as a
+        replica), with extra ``-c name=value`` `options`; waits until it accepts
+        connections."""
+        settings = (
             f"-c listen_addresses={HOST} -p {self.port} -k {self.socket_dir}"
             " -c max_connections=200 -c log_min_messages=warning"
         )
+        settings = " ".join((settings, *options))
         self._run(
             [
                 str(self.bindir / "pg_ctl"),
@@ -155,7 +175,7 @@ class PostgresServer:
                 "-l",
                 str(self.log),
                 "-o",
-                options,
+                settings,
                 "-w",
                 "-t",
                 str(int(START_DEADLINE)),
@@ -165,16 +185,89 @@ class PostgresServer:
         )
         self.started = True
 
+    def pause(self) -> None:
+        """``pg_ctl stop -m fast`` (every session ended), keeping the data for
+        `start_again`."""
+        if self.started:
+            self._run(
+                [str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "fast", "stop"],
+                "pg_ctl stop",
+            )
+            self.started = False
+
     def stop(self) -> None:
         try:
-            if self.started:
-                self._run(
-                    [str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "fast", "stop"],
-                    "pg_ctl stop",
-                )
-                self.started = False
+            self.pause()
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
+
+    def crash(self) -> None:
+        """SIGKILL the postmaster and every server process it started, as the crash of the
+        server's machine would end them (a backend of a killed postmaster would otherwise
+        linger until it noticed)."""
+        pid = int((self.data / "postmaster.pid").read_text().split()[0])
+        children = [
+            int(entry.name)
+            for entry in Path("/proc").iterdir()
+            if entry.name.isdigit() and _parent(entry) == pid
+        ]
+        for victim in (pid, *children):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while any(_alive(victim) for victim in (pid, *children)):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the PostgreSQL server survived SIGKILL")
+            time.sleep(0.02)
+        self.started = False
+
+    def replica(self) -> PostgresServer:
+        """A streaming replica of this server, started: ``pg_basebackup -R`` over the
+        unix socket (its ``primary_conninfo`` too), a port of its own, hot standby. Its
+        ``cluster_name`` (`REPLICA_NAME`) is what it is called in
+        ``synchronous_standby_names``."""
+        replica = PostgresServer(self.bindir)
+        replica.password = self.password
+        replica.socket_dir.mkdir()
+        if replica.user is not None:
+            entry = pwd.getpwnam(replica.user)
+            for path in (replica.root, replica.socket_dir):
+                os.chown(path, entry.pw_uid, entry.pw_gid)
+        try:
+            replica._run(
+                [
+                    str(self.bindir / "pg_basebackup"),
+                    "-D",
+                    str(replica.data),
+                    "-h",
+                    str(self.socket_dir),
+                    "-p",
+                    str(self.port),
+                    "-U",
+                    SUPERUSER,
+                    "-X",
+                    "stream",
+                    "-R",
+                    "-c",
+                    "fast",
+                    "--no-sync",
+                ],
+                "pg_basebackup",
+            )
+            replica.start_again(
+                f"-c cluster_name={REPLICA_NAME}", "-c recovery_init_sync_method=syncfs"
+            )
+        except BaseException:
+            replica.stop()
+            raise
+        return replica
+
+    def promote(self) -> None:
+        """``pg_ctl promote -w``: this replica becomes a primary."""
+        self._run(
+            [str(self.bindir / "pg_ctl"), "-D", str(self.data), "-w", "promote"],
+            "pg_ctl promote",
+        )
 
     def log_tail(self, lines: int = 30) -> str:
         try:
@@ -228,6 +321,23 @@ class PostgresServer:
             yield name
         finally:
             self.drop_database(name)
+
+
+def _parent(proc: Path) -> int:
+    """The parent pid in ``/proc/PID/stat`` (0 when the process is gone)."""
+    try:
+        stat = (proc / "stat").read_text()
+    except OSError:
+        return 0
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
 
 
 def start_server() -> PostgresServer:

@@ -4,7 +4,10 @@ fail on purpose (the dialing broker connects to the relay, which connects on to 
 `cut()` drops every connection through it at once (both sockets shut down, as when a
 network path fails); `cut(half_open=True)` closes only the dialing side's end, so the
 other end goes on believing in the connection (a half-open TCP connection, as a crashed
-router leaves). `blocked = True` makes it refuse new connections until set back. It runs in
+router leaves). `blocked = True` makes it refuse new connections until set back.
+`blackholed = True` makes it swallow every byte, both ways, of the connections through it
+and of new ones, while every socket stays open (a path that loses packets without resetting
+anything: each end's TCP stack still sees its peer, the relay's, acknowledge). It runs in
 daemon threads and stops with `close()`.
 """
 
@@ -21,7 +24,9 @@ class Relay:
     def __init__(self, target_port: int) -> None:
         self.target_port = target_port
         self.blocked = False
+        self.blackholed = False
         self.connections = 0  # accepted and relayed so far
+        self.accepted = 0  # accepted so far, relayed or not
         self._server = socket.create_server((HOST, 0))
         self.port: int = self._server.getsockname()[1]
         self._lock = threading.Lock()
@@ -37,8 +42,14 @@ class Relay:
                 downstream, _ = self._server.accept()
             except OSError:
                 return
+            self.accepted += 1
             if self.blocked:
                 downstream.close()
+                continue
+            if self.blackholed:  # accepted, and never heard of again
+                with self._lock:
+                    self._open.append(downstream)
+                threading.Thread(target=self._pump, args=(downstream, None), daemon=True).start()
                 continue
             try:
                 upstream = socket.create_connection((HOST, self.target_port), timeout=5)
@@ -53,14 +64,17 @@ class Relay:
             for source, sink in ((downstream, upstream), (upstream, downstream)):
                 threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
 
-    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+    def _pump(self, source: socket.socket, sink: socket.socket | None) -> None:
         try:
             while data := source.recv(65536):
-                sink.sendall(data)
+                if sink is not None and not self.blackholed:
+                    sink.sendall(data)
         except OSError:
             pass
         finally:
-            if source not in self._half_open and sink not in self._half_open:
+            if sink is None:
+                self._drop(source)
+            elif source not in self._half_open and sink not in self._half_open:
                 self._drop(source, sink)
 
     def _drop(self, *sockets: socket.socket) -> None:

@@ -32,6 +32,18 @@ A `Member` runs one broker process through its roles, in a loop until it is stop
    lock, leaving the election to the other members first; it is never active again without
    winning the lock again, and then it loads the state afresh.
 
+The lease. A connection can also go silent without breaking: a path that swallows packets
+while every socket stays open (a proxy, a half-open connection) leaves the commit in flight
+waiting and the server's TCP keepalives answered. So the active broker renews a lease
+(`[ha] lease`) with every watchdog check: the server ends the elected session once it has
+been silent that long (store/postgres.py `hold_lease`), which releases the lock for another
+member, and the broker steps down when a check does not come back within the lease,
+shutting the stuck connection (`abandon`) so that nothing waits on it. Neither side needs
+the other to notice first: a commit can only succeed on the session that holds the lock.
+
+A standby that cannot reach the store backs off (twice the wait each time, up to
+`MAX_BACKOFF_S`), and logs the loss and the return of the store once each.
+
 The ports a member's listeners bound as a standby are kept for its active turns (a port 0
 is the one the system picked at the first bind), so `--ready-file` is written once, when
 the standby first listens, and stays true.
@@ -63,6 +75,9 @@ if TYPE_CHECKING:
 __all__ = ["Member", "run_ha_broker"]
 
 log = logging.getLogger("telemq.ha")
+
+# The longest wait between a standby's tries while the store cannot be reached.
+MAX_BACKOFF_S = 5.0
 
 # Called once the standby first listens: its MQTT listeners and its HTTP listeners' ports.
 OnReady = Callable[[Sequence[Listener], Sequence[int]], None]
@@ -168,28 +183,44 @@ class Member:
 
     async def _elect(self, stop: asyncio.Event) -> psycopg.Connection[Any] | None:
         """Try for the lock every poll interval until won (the connection that holds it) or
-        `stop` is set (None)."""
+        `stop` is set (None). While the store cannot be reached the tries back off (twice
+        the wait each time, up to `MAX_BACKOFF_S`), and the log says so once when it goes
+        and once when it is back, not at every try."""
         loop = asyncio.get_running_loop()
-        problem = ""
+        poll = self.config.ha.poll_interval
+        unreachable_since: float | None = None  # loop time of the first failed try
+        wait = poll
         while not stop.is_set():
             try:
                 won, holder = await loop.run_in_executor(None, self._try)
             except StoreError as error:
-                if str(error) != problem:
-                    log.warning("cannot reach the store to stand for election: %s", error)
-                problem = str(error)
+                if unreachable_since is None:
+                    unreachable_since = loop.time()
+                    log.warning(
+                        "cannot reach the store to stand for election: %s; trying again,"
+                        " backing off up to %g s",
+                        error,
+                        max(poll, MAX_BACKOFF_S),
+                    )
+                else:
+                    log.debug("still cannot reach the store: %s", error)
+                    wait = min(wait * 2, max(poll, MAX_BACKOFF_S))
                 await self._drop_candidate()
             else:
-                if problem:
-                    log.info("the store is reachable again")
-                problem = ""
+                if unreachable_since is not None:
+                    log.warning(
+                        "the store is reachable again after %.1f s",
+                        loop.time() - unreachable_since,
+                    )
+                unreachable_since = None
+                wait = poll
                 if won:
                     conn, self._candidate = self._candidate, None
                     return conn
                 if holder != self.leadership.active:
                     log.info("standing by: the active broker is %s", holder)
                 self.leadership.active = holder
-            if await _stopped_within(stop, self.config.ha.poll_interval):
+            if await _stopped_within(stop, wait):
                 break
         return None
 
@@ -305,12 +336,25 @@ class Member:
             self._lost.set()
 
     async def _watch(self, broker: Broker, store: PostgresStore) -> None:
-        """Every poll interval, on the store's thread: does its connection hold the lock?"""
+        """Every poll interval, on the store's thread: does its connection hold the lock?
+        The first call takes the lease; a store that does not answer within it (a commit
+        or the check stuck on a connection that swallows packets) is abandoned: the broker
+        steps down, and the server ends the silent session when the lease runs out."""
         loop = asyncio.get_running_loop()
+        lease = self.config.ha.lease
+        renew: Callable[[], None] = functools.partial(store.hold_lease, lease)
         while True:
-            await asyncio.sleep(self.config.ha.poll_interval)
             try:
-                await loop.run_in_executor(broker.store_executor, store.check_leadership)
+                await asyncio.wait_for(
+                    loop.run_in_executor(broker.store_executor, renew), timeout=lease
+                )
             except StoreError as error:
                 self.leadership.lose(str(error))
                 return
+            except TimeoutError:
+                reason = f"the store did not answer for {lease:g} s (the lease)"
+                store.abandon(reason)
+                self.leadership.lose(reason)
+                return
+            renew = store.check_leadership
+            await asyncio.sleep(self.config.ha.poll_interval)

@@ -155,6 +155,9 @@ class Broker:
         self._stopping = False
         self.quarantined = 0
         self.bound_ports: list[int] = []
+        self.store_failed = asyncio.Event()  # a commit failed (recovery.py starts again)
+        # Called at once when a commit failed, before anything else is committed.
+        self.on_store_failure: Callable[[BaseException], None] | None = None
         self.http: HttpServer | None = None  # the [[http]] listeners, when configured
 
     # -- lifecycle --------------------------------------------------------
@@ -376,7 +379,10 @@ class Broker:
         log.info("stopped")
 
     def _store_failed(self, error: BaseException) -> None:
+        if self.on_store_failure is not None:
+            self.on_store_failure(error)
         self.sessions_room.close_all(f"store failure: {error}")
+        self.store_failed.set()
         self.leadership.lose(str(error))  # with [ha]: steps down (ha.py)
 
     # -- what client connections hear from the rooms (through the hub) -----------

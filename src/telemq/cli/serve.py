@@ -183,6 +183,10 @@ def run(args: argparse.Namespace) -> int:
             from ..broker.ha import run_ha_broker
 
             await run_ha_broker(config, stop, ready)
+        elif config.store.kind == "postgres":
+            from ..broker.recovery import run_restarting
+
+            await run_restarting(config, stop, started)
         else:
             await run_broker(config, stop, started)
 

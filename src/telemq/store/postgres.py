@@ -20,7 +20,13 @@ store is closed, so nothing is committed, hence nothing acknowledged, by a broke
 longer elected. `check_leadership` asks the server that the connection still holds the lock
 (the broker's watchdog calls it between commits). The elected session also asks the server
 for TCP keepalives, so that the server releases the lock of a broker whose host vanished
-within seconds.
+within seconds, and, once the broker serves, for a lease (`hold_lease`: the session's
+``idle_session_timeout`` and ``idle_in_transaction_session_timeout``): a broker whose
+watchdog falls silent (a network path that swallows packets without resetting anything, a
+frozen process) loses its session, and with it the lock, when the lease runs out, however
+the TCP connection looks. `abandon` is the broker's side of the same lease: from any thread,
+without waiting for the call in progress, it shuts the connection's socket so that a call
+stuck on it fails, and the store is lost from then on.
 
 `commit` writes a batch in one transaction, in one round trip in the common case
 (postgres_writes.py), and returns when PostgreSQL reports the transaction committed. How
@@ -53,6 +59,8 @@ import contextlib
 import functools
 import json
 import logging
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -219,6 +227,38 @@ class PostgresStore(Store):
     def lost(self) -> bool:
         """Whether this elected store lost its connection (and with it the lock)."""
         return bool(self._lost)
+
+    @_serialized
+    def hold_lease(self, seconds: float) -> None:
+        """Ask the server to end this elected session, releasing the lock, once it has been
+        silent (idle, or idle in a transaction) for `seconds` (module docstring)."""
+        conn = self._live()
+        milliseconds = str(max(int(seconds * 1000), 1))
+        try:
+            settings = ["idle_in_transaction_session_timeout"]
+            if conn.info.server_version >= 140000:  # idle_session_timeout: PostgreSQL 14
+                settings.append("idle_session_timeout")
+            for setting in settings:
+                conn.execute("SELECT set_config(%s, %s, false)", (setting, milliseconds))
+        except psycopg.Error as exc:
+            self._rollback(conn)
+            self._lose(conn, one_line(exc))
+
+    def abandon(self, reason: str) -> None:
+        """From any thread, without taking turns: this store is given up (`reason`): every
+        call fails from now on, one stuck on its connection at once (its socket is shut
+        down), and it never connects again. An elected store whose lease ran out; a broker
+        that starts again on the store's state after a failed commit (broker/recovery.py)."""
+        if not self._lost:
+            what = "lost the connection that holds the leadership" if self.elected else "given up"
+            self._lost = f"{what}: {reason}"
+        conn = self._conn
+        if conn is None or conn.closed:
+            return
+        with contextlib.suppress(OSError, psycopg.Error):
+            stuck = socket.socket(fileno=os.dup(conn.pgconn.socket))
+            with stuck:
+                stuck.shutdown(socket.SHUT_RDWR)
 
     @_serialized
     def check_leadership(self) -> None:

@@ -5,8 +5,9 @@ Theory of operation
 Every `sys.interval` seconds `SysReporter` refreshes the store's sizes, takes the view's
 `Overview` and publishes each figure that has a `$SYS/broker/` topic (`view.FIGURES`) as a
 retained QoS 0 message, the way Mosquitto does (the topics of README.md). It only reads:
-nothing in the broker depends on it. The peers add their own values through `sources` (the
-wiring appends the links' and bridges').
+nothing in the broker depends on it, and a store that cannot answer (it failed, or the
+broker is stepping down) costs one warning, not a traceback. The peers add their own values
+through `sources` (the wiring appends the links' and bridges').
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from ...store import StoreError
 from ..core.router import Router
 from .view import FIGURES, BrokerView
 
@@ -38,6 +40,8 @@ class SysReporter:
         while True:
             try:
                 await self.publish()
+            except StoreError as error:
+                log.warning("$SYS update skipped: %s", error)
             except Exception:
                 log.exception("$SYS update failed")
             await asyncio.sleep(self._interval)

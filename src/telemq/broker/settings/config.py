@@ -179,6 +179,9 @@ class HaConfig:
     server_reference: str = ""  # what a standby's CONNACK refers MQTT 5.0 clients to
     poll_interval: float = 1.0  # seconds between a standby's tries for the lock
     rejoin_delay: float = 5.0  # seconds a broker that stepped down waits before trying
+    # Seconds the active broker may go without a word from its store (and the server
+    # without a word from it) before it steps down (and the server ends its session).
+    lease: float = 5.0
 
 
 @dataclass(slots=True)
@@ -339,6 +342,13 @@ def _check_ha(ha: HaConfig, store_kind: str) -> None:
         raise ConfigError("ha.poll_interval: must be between 0.01 and 60 seconds")
     if not 0 <= ha.rejoin_delay <= 3600:
         raise ConfigError("ha.rejoin_delay: must be between 0 and 3600 seconds")
+    if not 0.1 <= ha.lease <= 3600:
+        raise ConfigError("ha.lease: must be between 0.1 and 3600 seconds")
+    if ha.lease < 2 * ha.poll_interval:
+        raise ConfigError(
+            f"ha.lease: must be at least twice ha.poll_interval ({2 * ha.poll_interval:g} s):"
+            " the watchdog renews it every poll interval"
+        )
 
 
 TLS_OPTIONS_NEEDING_CERTFILE = (

@@ -1,0 +1,613 @@
+#!/usr/bin/env python3
+"""Failover soak: an `[ha]` pair on one PostgreSQL database, the active member SIGKILLed over
+and over under QoS 1 and QoS 2 traffic (docs/ha.md, docs/reliability.md).
+
+Theory of operation. Two telemq brokers, members ``a`` and ``b`` of one `[ha]` group
+(``poll_interval = 0.2``), run on 127.0.0.1 with fixed MQTT and HTTP ports, on one
+PostgreSQL database: the one `--dsn` names, or a server of the soak's own (started with the
+tests' support code, `tests/testsupport/postgres.py`, and removed at the end). Two real
+paho-mqtt clients with persistent sessions know both addresses and move to the other one
+whenever their connection ends or is refused (a standby answers CONNACK 3), the way the
+`Failover` clients of the tests and docs/ha.md do:
+
+* the **subscriber** subscribes once to `soak/q1` at QoS 1 and `soak/q2` at QoS 2 and counts
+  what paho hands to the application (QoS 2 is delivered on PUBREL: a second delivery is a
+  real duplicate);
+* the **publisher** publishes `--messages` QoS 1 and as many QoS 2 messages, interleaved,
+  payload `<qos>:<seq>`, paced over `--duration` seconds, at most `--window`
+  unacknowledged; paho re-sends what is unacknowledged on every new connection. A message
+  counts as acknowledged when paho reports it published (PUBACK, or PUBCOMP); the soak notes
+  the address each acknowledgement came from, in order.
+
+`--kills` times: once the standby stands by, 0 to `--up` seconds later the active member is
+SIGKILLed; the time until the other one's `/health` answers 200 is a **takeover time**; the
+killed member is started again and becomes the standby, so the active member alternates.
+Every random choice comes from `--seed`. After the last kill the soak waits until every
+message is acknowledged and received, or nothing arrived for `--stall` seconds. The report:
+
+* lost: acknowledged messages the subscriber never got (must be 0);
+* QoS 2 duplicates (must be 0); QoS 1 duplicates (allowed: at least once);
+* unacknowledged: messages never acknowledged (must be 0);
+* acknowledged by two brokers: the addresses of the acknowledgements, in the order they
+  came, form one run per active term; runs beyond the takeovers + 1 mean two members
+  acknowledged in the same term (must be 0);
+* takeovers that did not happen (must be 0), and the takeover times' median and p95.
+
+Exit code 0 when every "must" holds, 1 otherwise, 2 for a bad argument. The work directory
+(the members' logs, kill times) is kept when the run fails or with `--keep`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import functools
+import json
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from crash_soak import MAX_MESSAGES, TOPICS, _positive
+
+HOST = "127.0.0.1"
+NAMES = ("a", "b")
+POLL = 0.2  # the members' [ha] poll_interval
+MEMBER_CONFIG = """\
+[[listeners]]
+host = "{host}"
+port = {port}
+
+[[http]]
+host = "{host}"
+port = {http}
+
+[limits]
+# The soak checks durability across takeovers, not the queue bound: nothing is dropped.
+max_queued_messages = 0
+
+[ha]
+enabled = true
+member = "{name}"
+poll_interval = {poll}
+rejoin_delay = 1.0
+server_reference = "{host}:{other}"
+
+[store]
+kind = "postgres"
+dsn = "{dsn}"
+sync = "full"
+"""
+
+
+@dataclass
+class FailoverSoakConfig:
+    kills: int = 100
+    seed: int = 0
+    messages: int = 3000  # per QoS
+    duration: float = 380.0
+    window: int = 20
+    up: float = 1.0
+    stall: float = 60.0
+    dsn: str = ""  # "": a PostgreSQL server of the soak's own
+    workdir: Path | None = None
+    keep: bool = False
+    quiet: bool = False
+
+
+@dataclass
+class FailoverSoakResult:
+    seed: int
+    kills: int
+    sent: dict[int, int]
+    acknowledged: dict[int, int]
+    received: dict[int, int]
+    lost: dict[int, list[int]]
+    duplicates: dict[int, list[int]]
+    unacknowledged: dict[int, int]
+    acknowledged_by_two: int  # acknowledgement runs beyond one per active term
+    missed_takeovers: int
+    takeover_seconds: list[float]
+    sessions_lost: int
+    seconds: float
+    workdir: str
+    broker_errors: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return (
+            not self.lost[1]
+            and not self.lost[2]
+            and not self.duplicates[2]
+            and not self.unacknowledged[1]
+            and not self.unacknowledged[2]
+            and not self.acknowledged_by_two
+            and not self.missed_takeovers
+            and not self.sessions_lost
+            and not self.broker_errors
+        )
+
+    @property
+    def takeover_median(self) -> float:
+        return statistics.median(self.takeover_seconds) if self.takeover_seconds else 0.0
+
+    @property
+    def takeover_p95(self) -> float:
+        times = sorted(self.takeover_seconds)
+        return times[min(len(times) - 1, int(0.95 * len(times)))] if times else 0.0
+
+    def summary(self) -> str:
+        return (
+            f"seed {self.seed}: {self.kills} kills of the active member in {self.seconds:.0f} s;"
+            f" sent {self.sent[1]}+{self.sent[2]} (QoS 1+2), acknowledged"
+            f" {self.acknowledged[1]}+{self.acknowledged[2]}; lost"
+            f" {len(self.lost[1])}+{len(self.lost[2])}, QoS 2 duplicates"
+            f" {len(self.duplicates[2])}, QoS 1 duplicates {len(self.duplicates[1])},"
+            f" unacknowledged {self.unacknowledged[1]}+{self.unacknowledged[2]}, acknowledged"
+            f" by two brokers {self.acknowledged_by_two}, missed takeovers"
+            f" {self.missed_takeovers}, sessions lost {self.sessions_lost}; takeover median"
+            f" {self.takeover_median:.2f} s, p95 {self.takeover_p95:.2f} s:"
+            f" {'PASS' if self.ok else 'FAIL'}"
+        )
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def _say(config: FailoverSoakConfig, text: str) -> None:
+    if not config.quiet:
+        print(text, flush=True)
+
+
+class Member:
+    """``python -m telemq serve`` as member `name` of the group, killed and restarted."""
+
+    def __init__(self, workdir: Path, name: str, ports: dict[str, tuple[int, int]], dsn: str):
+        self.name = name
+        self.port, self.http = ports[name]
+        other = ports[NAMES[1 - NAMES.index(name)]][0]
+        self.workdir = workdir / name
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.config = self.workdir / "telemq.toml"
+        self.config.write_text(
+            MEMBER_CONFIG.format(
+                host=HOST, port=self.port, http=self.http, name=name, poll=POLL, other=other,
+                dsn=dsn.replace("\\", "\\\\").replace('"', '\\"'),
+            )
+        )  # fmt: skip
+        self.log_path = self.workdir / "broker.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self, timeout: float = 60.0) -> None:
+        """Start it and wait until its `/health` answers (as a standby or active)."""
+        self.starts += 1
+        command = [sys.executable, "-m", "telemq", "serve", "--config", str(self.config)]
+        with self.log_path.open("ab") as log:
+            log.write(f"--- start {self.starts}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=self.workdir
+            )
+        deadline = time.monotonic() + timeout
+        while self.role() == "down":
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"member {self.name} exited with {self.proc.returncode}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"member {self.name} not answering within {timeout} s")
+            time.sleep(0.02)
+
+    def role(self) -> str:
+        """`/health`'s role: "active", "standby", or "down" when nothing answers."""
+        try:
+            with urllib.request.urlopen(f"http://{HOST}:{self.http}/health", timeout=2) as answer:
+                return str(json.loads(answer.read()).get("role", "down"))
+        except urllib.error.HTTPError as error:
+            try:
+                return str(json.loads(error.read()).get("role", "down"))
+            except ValueError:
+                return "down"
+        except (OSError, ValueError):
+            return "down"
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(10.0)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def errors(self) -> list[str]:
+        """Tracebacks and ERROR lines in the member's log."""
+        text = self.log_path.read_text("utf-8", "replace") if self.log_path.exists() else ""
+        return [line for line in text.splitlines() if "Traceback" in line or " ERROR " in line]
+
+
+class FailoverClient:
+    """A persistent paho client that follows the members' addresses: its own thread connects
+    to one, runs paho's loop until the connection ends or is refused, then tries the other
+    (paho keeps the session's messages in flight and re-sends them)."""
+
+    def __init__(self, client_id: str, ports: list[int]) -> None:
+        self.ports = ports
+        self.client = mqtt.Client(
+            CallbackAPIVersion.VERSION2,
+            client_id=client_id,
+            clean_session=False,
+            reconnect_on_failure=False,
+        )
+        self.connections = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        index = 0
+        while not self._stop.is_set():
+            try:
+                self.client.connect(HOST, self.ports[index], keepalive=30)
+                self.client.loop_forever()
+            except OSError:
+                pass
+            index = (index + 1) % len(self.ports)
+            self._stop.wait(0.05)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.client.disconnect()
+        self._thread.join(10)
+
+
+class Subscriber(FailoverClient):
+    """The persistent QoS 1 + QoS 2 subscriber (module docstring)."""
+
+    def __init__(self, ports: list[int]) -> None:
+        super().__init__("failover-soak-sub", ports)
+        self.received: dict[int, collections.Counter[int]] = {
+            1: collections.Counter(), 2: collections.Counter()
+        }  # fmt: skip
+        self.deliveries = 0
+        self.last_progress = time.monotonic()
+        self.sessions_lost = 0
+        self.subscribed = threading.Event()
+        self.client.on_connect = self._on_connect
+        self.client.on_subscribe = self._on_subscribe
+        self.client.on_message = self._on_message
+
+    def _on_connect(self, client: Any, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
+        if reason.is_failure:
+            return
+        self.connections += 1
+        if not flags.session_present:
+            if self.subscribed.is_set():
+                self.sessions_lost += 1  # reported; re-subscribing keeps the run going
+            client.subscribe([(TOPICS[1], 1), (TOPICS[2], 2)])
+
+    def _on_subscribe(self, client: Any, userdata: Any, mid: int, codes: Any, props: Any) -> None:
+        if [code.value for code in codes] == [1, 2]:
+            self.subscribed.set()
+
+    def _on_message(self, client: Any, userdata: Any, message: mqtt.MQTTMessage) -> None:
+        qos_text, seq_text = message.payload.decode().split(":")
+        self.received[int(qos_text)][int(seq_text)] += 1
+        self.deliveries += 1
+        self.last_progress = time.monotonic()
+
+
+class Publisher(FailoverClient):
+    """The persistent, paced QoS 1 + QoS 2 publisher (module docstring)."""
+
+    def __init__(self, config: FailoverSoakConfig, ports: list[int]) -> None:
+        super().__init__("failover-soak-pub", ports)
+        self.config = config
+        # paho's packet id -> (qos, seq); ids are not reused in one run. `on_publish` only
+        # appends (it runs under paho's lock, which `publish` takes too).
+        self.sent: dict[int, tuple[int, int]] = {}
+        self.acknowledged_ids: list[int] = []
+        self.ack_ports: list[int] = []  # the member's port of each acknowledgement, in order
+        self.error: BaseException | None = None
+        self.finished_publishing = threading.Event()
+        self.client.max_inflight_messages_set(config.window)
+        self.client.max_queued_messages_set(0)
+        self.client.on_connect = self._on_connect
+        self.client.on_publish = self._on_publish
+        self._publishing = threading.Thread(target=self._publish_all, daemon=True)
+
+    def _on_connect(self, client: Any, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
+        if not reason.is_failure:
+            self.connections += 1
+
+    def _on_publish(self, client: Any, userdata: Any, mid: int, reason: Any, props: Any) -> None:
+        self.acknowledged_ids.append(mid)
+        self.ack_ports.append(self.client.port)  # this callback runs on the connection's thread
+
+    def start(self) -> None:
+        super().start()
+        self._publishing.start()
+
+    def _publish_all(self) -> None:
+        try:
+            total = 2 * self.config.messages
+            interval = self.config.duration / total
+            started = time.monotonic()
+            for index in range(total):
+                if self._stop.is_set():
+                    break
+                qos = 1 + index % 2
+                seq = index // 2
+                info = self.client.publish(TOPICS[qos], f"{qos}:{seq}".encode(), qos=qos)
+                self.sent[info.mid] = (qos, seq)
+                delay = started + (index + 1) * interval - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+        except BaseException as error:  # reported by run_failover_soak
+            self.error = error
+        finally:
+            self.finished_publishing.set()
+
+    def acknowledged(self) -> dict[int, set[int]]:
+        done: dict[int, set[int]] = {1: set(), 2: set()}
+        for mid in list(self.acknowledged_ids):
+            qos, seq = self.sent[mid]
+            done[qos].add(seq)
+        return done
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._publishing.ident is not None:
+            self._publishing.join()
+        super().stop()
+
+
+def _in_role(member: Member, role: str) -> bool:
+    return member.role() == role
+
+
+def _wait_for(predicate: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def _own_database() -> tuple[Any, str]:
+    """A PostgreSQL server of the soak's own and a DSN of a database on it."""
+    from testsupport.postgres import start_server
+
+    server = start_server()
+    return server, server.dsn(server.create_database())
+
+
+def run_failover_soak(config: FailoverSoakConfig) -> FailoverSoakResult:
+    """Run one failover soak (see the module docstring) and return its counts."""
+    rng = random.Random(config.seed)
+    own_workdir = config.workdir is None
+    workdir = Path(tempfile.mkdtemp(prefix="telemq-failover-")) if own_workdir else config.workdir
+    assert workdir is not None
+    workdir.mkdir(parents=True, exist_ok=True)
+    server, dsn = (None, config.dsn) if config.dsn else _own_database()
+    ports = {name: (free_port(), free_port()) for name in NAMES}
+    members = {name: Member(workdir, name, ports, dsn) for name in NAMES}
+    mqtt_ports = [ports[name][0] for name in NAMES]
+    subscriber = Subscriber(mqtt_ports)
+    publisher = Publisher(config, mqtt_ports)
+    kill_log = (workdir / "kills.log").open("a", encoding="utf-8")
+    takeovers: list[float] = []
+    missed = 0
+    kills = 0
+    started = time.monotonic()
+    try:
+        active, standby = members["a"], members["b"]
+        active.start()
+        if not _wait_for(lambda: active.role() == "active", 60):
+            raise RuntimeError("member a never became active")
+        standby.start()
+        subscriber.start()
+        if not subscriber.subscribed.wait(30.0):
+            raise RuntimeError("the subscriber's SUBSCRIBE was not acknowledged")
+        publisher.start()
+        for kills in range(1, config.kills + 1):
+            if not _wait_for(functools.partial(_in_role, standby, "standby"), 60):
+                raise RuntimeError(f"member {standby.name} never stood by")
+            time.sleep(rng.uniform(0.0, config.up))
+            killed_at = time.monotonic()
+            active.kill()
+            kill_log.write(f"{killed_at - started:.4f} kill {kills} of member {active.name}\n")
+            if _wait_for(functools.partial(_in_role, standby, "active"), 60):
+                takeovers.append(time.monotonic() - killed_at)
+                kill_log.write(f"  takeover by {standby.name} in {takeovers[-1]:.3f} s\n")
+            else:
+                missed += 1
+                kill_log.write(f"  no takeover by {standby.name}\n")
+            kill_log.flush()
+            active.start()  # back, as the standby
+            active, standby = standby, active
+            if kills % 10 == 0:
+                _say(
+                    config,
+                    f"  {kills} kills, {time.monotonic() - started:.0f} s,"
+                    f" {subscriber.deliveries} received",
+                )
+        drain(publisher, subscriber, config.messages, config.stall)
+    finally:
+        publisher.stop()
+        subscriber.stop()
+        for member in members.values():
+            member.stop()
+        kill_log.close()
+        if server is not None:
+            server.stop()
+    errors = [line for member in members.values() for line in member.errors()]
+    result = failover_result(
+        config, kills, publisher, subscriber, takeovers, missed, started, workdir, errors
+    )
+    if own_workdir and result.ok and not config.keep:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return result
+
+
+def drain(publisher: Publisher, subscriber: Subscriber, messages: int, stall: float) -> None:
+    """After the last kill: wait until every message is acknowledged and received, or nothing
+    arrived for `stall` seconds."""
+    publisher.finished_publishing.wait()
+    if publisher.error is not None:
+        raise RuntimeError(f"the publisher failed: {publisher.error!r}")
+    while True:
+        acknowledged = publisher.acknowledged()
+        complete = len(acknowledged[1]) == messages and len(acknowledged[2]) == messages
+        have = all(seq in subscriber.received[qos] for qos in (1, 2) for seq in acknowledged[qos])
+        if complete and have:
+            break
+        if time.monotonic() - subscriber.last_progress > stall:
+            break
+        time.sleep(0.2)
+    time.sleep(0.5)  # a late duplicate still in flight is counted too
+
+
+def ack_runs(ports: list[int]) -> int:
+    """How many runs of one address the acknowledgements' addresses form."""
+    return sum(1 for i, port in enumerate(ports) if i == 0 or ports[i - 1] != port)
+
+
+def failover_result(
+    config: FailoverSoakConfig,
+    kills: int,
+    publisher: Publisher,
+    subscriber: Subscriber,
+    takeovers: list[float],
+    missed: int,
+    started: float,
+    workdir: Path,
+    broker_errors: list[str],
+) -> FailoverSoakResult:
+    """The counts of a finished soak (see the module docstring)."""
+    acknowledged = publisher.acknowledged()
+    sent = {qos: sum(1 for q, _ in publisher.sent.values() if q == qos) for qos in (1, 2)}
+    return FailoverSoakResult(
+        seed=config.seed,
+        kills=kills,
+        sent=sent,
+        acknowledged={qos: len(acknowledged[qos]) for qos in (1, 2)},
+        received={qos: len(subscriber.received[qos]) for qos in (1, 2)},
+        lost={
+            qos: sorted(s for s in acknowledged[qos] if s not in subscriber.received[qos])
+            for qos in (1, 2)
+        },
+        duplicates={
+            qos: sorted(s for s, n in subscriber.received[qos].items() for _ in range(n - 1))
+            for qos in (1, 2)
+        },
+        unacknowledged={qos: sent[qos] - len(acknowledged[qos]) for qos in (1, 2)},
+        acknowledged_by_two=max(0, ack_runs(list(publisher.ack_ports)) - (len(takeovers) + 1)),
+        missed_takeovers=missed,
+        takeover_seconds=takeovers,
+        sessions_lost=subscriber.sessions_lost,
+        seconds=time.monotonic() - started,
+        workdir=str(workdir),
+        broker_errors=broker_errors,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="SIGKILL the active member of a telemq [ha] pair over and over under QoS"
+        " 1/2 traffic between two persistent paho-mqtt clients that know both members; report"
+        " lost messages, duplicates and takeover times."
+    )
+    parser.add_argument("--kills", type=_positive(int), default=100, help="kills (100)")
+    parser.add_argument("--seed", type=int, default=None, help="random seed (random)")
+    parser.add_argument("--messages", type=_positive(int), default=3000, help="per QoS (3000)")
+    parser.add_argument(
+        "--duration",
+        type=_positive(float),
+        default=380.0,
+        help="seconds the publisher's pace spreads the messages over (380)",
+    )
+    parser.add_argument(
+        "--window", type=_positive(int), default=20, help="unacknowledged at most (20)"
+    )
+    parser.add_argument(
+        "--up",
+        type=_positive(float),
+        default=1.0,
+        help="a kill comes 0 to UP seconds after the standby stands by (1.0)",
+    )
+    parser.add_argument(
+        "--stall",
+        type=_positive(float),
+        default=60.0,
+        help="end when nothing arrived for this many seconds (60)",
+    )
+    parser.add_argument(
+        "--dsn",
+        default="",
+        help="the database (a libpq DSN with its password; default: a PostgreSQL server of"
+        " the soak's own, which needs initdb and pg_ctl)",
+    )
+    parser.add_argument("--workdir", type=Path, help="keep everything here (default: temporary)")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON too")
+    args = parser.parse_args(argv)
+    if args.window < 1:
+        parser.error("--window must be at least 1")
+    if not 1 <= args.messages <= MAX_MESSAGES:
+        parser.error(f"--messages must be 1 to {MAX_MESSAGES} (packet ids are not reused)")
+    args.seed = args.seed if args.seed is not None else random.randrange(2**31)
+    options = {
+        f.name: getattr(args, f.name) for f in fields(FailoverSoakConfig) if hasattr(args, f.name)
+    }
+    config = FailoverSoakConfig(**options)
+    print(
+        f"failover soak: seed {config.seed}, {config.kills} kills, {config.messages} messages"
+        " per QoS",
+        flush=True,
+    )
+    result = run_failover_soak(config)
+    print(result.summary())
+    for qos in (1, 2):
+        if result.lost[qos]:
+            print(f"  lost QoS {qos}: {result.lost[qos][:20]}")
+    if result.duplicates[2]:
+        print(f"  QoS 2 duplicates: {result.duplicates[2][:20]}")
+    for line in result.broker_errors[:10]:
+        print(f"  broker: {line}")
+    if not result.ok or args.keep or args.workdir:
+        print(f"  work directory: {result.workdir}")
+    if args.json:
+        print(json.dumps({**result.__dict__, "ok": result.ok}))
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
