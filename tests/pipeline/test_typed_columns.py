@@ -90,15 +90,12 @@ def _data_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 def _split(spark: Any, where: str, ddl: str, topics: str) -> tuple[dict[int, Any], dict[int, Any]]:
     frame = read_journal(spark, where, topics=topics)
-    batch = PayloadSchema.parse(ddl).split(frame).persist()
-    try:
+    with PayloadSchema.parse(ddl).split(frame) as batch:
         rows = {r["seq"]: r.asDict(recursive=True) for r in batch.rows.collect()}
         quarantine = {r["seq"]: r.asDict() for r in batch.quarantine.collect()}
         assert batch.quarantined() == len(quarantine)
         assert list(batch.rows.columns) == [*frame.columns, *PayloadSchema.parse(ddl).names]
         assert tuple(batch.quarantine.columns) == QUARANTINE_COLUMNS
-    finally:
-        batch.unpersist()
     return rows, quarantine
 
 

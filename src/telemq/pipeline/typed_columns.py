@@ -42,7 +42,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -363,44 +363,60 @@ class PayloadSchema:
         return cls(tuple(kept), tuple(skipped))
 
     def split(self, frame: DataFrame, payload: str = "payload") -> TypedBatch:
-        """The batch's rows that fit (with typed columns) and the quarantined ones."""
-        clash = [n for n in self.names if n.lower() in {c.lower() for c in frame.columns}]
-        if clash:
-            raise LakeError(f"payload schema: field {clash[0]} is already a column of the batch")
-        tagged = frame.select(*frame.columns, *self.columns(payload), self.reason(payload))
-        return TypedBatch(tagged, tuple(frame.columns), self.names)
+        """The batch's rows that fit (with typed columns) and the quarantined ones.
 
-    def columns(self, payload: str = "payload") -> list[Column]:
-        """The typed columns (NULL where the payload does not fit), named as the fields."""
-        doc = document_column(payload)
-        return [
-            _Check(doc, f, _path(_DOCUMENT, f.name), f.name).value.alias(f.name)
-            for f in self.fields
-        ]
-
-    def reason(self, payload: str = "payload") -> Column:
-        """Why the payload does not fit (``_reason``), NULL when it fits."""
+        Built as stacked projections, each expensive value in a column of its own: the
+        document, each field's VARIANT, its JSON text. Spark does not merge a projection
+        into the next when that would compute such a value twice, so each payload is parsed
+        once and each field read once, however often the checks refer to them."""
         from pyspark.sql import functions as F
 
+        columns = [F.col(c) for c in frame.columns]
+        taken = {c.lower() for c in frame.columns}
+        clash = [n for n in self.names if n.lower() in taken]
+        if clash:
+            raise LakeError(f"payload schema: field {clash[0]} is already a column of the batch")
         raw = F.col(payload)
         text = F.try_validate_utf8(raw.cast("string"))
         doc = document_column(payload)
-        is_object = F.ltrim(text, F.lit(" \t\r\n")).startswith("{")
-        problems: list[Column] = []
-        for f in self.fields:
-            problems.extend(_Check(doc, f, _path(_DOCUMENT, f.name), f.name).problems)
-        listed = F.concat_ws("; ", *problems) if problems else F.lit("")
-        return (
+        not_a_document = (
             F.when(raw.isNull() | (F.length(raw) == 0), F.lit("not JSON"))
             .when(text.isNull(), F.lit("not UTF-8"))
             .when(doc.isNull(), F.lit("not JSON"))
-            .when(~is_object, F.lit("not a JSON object"))
-            .when(listed != "", listed)
-            .alias(REASON)
+            .when(~F.ltrim(text, F.lit(" \t\r\n")).startswith("{"), F.lit("not a JSON object"))
         )
+        staged = frame.select(*columns, doc.alias(_DOC), not_a_document.alias(REASON))
+        paths = list(_paths(self.fields, _DOCUMENT))
+        subs = [F.col(f"{_SUB}{i}") for i in range(len(paths))]
+        staged = staged.select(
+            *columns,
+            F.col(REASON),
+            *[
+                F.try_variant_get(_DOC, p, "variant").alias(f"{_SUB}{i}")
+                for i, p in enumerate(paths)
+            ],
+        )
+        staged = staged.select(
+            *columns,
+            F.col(REASON),
+            *subs,
+            *[F.to_json(sub).alias(f"{_JSON}{i}") for i, sub in enumerate(subs)],
+        )
+        counter = iter(range(len(paths)))
+        checks = [_Check(f, f.name, counter) for f in self.fields]
+        problems = [p for check in checks for p in check.problems]
+        listed = F.concat_ws("; ", *problems)
+        reason = F.coalesce(F.col(REASON), F.when(listed != "", listed))
+        tagged = staged.select(
+            *columns,
+            *[c.value.alias(f.name) for c, f in zip(checks, self.fields, strict=True)],
+            reason.alias(REASON),
+        )
+        return TypedBatch(tagged, tuple(frame.columns), self.names)
 
 
 REASON = "_reason"
+_DOC, _SUB, _JSON = "_doc", "_sub", "_json"  # the staged columns of `split`
 
 
 def resolve_schema(
@@ -427,8 +443,11 @@ def resolve_schema(
 @dataclass(frozen=True, slots=True)
 class TypedBatch:
     """One micro-batch checked against a schema: `rows` and `quarantine` together hold
-    every input row once. Both come from `tagged`; persist it (`persist`) when writing both,
-    so the batch is read and parsed once."""
+    every input row once. Both are filters of `tagged`: use them inside ``with batch:``,
+    which persists `tagged` (and releases it on leaving), so the batch is read from the
+    journal and checked once for both. Outside the block each is computed on its own,
+    and Spark's optimizer then copies the checks into its filter: correct, but much slower.
+    """
 
     tagged: DataFrame
     journal_columns: tuple[str, ...]
@@ -452,30 +471,36 @@ class TypedBatch:
         """How many rows went to quarantine (a Spark job: count once per batch)."""
         return int(self.tagged.filter(self.tagged[REASON].isNotNull()).count())
 
-    def persist(self) -> TypedBatch:
+    def __enter__(self) -> TypedBatch:
         self.tagged.persist()
         return self
 
-    def unpersist(self) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.tagged.unpersist()
 
 
 # -- checking one field in Spark -------------------------------------------------------------
 
 
-def _path(parent: str, name: str) -> str:
-    return f"{parent}['{name}']"
+def _paths(fields: Sequence[PayloadField], parent: str) -> Iterator[str]:
+    """The VARIANT path of every field, a STRUCT before its fields (`_Check`'s order)."""
+    for f in fields:
+        path = f"{parent}['{f.name}']"
+        yield path
+        if f.type == "STRUCT":
+            yield from _paths(f.fields, path)
 
 
 class _Check:
-    """A field's value and its problems as Columns (see the module docstring)."""
+    """A field's value and its problems as Columns over the staged VARIANT (``_sub<i>``)
+    and JSON text (``_json<i>``) of `split`, `counter` giving ``i`` in `_paths`' order."""
 
-    def __init__(self, doc: Column, f: PayloadField, path: str, label: str) -> None:
+    def __init__(self, f: PayloadField, label: str, counter: Iterator[int]) -> None:
         from pyspark.sql import functions as F
 
         self.value: Column
-        sub = F.try_variant_get(doc, path, "variant")
-        js = F.to_json(sub)
+        index = next(counter)
+        sub, js = F.col(f"{_SUB}{index}"), F.col(f"{_JSON}{index}")
         absent = sub.isNull() | (js == "null")
         self.problems: list[Column] = []
         if not f.nullable:
@@ -487,7 +512,7 @@ class _Check:
         )
         if f.type == "STRUCT":
             is_object = js.startswith("{")
-            children = [_Check(doc, c, _path(path, c.name), f"{label}.{c.name}") for c in f.fields]
+            children = [_Check(c, f"{label}.{c.name}", counter) for c in f.fields]
             self.value = F.when(
                 is_object,
                 F.struct(*[c.value.alias(n.name) for c, n in zip(children, f.fields, strict=True)]),
