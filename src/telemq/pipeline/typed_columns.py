@@ -33,7 +33,7 @@ The rules (docs/pipeline.md, "Typed columns"):
 
 `PayloadSchema.infer` derives a schema from a sample of payloads (on the driver, in seq
 order, so always the same for the same rows). `to_ddl` / `to_json` give the text a table
-format records (`SCHEMA_PROPERTY`), `from_json` / `parse` read it back, and `merge` is
+format records (`SCHEMA_PROPERTY`), `parse` reads it back, and `merge` is
 ``--merge-schema``: new fields are added, a type change of an existing field is refused.
 """
 
@@ -96,19 +96,12 @@ _SUPPORTED = (
     "BOOLEAN, TINYINT, SMALLINT, INT, BIGINT, FLOAT, DOUBLE, DECIMAL(p,s), STRING, DATE,"
     " TIMESTAMP, STRUCT<...>"
 )
-_SPARK_JSON_NAMES = {
-    "TINYINT": "byte",
-    "SMALLINT": "short",
-    "INT": "integer",
-    "BIGINT": "long",
-    "FLOAT": "float",
-    "DOUBLE": "double",
-    "STRING": "string",
-    "BOOLEAN": "boolean",
-    "DATE": "date",
-    "TIMESTAMP": "timestamp",
+_SPARK_JSON_NAMES = {  # Spark's StructType JSON names
+    **{
+        name: name.lower() for name in ("FLOAT", "DOUBLE", "STRING", "BOOLEAN", "DATE", "TIMESTAMP")
+    },
+    **{"TINYINT": "byte", "SMALLINT": "short", "INT": "integer", "BIGINT": "long"},
 }
-_FROM_SPARK_JSON = {v: k for k, v in _SPARK_JSON_NAMES.items()}
 _INFINITIES = ('"Infinity"', '"-Infinity"')  # how ``to_json`` writes an overflowed number
 _MAX_SHOWN = 60  # characters of a value shown in a reason
 _DOCUMENT = "$[0]"  # where `document_column` puts the payload's value
@@ -150,7 +143,8 @@ def _quote(name: str) -> str:
 
 # -- the DDL ---------------------------------------------------------------------------------
 
-_TOKEN = re.compile(r"\s*(?:(`(?:[^`]|``)*`)|([A-Za-z_][A-Za-z0-9_]*)|([0-9]+)|([,<>():]))")
+_TOKEN = re.compile(r"\s*(?:(`(?:[^`]|``)*`)|([A-Za-z_]\w*)|([0-9]+)|([,<>():])|(\S))")
+_TOKEN_KINDS = ("", "name", "word", "number", "punct", "other")
 
 
 class _DdlParser:
@@ -159,32 +153,18 @@ class _DdlParser:
     def __init__(self, text: str) -> None:
         self.text = text
         self.tokens: list[tuple[str, str, int]] = []  # (kind, value, position)
-        pos = 0
-        while pos < len(text):
-            if text[pos:].strip() == "":
-                break
-            match = _TOKEN.match(text, pos)
-            if match is None:
-                where = pos + len(text[pos:]) - len(text[pos:].lstrip())
-                raise self.error(f"unexpected {text[where]!r}", where)
-            start = match.start(match.lastindex or 0)
-            quoted, word, number, punct = match.groups()
-            if quoted is not None:
-                self.tokens.append(("name", quoted[1:-1].replace("``", "`"), start))
-            elif word is not None:
-                self.tokens.append(("word", word, start))
-            elif number is not None:
-                self.tokens.append(("number", number, start))
-            else:
-                self.tokens.append(("punct", punct, start))
-            pos = match.end()
+        for match in _TOKEN.finditer(text):
+            kind, start = _TOKEN_KINDS[match.lastindex or 0], match.start(match.lastindex or 0)
+            if kind == "other":
+                raise self.error(f"unexpected {match[5]!r}", start)
+            value = match[1][1:-1].replace("``", "`") if kind == "name" else match[0].strip()
+            self.tokens.append((kind, value, start))
         self.index = 0
 
     def error(self, problem: str, position: int | None = None) -> LakeError:
         if position is None:
-            position = (
-                self.tokens[self.index][2] if self.index < len(self.tokens) else len(self.text)
-            )
+            token = self.peek()
+            position = token[2] if token is not None else len(self.text)
         return LakeError(f"payload schema: {problem} at position {position + 1} of {self.text!r}")
 
     def peek(self) -> tuple[str, str, int] | None:
@@ -197,18 +177,16 @@ class _DdlParser:
         self.index += 1
         return token
 
-    def expect(self, punct: str, after: str) -> None:
+    def accept(self, value: str, kind: str = "punct") -> bool:
         token = self.peek()
-        if token is None or token[0] != "punct" or token[1] != punct:
-            raise self.error(f"expected {punct!r} {after}")
-        self.index += 1
-
-    def accept(self, punct: str) -> bool:
-        token = self.peek()
-        if token is not None and token[0] == "punct" and token[1] == punct:
+        if token is not None and token[0] == kind and token[1].upper() == value:
             self.index += 1
             return True
         return False
+
+    def expect(self, punct: str, after: str) -> None:
+        if not self.accept(punct):
+            raise self.error(f"expected {punct!r} {after}")
 
     def fields(self, nested: bool) -> tuple[PayloadField, ...]:
         found: list[PayloadField] = []
@@ -234,15 +212,11 @@ class _DdlParser:
                 return tuple(found)
 
     def modifiers(self, f: PayloadField) -> PayloadField:
-        token = self.peek()
-        if token is not None and token[0] == "word" and token[1].upper() == "NOT":
-            self.index += 1
-            null = self.peek()
-            if null is None or null[0] != "word" or null[1].upper() != "NULL":
-                raise self.error("expected NULL after NOT")
-            self.index += 1
-            return PayloadField(f.name, f.type, False, f.fields)
-        return f
+        if not self.accept("NOT", "word"):
+            return f
+        if not self.accept("NULL", "word"):
+            raise self.error("expected NULL after NOT")
+        return PayloadField(f.name, f.type, False, f.fields)
 
     def field_type(self, name: str) -> PayloadField:
         kind, word, position = self.take()
@@ -298,20 +272,13 @@ class PayloadSchema:
             raise parser.error(f"unexpected {extra[1]!r}")
         return cls(fields)
 
-    @classmethod
-    def from_json(cls, text: str) -> PayloadSchema:
-        """Read back `to_json()` (Spark's StructType JSON); `LakeError` if it is not one."""
-        try:
-            value = json.loads(text)
-            return cls(tuple(_field_from_spark(f) for f in value["fields"]))
-        except (ValueError, KeyError, TypeError, LakeError) as error:
-            raise LakeError(f"payload schema: not a schema recorded by telemq: {error}") from None
-
     def to_ddl(self) -> str:
         return ", ".join(f"{_quote(f.name)} {f.type_ddl()}{_not_null(f)}" for f in self.fields)
 
     def to_json(self) -> str:
-        """Spark's StructType JSON (``StructType.fromJson`` reads it; Delta's schemaString)."""
+        """Spark's StructType JSON (``StructType.fromJson`` reads it; Delta's schemaString).
+
+        Tables record `to_ddl()` (`SCHEMA_PROPERTY`), which `parse` reads back."""
         return json.dumps(
             {"type": "struct", "fields": [f.spark_json() for f in self.fields]},
             separators=(",", ":"),
@@ -665,17 +632,3 @@ def _merge_fields(
             merged.append(f)
     merged.extend(f for f in theirs if f.name.lower() in by_name)
     return tuple(merged)
-
-
-def _field_from_spark(value: dict[str, Any]) -> PayloadField:
-    name, kind = str(value["name"]), value["type"]
-    nullable = bool(value.get("nullable", True))
-    if isinstance(kind, dict) and kind.get("type") == "struct":
-        inner = tuple(_field_from_spark(f) for f in kind["fields"])
-        return PayloadField(name, "STRUCT", nullable, inner)
-    if isinstance(kind, str) and kind in _FROM_SPARK_JSON:
-        return PayloadField(name, _FROM_SPARK_JSON[kind], nullable)
-    decimal = re.fullmatch(r"decimal\((\d+),(\d+)\)", str(kind))
-    if decimal is not None:
-        return PayloadField(name, f"DECIMAL({decimal[1]},{decimal[2]})", nullable)
-    raise LakeError(f"field {name}: type {kind!r} is not supported")
