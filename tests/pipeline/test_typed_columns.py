@@ -73,19 +73,15 @@ SITE_PAYLOADS: list[tuple[bytes, str | None]] = [
 
 
 @pytest.fixture(scope="module")
-def journal(tmp_path_factory: pytest.TempPathFactory) -> dict[int, tuple[str, bytes]]:
-    """A broker's journal: 60 sensor readings, the odd payloads, the site payloads."""
+def journal(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[int, tuple[str, bytes]]]:
+    """A broker's journal (its data directory; seq -> topic, payload): 60 sensor readings,
+    the odd payloads, the site payloads."""
     data = tmp_path_factory.mktemp("typed") / "data"
     pubs = [Pub("sensors/lab/s00", p) for p in sensor_payloads(60)]
     pubs += [Pub("sensors/lab/odd", p) for p, _ in ODD_SENSOR_PAYLOADS]
     pubs += [Pub("sites/lab", p) for p, _ in SITE_PAYLOADS]
     records = append_journal(data, pubs)
-    (tmp_path_factory.getbasetemp() / "typed-data").write_text(str(data))
-    return {r.seq: (r.topic, r.payload) for r in records}
-
-
-def _data_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return (tmp_path_factory.getbasetemp() / "typed-data").read_text()
+    return str(data), {r.seq: (r.topic, r.payload) for r in records}
 
 
 def _split(spark: Any, where: str, ddl: str, topics: str) -> tuple[dict[int, Any], dict[int, Any]]:
@@ -101,10 +97,11 @@ def _split(spark: Any, where: str, ddl: str, topics: str) -> tuple[dict[int, Any
 
 @pytest.mark.spark
 def test_split_types_sensor_payloads_and_quarantines_the_rest(
-    spark: Any, journal: dict[int, tuple[str, bytes]], tmp_path_factory: pytest.TempPathFactory
+    spark: Any, journal: tuple[str, dict[int, tuple[str, bytes]]]
 ) -> None:
-    rows, quarantine = _split(spark, _data_dir(tmp_path_factory), SENSOR_DDL, "sensors/#")
-    sensors = {s for s, (topic, _) in journal.items() if topic.startswith("sensors/")}
+    where, published = journal
+    rows, quarantine = _split(spark, where, SENSOR_DDL, "sensors/#")
+    sensors = {s for s, (topic, _) in published.items() if topic.startswith("sensors/")}
     # nothing dropped, nothing twice
     assert set(rows) | set(quarantine) == sensors and not set(rows) & set(quarantine)
     expected = dict(zip(sorted(sensors)[60:], [r for _, r in ODD_SENSOR_PAYLOADS], strict=True))
@@ -112,11 +109,11 @@ def test_split_types_sensor_payloads_and_quarantines_the_rest(
         seq: reason for seq, reason in expected.items() if reason is not None
     }
     for seq, q in quarantine.items():
-        assert (q["topic"], bytes(q["payload"])) == journal[seq]
+        assert (q["topic"], bytes(q["payload"])) == published[seq]
         assert q["ts"] is not None and q["client_id"] == "c1"
     for seq, row in rows.items():
-        document = json.loads(journal[seq][1])
-        assert bytes(row["payload"]) == journal[seq][1]  # the payload is kept
+        document = json.loads(published[seq][1])
+        assert bytes(row["payload"]) == published[seq][1]  # the payload is kept
         for name in ("sensor", "temp", "humidity", "battery"):
             assert row[name] == document.get(name), (seq, name)
     assert len(rows) >= 60  # every reading of the demo's sensors fits
@@ -124,10 +121,11 @@ def test_split_types_sensor_payloads_and_quarantines_the_rest(
 
 @pytest.mark.spark
 def test_split_checks_structs_and_not_null(
-    spark: Any, journal: dict[int, tuple[str, bytes]], tmp_path_factory: pytest.TempPathFactory
+    spark: Any, journal: tuple[str, dict[int, tuple[str, bytes]]]
 ) -> None:
-    rows, quarantine = _split(spark, _data_dir(tmp_path_factory), SITE_DDL, "sites/#")
-    seqs = sorted(s for s, (topic, _) in journal.items() if topic.startswith("sites/"))
+    where, published = journal
+    rows, quarantine = _split(spark, where, SITE_DDL, "sites/#")
+    seqs = sorted(s for s, (topic, _) in published.items() if topic.startswith("sites/"))
     expected = dict(zip(seqs, [r for _, r in SITE_PAYLOADS], strict=True))
     assert {seq: q["reason"] for seq, q in quarantine.items()} == {
         seq: reason for seq, reason in expected.items() if reason is not None
@@ -141,9 +139,9 @@ def test_split_checks_structs_and_not_null(
 
 @pytest.mark.spark
 def test_infer_from_a_sample_of_the_journal(
-    spark: Any, journal: dict[int, tuple[str, bytes]], tmp_path_factory: pytest.TempPathFactory
+    spark: Any, journal: tuple[str, dict[int, tuple[str, bytes]]]
 ) -> None:
-    frame = read_journal(spark, _data_dir(tmp_path_factory))
+    frame = read_journal(spark, journal[0])
     inferred = PayloadSchema.infer(frame, sample_rows=60)  # the sensors' readings
     assert inferred.to_ddl() == SENSOR_DDL
     assert PayloadSchema.infer(frame, sample_rows=60) == inferred  # deterministic
