@@ -41,13 +41,12 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..filters.spark import document_column
-from .journal import JOURNAL_DDL
+from .payload_ddl import INTEGERS, RESERVED_NAMES, PayloadField, not_null_ddl, parse_fields, quote
 from .table_format import LakeError
 
 if TYPE_CHECKING:
@@ -73,181 +72,9 @@ QUARANTINE_DDL = (
 )
 """The schema of the quarantine table (``<lake>/quarantine`` beside ``<lake>/journal``)."""
 
-RESERVED_NAMES = frozenset(
-    [part.strip().split(" ", 1)[0] for part in JOURNAL_DDL.split(", ") if " " in part.strip()]
-    + ["date"]
-)
-"""Names a payload field may not take: the journal's columns, and the lake's ``date``."""
-
-_INTEGERS = {"TINYINT": "tinyint", "SMALLINT": "smallint", "INT": "int", "BIGINT": "bigint"}
-_ALIASES = {
-    "BYTE": "TINYINT",
-    "SHORT": "SMALLINT",
-    "INTEGER": "INT",
-    "LONG": "BIGINT",
-    "REAL": "FLOAT",
-    "DEC": "DECIMAL",
-    "NUMERIC": "DECIMAL",
-}
-_SCALARS = frozenset(
-    [*_INTEGERS, "FLOAT", "DOUBLE", "STRING", "BOOLEAN", "DATE", "TIMESTAMP", "DECIMAL"]
-)
-_SUPPORTED = (
-    "BOOLEAN, TINYINT, SMALLINT, INT, BIGINT, FLOAT, DOUBLE, DECIMAL(p,s), STRING, DATE,"
-    " TIMESTAMP, STRUCT<...>"
-)
-_SPARK_JSON_NAMES = {  # Spark's StructType JSON names
-    **{
-        name: name.lower() for name in ("FLOAT", "DOUBLE", "STRING", "BOOLEAN", "DATE", "TIMESTAMP")
-    },
-    **{"TINYINT": "byte", "SMALLINT": "short", "INT": "integer", "BIGINT": "long"},
-}
 _INFINITIES = ('"Infinity"', '"-Infinity"')  # how ``to_json`` writes an overflowed number
 _MAX_SHOWN = 60  # characters of a value shown in a reason
 _DOCUMENT = "$[0]"  # where `document_column` puts the payload's value
-
-
-@dataclass(frozen=True, slots=True)
-class PayloadField:
-    """One field: a scalar type (``DOUBLE``, ``DECIMAL(10,2)``...) or ``STRUCT`` with fields."""
-
-    name: str
-    type: str
-    nullable: bool = True
-    fields: tuple[PayloadField, ...] = ()
-
-    def type_ddl(self) -> str:
-        if self.type != "STRUCT":
-            return self.type
-        inner = ", ".join(f"{_quote(f.name)}: {f.type_ddl()}{_not_null(f)}" for f in self.fields)
-        return f"STRUCT<{inner}>"
-
-    def spark_json(self) -> dict[str, Any]:
-        kind: Any
-        if self.type == "STRUCT":
-            kind = {"type": "struct", "fields": [f.spark_json() for f in self.fields]}
-        elif self.type.startswith("DECIMAL"):
-            kind = self.type.lower().replace(" ", "")
-        else:
-            kind = _SPARK_JSON_NAMES[self.type]
-        return {"name": self.name, "type": kind, "nullable": self.nullable, "metadata": {}}
-
-
-def _not_null(f: PayloadField) -> str:
-    return "" if f.nullable else " NOT NULL"
-
-
-def _quote(name: str) -> str:
-    return name if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) else f"`{name.replace('`', '``')}`"
-
-
-# -- the DDL ---------------------------------------------------------------------------------
-
-_TOKEN = re.compile(r"\s*(?:(`(?:[^`]|``)*`)|([A-Za-z_]\w*)|([0-9]+)|([,<>():])|(\S))")
-_TOKEN_KINDS = ("", "name", "word", "number", "punct", "other")
-
-
-class _DdlParser:
-    """Recursive descent over the subset of Spark's DDL that payload fields may use."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.tokens: list[tuple[str, str, int]] = []  # (kind, value, position)
-        for match in _TOKEN.finditer(text):
-            kind, start = _TOKEN_KINDS[match.lastindex or 0], match.start(match.lastindex or 0)
-            if kind == "other":
-                raise self.error(f"unexpected {match[5]!r}", start)
-            value = match[1][1:-1].replace("``", "`") if kind == "name" else match[0].strip()
-            self.tokens.append((kind, value, start))
-        self.index = 0
-
-    def error(self, problem: str, position: int | None = None) -> LakeError:
-        if position is None:
-            token = self.peek()
-            position = token[2] if token is not None else len(self.text)
-        return LakeError(f"payload schema: {problem} at position {position + 1} of {self.text!r}")
-
-    def peek(self) -> tuple[str, str, int] | None:
-        return self.tokens[self.index] if self.index < len(self.tokens) else None
-
-    def take(self) -> tuple[str, str, int]:
-        token = self.peek()
-        if token is None:
-            raise self.error("unexpected end")
-        self.index += 1
-        return token
-
-    def accept(self, value: str, kind: str = "punct") -> bool:
-        token = self.peek()
-        if token is not None and token[0] == kind and token[1].upper() == value:
-            self.index += 1
-            return True
-        return False
-
-    def expect(self, punct: str, after: str) -> None:
-        if not self.accept(punct):
-            raise self.error(f"expected {punct!r} {after}")
-
-    def fields(self, nested: bool) -> tuple[PayloadField, ...]:
-        found: list[PayloadField] = []
-        seen: set[str] = set()
-        while True:
-            kind, name, position = self.take()
-            if kind not in ("word", "name"):
-                raise self.error(f"expected a field name, found {name!r}", position)
-            if "'" in name or not name:
-                raise self.error(f"field name {name!r}: may not be empty or hold a quote", position)
-            if name.lower() in seen:
-                raise self.error(f"field {name} given twice", position)
-            if not nested and name.lower() in RESERVED_NAMES:
-                raise self.error(
-                    f"field {name} clashes with the journal's column {name.lower()}", position
-                )
-            seen.add(name.lower())
-            if nested:
-                self.accept(":")
-            f = self.field_type(name)
-            found.append(self.modifiers(f))
-            if not self.accept(","):
-                return tuple(found)
-
-    def modifiers(self, f: PayloadField) -> PayloadField:
-        if not self.accept("NOT", "word"):
-            return f
-        if not self.accept("NULL", "word"):
-            raise self.error("expected NULL after NOT")
-        return PayloadField(f.name, f.type, False, f.fields)
-
-    def field_type(self, name: str) -> PayloadField:
-        kind, word, position = self.take()
-        upper = _ALIASES.get(word.upper(), word.upper()) if kind == "word" else ""
-        if upper == "STRUCT":
-            self.expect("<", "after STRUCT")
-            inner = self.fields(nested=True)
-            self.expect(">", f"to close the STRUCT of field {name}")
-            return PayloadField(name, "STRUCT", True, inner)
-        if upper not in _SCALARS:
-            shown = word.upper() if kind == "word" else repr(word)
-            raise self.error(
-                f"field {name}: type {shown} is not supported (one of {_SUPPORTED})", position
-            )
-        if upper != "DECIMAL":
-            return PayloadField(name, upper)
-        precision, scale = 10, 0
-        if self.accept("("):
-            precision = self.number("precision")
-            if self.accept(","):
-                scale = self.number("scale")
-            self.expect(")", "after the DECIMAL's precision and scale")
-        if not 1 <= precision <= 38 or scale > precision:
-            raise self.error(f"field {name}: DECIMAL({precision},{scale}) out of range", position)
-        return PayloadField(name, f"DECIMAL({precision},{scale})")
-
-    def number(self, what: str) -> int:
-        kind, value, position = self.take()
-        if kind != "number":
-            raise self.error(f"expected the DECIMAL's {what}, found {value!r}", position)
-        return int(value)
 
 
 # -- the schema ------------------------------------------------------------------------------
@@ -265,15 +92,10 @@ class PayloadSchema:
         """Spark DDL (``"temp DOUBLE, site STRUCT<room: STRING>"``); `LakeError` if bad."""
         if not ddl.strip():
             raise LakeError("payload schema: empty; give fields as 'name TYPE, ...'")
-        parser = _DdlParser(ddl)
-        fields = parser.fields(nested=False)
-        extra = parser.peek()
-        if extra is not None:
-            raise parser.error(f"unexpected {extra[1]!r}")
-        return cls(fields)
+        return cls(parse_fields(ddl))
 
     def to_ddl(self) -> str:
-        return ", ".join(f"{_quote(f.name)} {f.type_ddl()}{_not_null(f)}" for f in self.fields)
+        return ", ".join(f"{quote(f.name)} {f.type_ddl()}{not_null_ddl(f)}" for f in self.fields)
 
     def to_json(self) -> str:
         """Spark's StructType JSON (``StructType.fromJson`` reads it; Delta's schemaString).
@@ -496,9 +318,9 @@ class _Check:
             F.when(overflowed, F.lit("number")).otherwise(_shown(js)),
             F.lit(f" out of range for {f.type}"),
         )
-        if f.type in _INTEGERS:
+        if f.type in INTEGERS:
             integral = is_number & js.rlike(r"^-?[0-9]+$")
-            self.value = F.when(integral, js.try_cast(_INTEGERS[f.type]))
+            self.value = F.when(integral, js.try_cast(INTEGERS[f.type]))
             problem = F.when(integral | overflowed, out_of_range).otherwise(wrong)
         elif f.type in ("DOUBLE", "FLOAT") or f.type.startswith("DECIMAL"):
             self.value = F.when(is_number, js.try_cast(f.type.lower()))
