@@ -50,6 +50,7 @@ __all__ = [
     "BatchCommitter",
     "ParquetTable",
     "found_format",
+    "found_local_format",
     "journal_table",
     "lake_stats",
     "table_uri",
@@ -85,6 +86,21 @@ def found_format(fs: LakeFileSystem, table: str) -> str | None:
     if fs.glob(join(table, "metadata", "*.metadata.json")):
         return "iceberg"
     if fs.glob(join(table, "date=*", "*.parquet")):
+        return "parquet"
+    return None
+
+
+def found_local_format(lake: str | os.PathLike[str]) -> str | None:
+    """`found_format` for a lake on the local disk, without Spark (None for other URIs)."""
+    uri = lake_uri(lake)
+    if not uri.startswith("file:"):
+        return None
+    table = journal_table("/" + uri.removeprefix("file:").lstrip("/"))
+    if (table / "_delta_log").is_dir():
+        return "delta"
+    if any((table / "metadata").glob("*.metadata.json")):
+        return "iceberg"
+    if any(table.glob("date=*/*.parquet")):
         return "parquet"
     return None
 

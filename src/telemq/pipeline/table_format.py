@@ -41,12 +41,13 @@ __all__ = [
     "LakeError",
     "LakeStats",
     "LakeTable",
+    "check_format",
     "detect_format",
     "open_table",
 ]
 
 FORMATS = ("delta", "iceberg", "parquet")
-DEFAULT_FORMAT = "parquet"
+DEFAULT_FORMAT = "delta"
 LAKE_EXTRA = "pip install 'telemq[lake]'"
 
 
@@ -115,7 +116,9 @@ def open_table(
 
         return ParquetTable(spark, lake, query_id=query_id, progress=progress)
     if table_format == "delta":
-        raise LakeError("--format delta: not available yet")
+        from .delta_table import DeltaLakeTable
+
+        return DeltaLakeTable(spark, lake, query_id=query_id, progress=progress)
     try:  # imported by name: the module is optional
         module: Any = importlib.import_module(f"{__package__}.iceberg_table")
     except ImportError as error:
@@ -124,6 +127,23 @@ def open_table(
         spark, lake, catalog=catalog, table=table, query_id=query_id, progress=progress
     )
     return made
+
+
+def check_format(lake: str | os.PathLike[str], table_format: str, catalog: str | None) -> None:
+    """What can be checked without Spark: a known format, the Iceberg options with Iceberg
+    only, and on a local disk no table of another format at the lake."""
+    if table_format not in FORMATS:
+        raise LakeError(f"--format: expected one of {', '.join(FORMATS)}, got {table_format!r}")
+    if table_format != "iceberg" and catalog is not None:
+        raise LakeError(f"--catalog goes with --format iceberg, not {table_format}")
+    from .parquet_table import found_local_format, table_uri
+
+    found = found_local_format(lake)
+    if found is not None and found != table_format and table_format != "iceberg":
+        raise LakeError(
+            f"{table_uri(lake)} is a {found} table, not {table_format}:"
+            f" give --format {found}, or another --lake"
+        )
 
 
 def detect_format(
