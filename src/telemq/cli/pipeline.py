@@ -491,16 +491,25 @@ def run_replay_command(args: argparse.Namespace) -> int:
 
 @_guarded
 def run_compact_command(args: argparse.Namespace) -> int:
+    from telemq.pipeline.lakefs import lake_uri
+    from telemq.pipeline.parquet_table import COMPACT_REFUSED, found_local_format
     from telemq.pipeline.progress import Reporter
-    from telemq.pipeline.table_format import check_format, detect_format, open_table
+    from telemq.pipeline.table_format import LakeError, check_format, detect_format, open_table
 
-    if args.format is not None:
-        check_format(args.lake, args.format, args.catalog)
     if not args.keep_hours >= 0:
         raise ValueError(f"--keep-hours: expected hours >= 0, got {args.keep_hours:g}")
+    known = args.format
+    if known is not None:
+        check_format(args.lake, known, args.catalog)
+    elif args.catalog is None and lake_uri(args.lake).startswith("file:"):
+        known = found_local_format(args.lake)
+        if known is None:
+            raise LakeError(f"no journal table in {args.lake}: run telemq pipeline ingest first")
+    if known == "parquet":
+        raise LakeError(COMPACT_REFUSED)
     report = Reporter(quiet=args.quiet)
     with _session(args, "telemq-compact") as spark:
-        table_format = args.format or detect_format(spark, args.lake, args.catalog)
+        table_format = known or detect_format(spark, args.lake, args.catalog)
         table = open_table(
             table_format, spark, args.lake, query_id=None, catalog=args.catalog, table=args.table
         )

@@ -41,7 +41,8 @@ import math
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from .lakefs import LakeFileSystem, join, lake_uri
@@ -208,16 +209,17 @@ class DeltaLakeTable:
             for add in adds:
                 self.fs.delete(join(self.table, add.path))
             return
-        table.create_write_transaction(
-            adds,
-            "append",
-            table.schema(),
-            partition_by=["date"],
-            commit_properties=CommitProperties(
-                app_transactions=[Transaction(self.query_id, batch_id)],
-                custom_metadata={"telemq.query": self.query_id, "telemq.batch": batch_id},
-            ),
-        )
+        with self._errors("commit"):
+            table.create_write_transaction(
+                adds,
+                "append",
+                table.schema(),
+                partition_by=["date"],
+                commit_properties=CommitProperties(
+                    app_transactions=[Transaction(self.query_id, batch_id)],
+                    custom_metadata={"telemq.query": self.query_id, "telemq.batch": batch_id},
+                ),
+            )
 
     def _prefix(self, batch_id: int | None = None) -> str:
         """The start of the names of this query's files (of one batch, if given)."""
@@ -231,6 +233,15 @@ class DeltaLakeTable:
             batch = _batch_of(info.name, self._prefix())
             if batch is not None and (done is None or batch > done):
                 self.fs.delete(info.uri)
+
+    @contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
+        """delta-rs's errors (a commit conflict, storage) as one `LakeError` line."""
+        try:
+            yield
+        except self.delta.exceptions.DeltaError as error:
+            first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            raise LakeError(f"{what} {self.table}: {type(error).__name__}: {first}") from error
 
     # -- readers -------------------------------------------------------------------------
 
@@ -278,13 +289,13 @@ class DeltaLakeTable:
     def compact(self, keep_hours: float) -> str:
         if not (math.isfinite(keep_hours) and keep_hours >= 0):
             raise LakeError(f"--keep-hours: expected hours >= 0, got {keep_hours:g}")
-        table = self._required()
-        metrics = table.optimize.compact()
-        removed = self._required().vacuum(
-            retention_hours=math.ceil(keep_hours),
-            enforce_retention_duration=False,
-            dry_run=False,
-        )
+        with self._errors("compact"):
+            metrics = self._required().optimize.compact()
+            removed = self._required().vacuum(
+                retention_hours=math.ceil(keep_hours),
+                enforce_retention_duration=False,
+                dry_run=False,
+            )
         return (
             f"compacted {metrics.get('numFilesRemoved', 0)} file(s) into"
             f" {metrics.get('numFilesAdded', 0)}; deleted {len(removed)} file(s) no version"

@@ -58,6 +58,10 @@ __all__ = [
 ]
 
 Progress = Callable[[str], None]
+COMPACT_REFUSED = (
+    "compact needs a table format with a log (--format delta or iceberg): rewriting"
+    " a plain Parquet table in place would show readers rows twice or not at all"
+)
 
 
 def journal_table(lake: str | os.PathLike[str]) -> Path:
@@ -219,7 +223,4 @@ class ParquetTable:
         return lake_stats(self.fs, self.lake)
 
     def compact(self, keep_hours: float) -> str:
-        raise LakeError(
-            "compact needs a table format with a log (--format delta or iceberg): rewriting"
-            " a plain Parquet table in place would show readers rows twice or not at all"
-        )
+        raise LakeError(COMPACT_REFUSED)
