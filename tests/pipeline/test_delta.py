@@ -57,7 +57,9 @@ def test_ingest_into_delta_once_and_read_back_everywhere(spark: Any, tmp_path: P
     # Spark loses its record that batch 3 is done (a kill after the Delta commit, before
     # Spark's): the rerun replays batch 3, which adds nothing.
     version = deltalake.DeltaTable(str(lake / "journal")).version()
-    (lake / "_checkpoints" / "ingest" / "spark" / "commits" / "3").unlink()
+    commits = lake / "_checkpoints" / "ingest" / "spark" / "commits"
+    for name in ("3", ".3.crc"):  # the file and Hadoop's checksum beside it
+        (commits / name).unlink()
     replayed = run_ingest(spark, data, lake, table_format="delta")
     assert [(b.batch_id, b.rows) for b in replayed.batches] == [(3, 0)]
     assert deltalake.DeltaTable(str(lake / "journal")).version() == version
@@ -128,7 +130,9 @@ def test_missing_deltalake_names_the_extra(
         open_table("delta", spark, tmp_path / "lake", query_id="x")
 
 
-def test_compact_while_ingest_writes_keeps_each_seq_once(spark: Any, tmp_path: Path) -> None:
+def test_compact_while_ingest_writes_keeps_each_seq_once(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     data, lake = tmp_path / "data", tmp_path / "lake"
     records = append_journal(data, telemetry(200))
     stop = threading.Event()
@@ -164,3 +168,10 @@ def test_compact_while_ingest_writes_keeps_each_seq_once(spark: Any, tmp_path: P
     assert any(s.startswith("compacted ") and "into 1" in s for s in summaries), summaries
     assert delta_seqs(lake) == [r.seq for r in records]
     assert sorted(r.seq for r in table.read().select("seq").collect()) == delta_seqs(lake)
+    # The command: the format found in the lake, the old files deleted at once.
+    capsys.readouterr()
+    assert main(["pipeline", "compact", "-l", str(lake), "--keep-hours", "0", "-q"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("compacted ") and f"table: {len(records):,} rows in 1 file(s)" in out
+    assert len(list((lake / "journal").glob("date=*/*.parquet"))) == 1
+    assert delta_seqs(lake) == [r.seq for r in records]

@@ -26,6 +26,7 @@ plain Parquet cannot; ``parquet`` keeps the older layout.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -138,6 +139,8 @@ def check_format(lake: str | os.PathLike[str], table_format: str, catalog: str |
         raise LakeError(f"--catalog goes with --format iceberg, not {table_format}")
     from .parquet_table import found_local_format, table_uri
 
+    if table_format == "delta" and importlib.util.find_spec("deltalake") is None:
+        raise LakeError(f"--format delta needs the deltalake package: {LAKE_EXTRA}")
     found = found_local_format(lake)
     if found is not None and found != table_format and table_format != "iceberg":
         raise LakeError(
