@@ -99,8 +99,7 @@ class DeltaLakeTable:
         self.fs = LakeFileSystem.for_uri(spark, self.lake)
         self.query_id = query_id
         self.staging = join(self.lake, "_staging", query_id or "delta")
-        self.progress = progress
-        self._swept = False
+        self._swept = False  # this query's uncommitted files of earlier runs deleted
 
     # -- the log -------------------------------------------------------------------------
 
@@ -201,9 +200,10 @@ class DeltaLakeTable:
         table = self._open()
         if table is None:
             schema = to_arrow_schema(dated.schema, timezone="UTC")
-            table = self.delta.DeltaTable.create(
-                self.location, schema, partition_by=["date"], mode="ignore"
-            )
+            with self._errors("create"):
+                table = self.delta.DeltaTable.create(
+                    self.location, schema, partition_by=["date"], mode="ignore"
+                )
         done = table.transaction_version(self.query_id)
         if done is not None and done >= batch_id:  # committed meanwhile: these files are extra
             for add in adds:
