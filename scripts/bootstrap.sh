@@ -4,7 +4,8 @@
 #                                      and the web dashboard's browser libraries (npm ci)
 #   bash scripts/bootstrap.sh --test   plus test tools, Debian's MQTT clients, Chromium,
 #                                      PostgreSQL and HAProxy (the tests start their own)
-# Both install the `postgres` extra (psycopg), for `[store] kind = "postgres"`.
+# Both install the `postgres` extra (psycopg), for `[store] kind = "postgres"`, and the `lake`
+# extra (deltalake, pyiceberg), for the pipeline's Delta and Iceberg tables.
 # telemq is installed from this checkout with its per-message modules compiled by mypyc
 # (setup.py), which needs a C compiler and Python's headers: installed here when missing.
 # Edits to src/ take effect after running this again (or run from source: PYTHONPATH=src).
@@ -107,8 +108,8 @@ if [ "$want_test" = 1 ]; then
             "pysparkplug==0.6.1"
 fi
 if [ "$want_test" = 1 ]; then
-    "$PYTHON" -m pip install -q --disable-pip-version-check ".[test,fast,spark,postgres]"
+    "$PYTHON" -m pip install -q --disable-pip-version-check ".[test,fast,spark,postgres,lake]"
 else
-    "$PYTHON" -m pip install -q --disable-pip-version-check ".[fast,spark,postgres]"
+    "$PYTHON" -m pip install -q --disable-pip-version-check ".[fast,spark,postgres,lake]"
 fi
 "$PYTHON" -m telemq --version

@@ -108,9 +108,10 @@ def table_rows(path: Path, key: tuple[str, ...]) -> list[tuple[Any, ...]]:
 
 
 def batch_ids(lake: Path) -> set[int]:
-    """The ids of the batches with files in the lake's table (``batch-<id>-<k>.parquet``)."""
-    files = journal_table(lake).glob("date=*/batch-*.parquet")
-    return {int(f.name.split("-")[1]) for f in files}
+    """The ids of the batches with files in the lake's table: ``batch-<id>-<k>.parquet`` in
+    a Parquet lake, ``ingest-<query>-<id>-<attempt>-<k>.parquet`` in a Delta table."""
+    names = [f.name.split("-") for f in journal_table(lake).glob("date=*/*.parquet")]
+    return {int(parts[1] if parts[0] == "batch" else parts[2]) for parts in names}
 
 
 def lake_seqs(lake: Path) -> list[int]:

@@ -46,6 +46,9 @@ def test_demo_runs_to_completion(
     assert alerts is not None, out
     assert int(alerts[1].replace(",", "")) == int(alerts[2].replace(",", "")) > 0
     assert (work / "lake" / "journal").is_dir() and str(work / "lake" / "journal") in out
+    # The default format, and how to open it without Spark.
+    assert "of a delta table" in out and (work / "lake" / "journal" / "_delta_log").is_dir()
+    assert f"DeltaTable('{work / 'lake' / 'journal'}').to_pandas()" in out
 
 
 @pytest.mark.parametrize(
@@ -159,6 +162,13 @@ def test_mistakes_are_refused_before_spark_starts(
          "max rows per batch: expected 1 or more, got 0"),
         (["ingest", "-d", str(data), "-l", new_lake, "--duration", "-1"],
          "duration: expected seconds >= 0"),
+        # A lake keeps its table format; plain Parquet cannot be compacted.
+        (["ingest", "-d", str(data), "-l", str(lake), "--format", "delta"],
+         "is a parquet table, not delta: give --format parquet"),
+        (["compact", "-l", str(lake)], "compact needs a table format with a log"),
+        (["compact", "-l", str(empty_lake)], "no journal table in"),
+        (["compact", "-l", str(lake), "--format", "delta", "--keep-hours", "-1"],
+         "--keep-hours: expected hours >= 0"),
         (["aggregate", "-l", str(lake), "--window", "0m"], "window: expected a duration"),
         (["aggregate", "-l", str(empty_lake)], "no journal table in"),
         (["aggregate", "-l", str(lake), "--fields", "temp,bad-name"],

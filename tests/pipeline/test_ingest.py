@@ -1,4 +1,5 @@
-"""`telemq pipeline ingest`: each seq lands in the lake exactly once, also across a kill."""
+"""`telemq pipeline ingest` into a Parquet lake (``--format parquet``): each seq lands in the
+lake exactly once, also across a kill. The Delta table's own tests are in test_delta.py."""
 
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ def test_ingest_is_exactly_once_across_a_killed_run(spark: Any, tmp_path: Path) 
     records = append_journal(data, telemetry(3000), ts_step_us=40_000_000)  # spans 2 days
     command = [
         sys.executable, "-m", "telemq", "pipeline", "ingest", "--data-dir", str(data),
-        "--lake", str(lake), "--continuous", "--trigger", "0.1", "--max-rows-per-batch", "60",
+        "--lake", str(lake), "--format", "parquet", "--continuous", "--trigger", "0.1",
+        "--max-rows-per-batch", "60",
         "--master", "local[1]", "--quiet",
     ]  # fmt: skip
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
@@ -58,7 +60,8 @@ def test_ingest_is_exactly_once_across_a_killed_run(spark: Any, tmp_path: Path) 
     assert 0 < len(before) < 3000, "the kill must land mid-run"
     assert len(before) == len(set(before))
 
-    assert main(["pipeline", "ingest", "-d", str(data), "-l", str(lake), "--once", "-q"]) == 0
+    rerun = ["pipeline", "ingest", "-d", str(data), "-l", str(lake), "--format", "parquet", "-q"]
+    assert main([*rerun, "--once"]) == 0
     assert lake_seqs(lake) == [r.seq for r in records]
     stats = lake_stats(LakeFileSystem.for_uri(spark, str(lake)), lake)
     assert stats.rows == 3000 and (stats.first_seq, stats.last_seq) == (1, 3000)
@@ -74,7 +77,7 @@ def test_ingest_is_exactly_once_across_a_killed_run(spark: Any, tmp_path: Path) 
     assert record.running is False and record.committed_seq == 3000
 
     more = append_journal(data, telemetry(100, seed=5))
-    assert main(["pipeline", "ingest", "-d", str(data), "-l", str(lake), "-q"]) == 0
+    assert main(rerun) == 0
     assert lake_seqs(lake) == [r.seq for r in records + more]
 
 
@@ -119,13 +122,16 @@ def test_lake_and_checkpoint_as_hadoop_uris(spark: Any, tmp_path: Path) -> None:
     data, lake, ckpt = tmp_path / "data", tmp_path / "lake", tmp_path / "elsewhere" / "ckpt"
     records = append_journal(data, telemetry(800), ts_step_us=200_000_000)
     result = ingest.run_ingest(
-        spark, data, f"file://{lake}", checkpoint=f"file://{ckpt}", max_rows_per_batch=300
-    )
+        spark, data, f"file://{lake}", checkpoint=f"file://{ckpt}", max_rows_per_batch=300,
+        table_format="parquet",
+    )  # fmt: skip
     assert (result.rows, result.lake_stats.rows, len(result.batches)) == (800, 800, 3)
     assert (result.lake, result.checkpoint) == (f"file://{lake}", f"file://{ckpt}")
     assert lake_seqs(lake) == [r.seq for r in records]
     assert (ckpt / "spark" / "commits").is_dir() and not list((lake / "_staging").glob("*/*"))
-    again = ingest.run_ingest(spark, data, f"file://{lake}", checkpoint=f"file://{ckpt}")
+    again = ingest.run_ingest(
+        spark, data, f"file://{lake}", checkpoint=f"file://{ckpt}", table_format="parquet"
+    )
     assert again.rows == 0 and again.lake_stats.rows == 800
     summary = run_aggregate(spark, f"file://{lake}", "1h")
     assert summary.input_rows == 800 and summary.table.endswith("/aggregates/1h")

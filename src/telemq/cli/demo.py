@@ -5,10 +5,12 @@
 3. an MQ subscription with an SQL filter (``temp > 30``) registered with a RegSub command on
    ``SYSTEM.BROKER.CONTROL.QUEUE``, whose deliveries are printed as alerts; if the broker does
    not answer the command, the demo says so and the alerts come from the Spark replay only;
-4. the ingest job (continuous, while the sensors publish) into a Parquet lake, the aggregate
+4. the ingest job (continuous, while the sensors publish) into the lake's journal table in the
+   default table format (a Delta table; `table_format.DEFAULT_FORMAT`), the aggregate
    job (10 s windows, published back to the broker as retained messages), and the replay
    job evaluating the alert filter over the whole journal on Spark;
-5. a summary: journal and lake row counts, the aggregates, the alerts, and where it all is.
+5. a summary: journal and lake row counts, the aggregates, the alerts, where it all is, and
+   how to open the table with pandas, DuckDB and Spark.
 
 It ends by itself. The work directory is kept (the path is printed) unless ``--cleanup``.
 """
@@ -253,6 +255,20 @@ def read_retained(port: int, prefix: str, timeout: float = 3.0) -> dict[str, Any
     return found
 
 
+def reading_hints(table_format: str, table: Path) -> list[str]:
+    """How to open the journal table with pandas, DuckDB and Spark (the demo's last lines)."""
+    if table_format != "delta":
+        return [f"read the lake with any Parquet reader, e.g. pandas.read_parquet('{table}')"]
+    files = f"DeltaTable('{table}').file_uris()"
+    return [
+        "open the table (from deltalake import DeltaTable):",
+        f"  pandas:  DeltaTable('{table}').to_pandas()",
+        f'  DuckDB:  duckdb.sql(f"SELECT * FROM read_parquet({{{files}}},'
+        ' hive_partitioning = true)")',
+        f"  Spark:   spark.read.option('basePath', '{table}').parquet(*{files})",
+    ]
+
+
 def argument_error(args: argparse.Namespace) -> str | None:
     """What is wrong with the demo's options, checked before anything starts."""
     if not (math.isfinite(args.duration) and args.duration > 0):
@@ -385,8 +401,8 @@ def run_demo(args: argparse.Namespace, spark: Any = None) -> int:
         print(f"sensors published {sent[0] if sent else 0:,} messages")
         print(f"journal: {last - first + 1:,} rows (seq {first:,}..{last:,})")
         print(
-            f"lake: {lake_stats.rows:,} rows in {lake_stats.files} Parquet file(s),"
-            f" {len(ingest.batches)} batch(es): {lake / 'journal'}"
+            f"lake: {lake_stats.rows:,} rows in {lake_stats.files} Parquet file(s) of a"
+            f" {ingest.table_format} table, {len(ingest.batches)} batch(es): {lake / 'journal'}"
         )
         print(
             f"aggregates: {aggregate.rows:,} rows (window 10s) for {len(aggregate.latest)}"
@@ -402,9 +418,8 @@ def run_demo(args: argparse.Namespace, spark: Any = None) -> int:
             print(" (live alerts need the broker's MQ commands)")
         print_matches(replay.preview)
         print()
-        print(
-            f"read the lake with any Parquet reader, e.g. pandas.read_parquet('{lake / 'journal'}')"
-        )
+        for line in reading_hints(ingest.table_format, lake / "journal"):
+            print(line)
         print(f"done in {time.monotonic() - started:.0f}s")
     finally:
         if alerts is not None and alerts.is_alive():

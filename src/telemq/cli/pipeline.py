@@ -1,4 +1,4 @@
-"""`telemq pipeline ingest|aggregate|replay`: the Spark jobs over a broker's journal.
+"""`telemq pipeline ingest|aggregate|replay|compact`: the Spark jobs over a broker's journal.
 
 Each command checks its arguments and the store or lake first (a mistake costs no JVM start
 and leaves no directory behind), then creates a Spark session (``--master``, default
@@ -20,6 +20,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from telemq.pipeline.table_format import DEFAULT_FORMAT, FORMATS  # standard library only
+
 if TYPE_CHECKING:
     from telemq.pipeline.replay import ReplayPlan
 
@@ -31,7 +33,7 @@ PASSWORD_ENV = "TELEMQ_JOURNAL_PASSWORD"
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     pipeline = subparsers.add_parser(
         "pipeline",
-        help="Spark jobs over the journal (ingest, aggregate, replay)",
+        help="Spark jobs over the journal (ingest, aggregate, replay, compact)",
         description="Spark jobs over a broker's journal. Needs PySpark 4 and Java 17+.",
     )
     jobs = pipeline.add_subparsers(dest="job", metavar="JOB")
@@ -39,12 +41,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     ingest = jobs.add_parser(
         "ingest",
-        help="journal -> Parquet lake partitioned by date, exactly once",
-        description="Copy the journal into <lake>/journal (Parquet, by UTC date); every seq"
-        " lands exactly once, also when the job is killed and run again.",
+        help="journal -> a Delta, Iceberg or Parquet table partitioned by date, exactly once",
+        description="Copy the journal into the lake's journal table (partitioned by UTC date);"
+        " every seq lands exactly once, also when the job is killed and run again.",
     )
     _journal_source(ingest)
     ingest.add_argument("--lake", "-l", required=True, help="the lake directory")
+    _table_format(ingest, DEFAULT_FORMAT)
     ingest.add_argument("--checkpoint", help="checkpoint (default <lake>/_checkpoints/ingest)")
     mode = ingest.add_mutually_exclusive_group()
     mode.add_argument(
@@ -65,6 +68,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         " broker as a retained message.",
     )
     aggregate.add_argument("--lake", "-l", required=True, help="the lake directory")
+    _table_format(aggregate, None)
     aggregate.add_argument("--window", default="1m", help="window length: 30s, 1m, 1h, 1d")
     aggregate.add_argument("--fields", help="numeric fields, comma-separated (default: found)")
     aggregate.add_argument("--publish-to", metavar="HOST:PORT", help="broker to publish to")
@@ -117,6 +121,34 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     _common(replay)
     replay.set_defaults(handler=run_replay_command)
+
+    compact = jobs.add_parser(
+        "compact",
+        help="merge the journal table's small files and delete files old versions no longer need",
+        description="Compact the lake's journal table (Delta or Iceberg): rewrite small files"
+        " into larger ones in one commit, then delete the files that versions older than"
+        " --keep-hours removed. Safe while ingest writes.",
+    )
+    compact.add_argument("--lake", "-l", required=True, help="the lake directory")
+    _table_format(compact, None)
+    compact.add_argument(
+        "--keep-hours",
+        type=float,
+        default=168.0,
+        help="keep the files of versions newer than this (default 168, a week)",
+    )
+    _common(compact)
+    compact.set_defaults(handler=run_compact_command)
+
+
+def _table_format(parser: argparse.ArgumentParser, default: str | None) -> None:
+    """--format, and Iceberg's --catalog and --table."""
+    what = f"default {default}" if default else "default: what the lake holds"
+    parser.add_argument(
+        "--format", choices=FORMATS, default=default, help=f"the table format ({what})"
+    )
+    parser.add_argument("--catalog", metavar="URI", help="--format iceberg: the catalog")
+    parser.add_argument("--table", metavar="NAME", help="--format iceberg: the table's name")
 
 
 def _journal_source(parser: argparse.ArgumentParser) -> None:
@@ -257,6 +289,7 @@ def _address(text: str, option: str = "--publish-to") -> tuple[str, int]:
 def run_ingest_command(args: argparse.Namespace) -> int:
     from telemq.pipeline.ingest import check_ingest, run_ingest, table_uri
     from telemq.pipeline.progress import Reporter
+    from telemq.pipeline.table_format import check_format
 
     where, journal_options = _where(args)
     check_ingest(
@@ -267,12 +300,14 @@ def run_ingest_command(args: argparse.Namespace) -> int:
         duration=args.duration,
         journal_options=journal_options,
     )
+    check_format(args.lake, args.format, args.catalog)
     report = Reporter(quiet=args.quiet)
     stop = threading.Event()
     if args.continuous:
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: stop.set())
-    report(f"ingest: {where} -> {args.lake} ({'continuous' if args.continuous else 'once'})")
+    mode = "continuous" if args.continuous else "once"
+    report(f"ingest: {where} -> {args.lake} ({args.format}, {mode})")
     with _session(args, "telemq-ingest") as spark, report.watch(spark, "ingest"):
         result = run_ingest(
             spark,
@@ -286,13 +321,19 @@ def run_ingest_command(args: argparse.Namespace) -> int:
             duration=args.duration,
             stop=stop,
             progress=report,
+            table_format=args.format,
+            catalog=args.catalog,
+            table_name=args.table,
         )
     lake = result.lake_stats
     seqs = "" if lake.first_seq is None else f", seq {lake.first_seq:,}..{lake.last_seq:,}"
     print(
         f"ingested {result.rows:,} rows in {len(result.batches)} batch(es), {result.seconds:.1f}s"
     )
-    print(f"lake {table_uri(result.lake)}: {lake.rows:,} rows in {lake.files} file(s){seqs}")
+    print(
+        f"lake {table_uri(result.lake)} ({result.table_format}): {lake.rows:,} rows"
+        f" in {lake.files} file(s){seqs}"
+    )
     if lake.dates:
         print(f"  dates: {', '.join(lake.dates)}")
     print(f"checkpoint {result.checkpoint}")
@@ -331,7 +372,7 @@ def run_aggregate_command(args: argparse.Namespace) -> int:
     report = Reporter(quiet=args.quiet)
     fields = [f.strip() for f in args.fields.split(",") if f.strip()] if args.fields else None
     publish = _address(args.publish_to) if args.publish_to else None
-    check_aggregate(args.lake, args.window, fields)
+    check_aggregate(args.lake, args.window, fields, catalog=args.catalog)
     sink: dict[str, str] = {}
     if args.username:
         sink["username"] = args.username
@@ -347,6 +388,9 @@ def run_aggregate_command(args: argparse.Namespace) -> int:
             topic_prefix=args.topic_prefix,
             sink_options=sink,
             progress=report,
+            table_format=args.format,
+            catalog=args.catalog,
+            table_name=args.table,
         )
     print(
         f"aggregated {result.input_rows:,} messages into {result.rows:,} rows"
@@ -442,4 +486,36 @@ def run_replay_command(args: argparse.Namespace) -> int:
     if result.refused:
         print(f"refused {result.refused:,} (first: {result.refusal})")
         return 1
+    return 0
+
+
+@_guarded
+def run_compact_command(args: argparse.Namespace) -> int:
+    from telemq.pipeline.lakefs import lake_uri
+    from telemq.pipeline.parquet_table import COMPACT_REFUSED, found_local_format
+    from telemq.pipeline.progress import Reporter
+    from telemq.pipeline.table_format import LakeError, check_format, detect_format, open_table
+
+    if not args.keep_hours >= 0:
+        raise ValueError(f"--keep-hours: expected hours >= 0, got {args.keep_hours:g}")
+    known = args.format
+    if known is not None:
+        check_format(args.lake, known, args.catalog)
+    elif args.catalog is None and lake_uri(args.lake).startswith("file:"):
+        known = found_local_format(args.lake)
+        if known is None:
+            raise LakeError(f"no journal table in {args.lake}: run telemq pipeline ingest first")
+    if known == "parquet":
+        raise LakeError(COMPACT_REFUSED)
+    report = Reporter(quiet=args.quiet)
+    with _session(args, "telemq-compact") as spark:
+        table_format = known or detect_format(spark, args.lake, args.catalog)
+        table = open_table(
+            table_format, spark, args.lake, query_id=None, catalog=args.catalog, table=args.table
+        )
+        table.check()
+        report(f"compact: {args.lake} ({table_format}), keeping {args.keep_hours:g} hour(s)")
+        print(table.compact(args.keep_hours))
+        stats = table.stats()
+    print(f"table: {stats.rows:,} rows in {stats.files} file(s)")
     return 0

@@ -19,7 +19,9 @@ copied store): `location` is the seam between the two.
         v
     source.TelemqDataSource  format("telemq"): batch + stream, offsets {"seq": N}
         |                    partitions are seq ranges, read by executors in parallel
-        +--> ingest     journal -> <lake>/journal (Parquet by date), exactly-once
+        +--> ingest     journal -> <lake>/journal by date, exactly-once, through a
+        |       |       table_format.LakeTable: delta_table (default), iceberg_table,
+        |       |       parquet_table; compact merges a table's small files
         |       +--> aggregate   windowed per-topic stats of numeric fields -> lake
         |                         (+ latest window published back, retained, via the sink)
         +--> replay     a subscription's topic + SQL filter over a seq range
@@ -34,14 +36,16 @@ Guarantees and where they live:
 - journal retention never deletes what a running query has not committed: stream readers
   keep ``<data_dir>/pipeline-commits/<consumer>.json`` up to date (`telemq.store.consumers`,
   which the broker reads before it trims the journal);
-- the lake holds each seq once across crashes, readable by any Parquet reader (`ingest`);
+- the lake's journal table holds each seq once across crashes (`ingest`, and the format's
+  module: one Delta commit per batch, or the Parquet layout's stage-and-rename);
 - the SQL filter means the same in Spark as in the broker: it is compiled by
   `telemq.filters.spark`, which checks JSON types itself instead of casting (Spark 4's ANSI
   mode would raise);
 - a replayed streaming batch is not published twice (`sink`).
 
 Modules: `journal` (pyarrow only), `source`, `sink`, `spark` (session and Java check),
-`ingest`, `aggregate`, `replay`, `subscriptions`, `progress`. Everything that needs pyspark
+`ingest`, `table_format` (the seam to the table formats), `parquet_table`, `delta_table`,
+`aggregate`, `replay`, `subscriptions`, `progress`. Everything that needs pyspark
 is imported on first use, so ``telemq serve`` runs without it. See ``docs/pipeline.md``.
 """
 
@@ -55,6 +59,7 @@ __all__ = [
     "JOURNAL_DDL",
     "JavaNotFoundError",
     "TelemqDataSource",
+    "open_table",
     "read_journal",
     "register",
     "retention_floor",
@@ -70,6 +75,7 @@ _HOMES = {
     "JOURNAL_DDL": "journal",
     "JavaNotFoundError": "spark",
     "TelemqDataSource": "source",
+    "open_table": "table_format",
     "read_journal": "source",
     "register": "source",
     "retention_floor": "telemq.store.consumers",

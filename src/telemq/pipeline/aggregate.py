@@ -1,11 +1,12 @@
 """`telemq pipeline aggregate`: windowed per-topic statistics of numeric JSON fields.
 
-Reads the lake's journal table (written by ingest), and for every topic and time window
-(tumbling, on the broker's receive time ``ts``, UTC) computes the message count and, per
-numeric payload field, its count, min, max and average. The result replaces
-``<lake>/aggregates/<window>`` (e.g. ``aggregates/1m``): written next to it, then swapped in
-with two renames through Hadoop's FileSystem (`lakefs`), so the lake may be any storage Spark
-reaches (a local path, ``hdfs://``, ``s3a://``), as for ingest.
+Reads the lake's journal table (written by ingest, in any table format: `table_format`
+detects it, and a Delta or Iceberg table is read at its current version), and for every
+topic and time window (tumbling, on the broker's receive time ``ts``, UTC) computes the
+message count and, per numeric payload field, its count, min, max and average. The result
+replaces ``<lake>/aggregates/<window>`` (e.g. ``aggregates/1m``): written next to it, then
+swapped in with two renames through Hadoop's FileSystem (`lakefs`), so the lake may be any
+storage Spark reaches (a local path, ``hdfs://``, ``s3a://``), as for ingest.
 
 Numbers follow the filter language's rules (design section 7): a field counts only where the
 payload is JSON and the value is a JSON number. The string ``"31"`` is not a number, and nothing
@@ -33,9 +34,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..filters.spark import document_column
-from .ingest import table_uri, utc_date
 from .lakefs import LakeFileSystem, join, lake_uri
+from .parquet_table import utc_date
 from .source import register
+from .table_format import detect_format, open_table
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -189,14 +191,20 @@ def _swap_in(fs: LakeFileSystem, built: str, target: str, label: str) -> None:
 
 
 def check_aggregate(
-    lake: str | os.PathLike[str], window: str, fields: Sequence[str] | None = None
+    lake: str | os.PathLike[str],
+    window: str,
+    fields: Sequence[str] | None = None,
+    *,
+    catalog: str | None = None,
 ) -> tuple[str, str]:
     """Refuse what would fail inside Spark, before a session is started: a lake without a
-    journal table, a malformed window or field name. Returns `parse_window`'s pair."""
+    journal table (unless an Iceberg catalog holds it), a malformed window or field name.
+    Returns `parse_window`'s pair."""
     interval, label = parse_window(window)
     uri = lake_uri(lake)
     local = Path(uri.removeprefix("file:")) if uri.startswith("file:") else None
-    if local is not None and not any((local / "journal").glob("date=*/*.parquet")):
+    journal = None if local is None else local / "journal"
+    if catalog is None and journal is not None and not any(journal.glob("date=*/*.parquet")):
         raise FileNotFoundError(f"no journal table in {lake}: run telemq pipeline ingest first")
     for f in fields or ():
         if not _FIELD.match(f):
@@ -214,15 +222,21 @@ def run_aggregate(
     topic_prefix: str = "telemq/aggregates",
     sink_options: dict[str, str] | None = None,
     progress: Progress | None = None,
+    table_format: str | None = None,
+    catalog: str | None = None,
+    table_name: str | None = None,
 ) -> AggregateResult:
-    """Aggregate the lake's journal table (see the module docstring)."""
+    """Aggregate the lake's journal table (see the module docstring); `table_format` None
+    means the format the lake holds."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     started = time.monotonic()
-    interval, label = check_aggregate(lake, window, fields)
+    interval, label = check_aggregate(lake, window, fields, catalog=catalog)
     prefix = topic_prefix.rstrip("/")
-    frame = spark.read.parquet(table_uri(lake)).where(
+    kind = table_format or detect_format(spark, lake, catalog)
+    journal = open_table(kind, spark, lake, query_id=None, catalog=catalog, table=table_name)
+    frame = journal.read().where(
         ~((F.col("topic") == prefix) | F.col("topic").startswith(prefix + "/"))
     )
     chosen = list(fields) if fields else discover_fields(frame)

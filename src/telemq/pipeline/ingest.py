@@ -1,41 +1,27 @@
-"""`telemq pipeline ingest`: the journal into a Parquet lake, each seq exactly once.
+"""`telemq pipeline ingest`: the journal into a table of the lake, each seq exactly once.
 
 The lake is a directory of tables, on any storage Spark can reach: a local path, or a Hadoop
-file system URI (``file:``, ``hdfs://``, ``s3a://`` with its connector). Ingest writes
-``<lake>/journal``, partitioned by the UTC date of ``ts``::
+file system URI (``file:``, ``hdfs://``, ``s3a://`` with its connector). Ingest writes the
+journal table ``<lake>/journal`` (partitioned by the UTC date of ``ts``) in one of the table
+formats of `table_format` (``delta`` by default, ``iceberg`` or ``parquet``)::
 
-    <lake>/journal/date=2024-11-22/batch-000000000042-0000.parquet
+    <lake>/journal/                        the table (its files, and its log if it has one)
     <lake>/_checkpoints/ingest/spark/      Spark's checkpoint (default location)
     <lake>/_staging/ingest-<id>/           a batch while it is written (hidden from readers)
 
 How exactly-once works. A streaming query reads the `telemq` source (offsets ``{"seq": N}``
-in the checkpoint) and hands each micro-batch to `BatchCommitter` (``foreachBatch``). Spark
-may run a batch again after a crash, with the same batch id and, from this source, the same
-rows. The committer makes that harmless:
+in the checkpoint) and hands each micro-batch to the table's `LakeTable.commit_batch`
+(``foreachBatch``). Spark may run a batch again after a crash, with the same batch id and,
+from this source, the same rows; the table adds nothing it already holds (each format says
+how: `parquet_table`, `delta_table`). Spark records the batch as done only after that, so
+every seq is in the table once, whatever moment the job is killed at.
 
-1. Spark's executors write the batch's Parquet files into ``_staging/<query>/<batch id>``
-   (emptied first), on the table's file system, so that step 3 is a rename;
-2. files a previous attempt of the same batch left in the table are deleted (their names
-   start with the batch id);
-3. each staged file is renamed into its date directory as ``batch-<id>-<k>.parquet``.
-
-Spark records the batch as done only after that, so every seq is in the table once, whatever
-moment the job is killed at. The file operations go through Hadoop's FileSystem on the driver
-(`lakefs.LakeFileSystem`), the same API and settings Spark writes with, never Python's ``os``.
-
-What a reader sees depends on the storage's rename. Where it is atomic (local disks, HDFS), a
-reader sees a whole file or none, and mid-crash at most a batch partly moved in (a subset of
-its rows, none twice), completed by the next run. Where it is a copy and a delete (s3a), each
-object still appears whole, but for a moment a file may be both staged and in the table:
-the table alone never holds a row twice, and the next run completes the batch; a reader that
-needs more than that should read after the job has returned. Either way, once a run has
-returned, the table holds each seq exactly once. The table never holds Spark's
-``_spark_metadata`` and needs none: any Parquet reader (Spark, pyarrow, pandas, DuckDB) reads
-it.
+The query is named by its checkpoint (`consumer_name`): the journal's consumer record for
+retention, and the application id a table with a log records each committed batch under.
 
 On a cluster, the lake and the checkpoint must be storage every node reaches at the same URI
 (HDFS, an object store, or one network file system mounted at the same path everywhere):
-executors write the staged files, the driver renames them.
+executors write the batch's files, the driver commits them.
 """
 
 from __future__ import annotations
@@ -54,107 +40,39 @@ from typing import TYPE_CHECKING
 
 from .lakefs import LakeFileSystem, join, lake_uri
 from .location import locate
+from .parquet_table import (
+    BatchCommitter,
+    ParquetTable,
+    batch_line,
+    journal_table,
+    lake_stats,
+    table_uri,
+    utc_date,
+)
 from .source import stream_journal
-from .table_format import BatchStats, LakeStats
+from .table_format import DEFAULT_FORMAT, BatchStats, LakeStats, open_table
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
     "BatchCommitter",
     "IngestResult",
+    "ParquetTable",
     "check_ingest",
     "default_checkpoint",
     "journal_table",
     "lake_stats",
     "run_ingest",
+    "table_uri",
     "utc_date",
 ]
 
 Progress = Callable[[str], None]
 
 
-def journal_table(lake: str | os.PathLike[str]) -> Path:
-    """The journal table of a local lake (what ingest writes and aggregate reads)."""
-    return Path(lake) / "journal"
-
-
-def table_uri(lake: str | os.PathLike[str]) -> str:
-    """The journal table of a lake given as a path or a URI, as a URI."""
-    return join(lake_uri(lake), "journal")
-
-
 def default_checkpoint(lake: str | os.PathLike[str]) -> str:
     return join(lake_uri(lake), "_checkpoints", "ingest")
-
-
-def utc_date(ts: str = "ts") -> Column:
-    """The UTC calendar date of a timestamp column, whatever the session time zone."""
-    from pyspark.sql import functions as F
-
-    return F.date_from_unix_date(F.floor(F.unix_micros(F.col(ts)) / 86_400_000_000).cast("int"))
-
-
-class BatchCommitter:
-    """The ``foreachBatch`` function of ingest: stage, clear earlier attempts, rename in."""
-
-    def __init__(
-        self, fs: LakeFileSystem, table: str, staging: str, progress: Progress | None = None
-    ) -> None:
-        self.fs = fs
-        self.table = table
-        self.staging = staging
-        self.progress = progress
-        self.batches: list[BatchStats] = []
-
-    def __call__(self, frame: DataFrame, batch_id: int) -> None:
-        started = time.monotonic()
-        fs = self.fs
-        stage = join(self.staging, str(batch_id))
-        fs.delete(stage, recursive=True)
-        (
-            frame.withColumn("date", utc_date())
-            .sortWithinPartitions("date", "seq")
-            .write.partitionBy("date")
-            .parquet(stage)
-        )
-        prefix = f"batch-{batch_id:012d}-"
-        for old in fs.glob(join(self.table, "date=*", f"{prefix}*.parquet")):
-            fs.delete(old.uri)  # a previous attempt of this batch: replaced below
-        rows, first, last = 0, None, None
-        staged = fs.glob(join(stage, "date=*", "*.parquet"))
-        for k, info in enumerate(staged):
-            count, low, high = fs.parquet_stats(info.uri)
-            rows += count
-            first = low if first is None or (low is not None and low < first) else first
-            last = high if last is None or (high is not None and high > last) else last
-            fs.move(info.uri, join(self.table, info.parent, f"{prefix}{k:04d}.parquet"))
-        fs.delete(stage, recursive=True)
-        stats = BatchStats(batch_id, rows, len(staged), first, last, time.monotonic() - started)
-        self.batches.append(stats)
-        if self.progress is not None and rows:
-            rate = rows / stats.seconds if stats.seconds > 0 else 0.0
-            self.progress(
-                f"batch {batch_id}: {rows:,} rows (seq {first:,}..{last:,}) in {stats.files}"
-                f" file(s), {rate:,.0f} rows/s"
-            )
-
-
-def lake_stats(fs: LakeFileSystem, lake: str | os.PathLike[str]) -> LakeStats:
-    """Rows, files, dates and seq range of the journal table, from Parquet footers."""
-    stats = LakeStats()
-    dates = set()
-    for info in fs.glob(join(table_uri(lake), "date=*", "*.parquet")):
-        count, low, high = fs.parquet_stats(info.uri)
-        stats.rows += count
-        stats.files += 1
-        dates.add(info.parent.removeprefix("date="))
-        if low is not None:
-            stats.first_seq = low if stats.first_seq is None else min(stats.first_seq, low)
-        if high is not None:
-            stats.last_seq = high if stats.last_seq is None else max(stats.last_seq, high)
-    stats.dates = sorted(dates)
-    return stats
 
 
 @dataclass(slots=True)
@@ -164,6 +82,7 @@ class IngestResult:
     batches: list[BatchStats]
     seconds: float
     lake_stats: LakeStats
+    table_format: str = DEFAULT_FORMAT
 
     @property
     def rows(self) -> int:
@@ -236,6 +155,9 @@ def run_ingest(
     duration: float | None = None,
     stop: threading.Event | None = None,
     progress: Progress | None = None,
+    table_format: str = DEFAULT_FORMAT,
+    catalog: str | None = None,
+    table_name: str | None = None,
 ) -> IngestResult:
     """Ingest the journal `where` is (a data directory, a store file, or the journal service's
     URL with `journal_options` for its client) into `lake` (see the module docstring).
@@ -244,6 +166,10 @@ def run_ingest(
     `max_rows_per_batch` rows, then return. Continuous: a micro-batch every
     `trigger_seconds` until `stop` is set or `duration` seconds pass; what the journal holds
     at that moment is processed before returning.
+
+    `table_format` is the journal table's format (`table_format.FORMATS`); `catalog` and
+    `table_name` are Iceberg's. A table of another format at the lake is a `LakeError`,
+    raised before anything is written.
     """
     from pyspark.errors import StreamingQueryException
 
@@ -259,24 +185,37 @@ def run_ingest(
     location = locate(str(where), journal_options)
     lake_u = lake_uri(lake)
     ckpt = lake_uri(checkpoint) if checkpoint is not None else default_checkpoint(lake_u)
-    fs = LakeFileSystem.for_uri(spark, lake_u)
-    table = table_uri(lake_u)
-    fs.mkdirs(table)
-    # Staged beside the table, on its file system: a rename never crosses file systems.
-    staging = join(lake_u, "_staging", consumer_name(ckpt))
-    committer = BatchCommitter(fs, table, staging, progress)
-    options: dict[str, object] = {**(journal_options or {}), "consumer": consumer_name(ckpt)}
+    query_id = consumer_name(ckpt)
+    lake_table = open_table(
+        table_format,
+        spark,
+        lake_u,
+        query_id=query_id,
+        catalog=catalog,
+        table=table_name,
+        progress=progress,
+    )
+    lake_table.check()
+    batches: list[BatchStats] = []
+
+    def commit(frame: DataFrame, batch_id: int) -> None:
+        stats = lake_table.commit_batch(frame, batch_id)
+        batches.append(stats)
+        if progress is not None and stats.rows:
+            progress(batch_line(stats))
+
+    options: dict[str, object] = {**(journal_options or {}), "consumer": query_id}
     if max_rows_per_batch is not None:
         options["maxRowsPerBatch"] = max_rows_per_batch
     frame = stream_journal(spark, str(where), options=options)
-    writer = frame.writeStream.foreachBatch(committer).option(
+    writer = frame.writeStream.foreachBatch(commit).option(
         "checkpointLocation", join(ckpt, "spark")
     )
     if continuous:
         writer = writer.trigger(processingTime=f"{trigger_seconds:g} seconds")
     else:
         writer = writer.trigger(availableNow=True)
-    query = writer.queryName(f"telemq-ingest-{consumer_name(ckpt)}").start()
+    query = writer.queryName(f"telemq-{query_id}").start()
     try:
         if continuous:
             deadline = None if duration is None else time.monotonic() + duration
@@ -297,7 +236,7 @@ def run_ingest(
         with contextlib.suppress(Exception):
             query.stop()
         done = committed_offset(LakeFileSystem.for_uri(spark, ckpt), join(ckpt, "spark"))
-        location.save_offset(consumer_name(ckpt), done, False)
+        location.save_offset(query_id, done, False)
     return IngestResult(
-        lake_u, ckpt, committer.batches, time.monotonic() - started, lake_stats(fs, lake_u)
+        lake_u, ckpt, batches, time.monotonic() - started, lake_table.stats(), table_format
     )

@@ -5,8 +5,8 @@ makes the batch's rows part of the table exactly once, whatever moment the job i
 at: Spark runs a batch again after a crash with the same batch id and the same rows, and
 the table must then add nothing it already holds. How depends on the format:
 
-- ``parquet``: a directory of plain Parquet files (`ingest.BatchCommitter`): stage, delete
-  an earlier attempt's files, rename in;
+- ``parquet``: a directory of plain Parquet files (`parquet_table.BatchCommitter`): stage,
+  delete an earlier attempt's files, rename in;
 - ``delta``: one Delta Lake transaction per batch carrying the query and batch as an
   application transaction; a batch whose version is already committed adds nothing;
 - ``iceberg``: one Iceberg snapshot per batch whose summary records the query and batch,
@@ -16,17 +16,40 @@ The other jobs (`aggregate`, `replay`) read a table through the same object, so 
 not know the format. A format that cannot be used (another format at the path, a catalog
 that cannot be reached, its library missing) raises `LakeError` with one line naming the
 problem before anything is written.
+
+`open_table` makes the table of a format; `detect_format` says which format a lake's journal
+table has, for the readers. The default format of ingest is ``delta`` (`DEFAULT_FORMAT`): a
+table with a log gives readers a consistent version while ingest and compaction write, which
+plain Parquet cannot; ``parquet`` keeps the older layout.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["BatchStats", "LakeError", "LakeStats", "LakeTable"]
+__all__ = [
+    "DEFAULT_FORMAT",
+    "FORMATS",
+    "BatchStats",
+    "LakeError",
+    "LakeStats",
+    "LakeTable",
+    "check_format",
+    "detect_format",
+    "open_table",
+]
+
+FORMATS = ("delta", "iceberg", "parquet")
+DEFAULT_FORMAT = "delta"
+LAKE_EXTRA = "pip install 'telemq[lake]'"
 
 
 class LakeError(ValueError):
@@ -71,3 +94,72 @@ class LakeTable(Protocol):
 
     def compact(self, keep_hours: float) -> str:
         """Merge small files and forget versions older than `keep_hours`; a summary line."""
+
+
+def open_table(
+    table_format: str,
+    spark: SparkSession,
+    lake: str | os.PathLike[str],
+    *,
+    query_id: str | None,
+    catalog: str | None = None,
+    table: str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> LakeTable:
+    """The journal table of `lake` in `table_format`; `query_id` names the ingest query that
+    writes it (None for a reader). `catalog` and `table` are Iceberg's. Nothing is written."""
+    if table_format not in FORMATS:
+        raise LakeError(f"--format: expected one of {', '.join(FORMATS)}, got {table_format!r}")
+    if table_format != "iceberg" and (catalog is not None or table is not None):
+        raise LakeError(f"--catalog and --table go with --format iceberg, not {table_format}")
+    if table_format == "parquet":
+        from .parquet_table import ParquetTable
+
+        return ParquetTable(spark, lake, query_id=query_id, progress=progress)
+    if table_format == "delta":
+        from .delta_table import DeltaLakeTable
+
+        return DeltaLakeTable(spark, lake, query_id=query_id, progress=progress)
+    try:  # imported by name: the module is optional
+        module: Any = importlib.import_module(f"{__package__}.iceberg_table")
+    except ImportError as error:
+        raise LakeError(f"iceberg support is not installed ({error}): {LAKE_EXTRA}") from None
+    made: LakeTable = module.IcebergTable(
+        spark, lake, catalog=catalog, table=table, query_id=query_id, progress=progress
+    )
+    return made
+
+
+def check_format(lake: str | os.PathLike[str], table_format: str, catalog: str | None) -> None:
+    """What can be checked without Spark: a known format, the Iceberg options with Iceberg
+    only, and on a local disk no table of another format at the lake."""
+    if table_format not in FORMATS:
+        raise LakeError(f"--format: expected one of {', '.join(FORMATS)}, got {table_format!r}")
+    if table_format != "iceberg" and catalog is not None:
+        raise LakeError(f"--catalog goes with --format iceberg, not {table_format}")
+    from .parquet_table import found_local_format, table_uri
+
+    if table_format == "delta" and importlib.util.find_spec("deltalake") is None:
+        raise LakeError(f"--format delta needs the deltalake package: {LAKE_EXTRA}")
+    found = found_local_format(lake)
+    if found is not None and found != table_format and table_format != "iceberg":
+        raise LakeError(
+            f"{table_uri(lake)} is a {found} table, not {table_format}:"
+            f" give --format {found}, or another --lake"
+        )
+
+
+def detect_format(
+    spark: SparkSession, lake: str | os.PathLike[str], catalog: str | None = None
+) -> str:
+    """The format of a lake's journal table, for a reader: ``iceberg`` when a catalog is
+    given, else by what the table directory holds (`parquet_table.found_format`)."""
+    if catalog is not None:
+        return "iceberg"
+    from .lakefs import LakeFileSystem, lake_uri
+    from .parquet_table import found_format, table_uri
+
+    found = found_format(LakeFileSystem.for_uri(spark, lake_uri(lake)), table_uri(lake))
+    if found is None:
+        raise LakeError(f"no journal table in {lake}: run telemq pipeline ingest first")
+    return found

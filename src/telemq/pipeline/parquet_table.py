@@ -1,0 +1,226 @@
+"""The ``parquet`` table format: the journal table as a directory of plain Parquet files.
+
+The lake is a directory of tables, on any storage Spark can reach: a local path, or a Hadoop
+file system URI (``file:``, ``hdfs://``, ``s3a://`` with its connector). The journal table is
+``<lake>/journal``, partitioned by the UTC date of ``ts``::
+
+    <lake>/journal/date=2024-11-22/batch-000000000042-0000.parquet
+    <lake>/_staging/ingest-<id>/           a batch while it is written (hidden from readers)
+
+How exactly-once works without a table log. Spark may run a micro-batch again after a crash,
+with the same batch id and, from the `telemq` source, the same rows. `BatchCommitter` makes
+that harmless:
+
+1. Spark's executors write the batch's Parquet files into ``_staging/<query>/<batch id>``
+   (emptied first), on the table's file system, so that step 3 is a rename;
+2. files a previous attempt of the same batch left in the table are deleted (their names
+   start with the batch id);
+3. each staged file is renamed into its date directory as ``batch-<id>-<k>.parquet``.
+
+Spark records the batch as done only after that, so every seq is in the table once, whatever
+moment the job is killed at. The file operations go through Hadoop's FileSystem on the driver
+(`lakefs.LakeFileSystem`), the same API and settings Spark writes with, never Python's ``os``.
+
+What a reader sees depends on the storage's rename. Where it is atomic (local disks, HDFS), a
+reader sees a whole file or none, and mid-crash at most a batch partly moved in (a subset of
+its rows, none twice), completed by the next run. Where it is a copy and a delete (s3a), each
+object still appears whole, but for a moment a file may be both staged and in the table:
+the table alone never holds a row twice, and the next run completes the batch. The table
+never holds Spark's ``_spark_metadata`` and needs none: any Parquet reader reads it.
+
+`ParquetTable` is this format behind the `table_format.LakeTable` seam. It cannot compact:
+without a log, rewriting files in place would show a reader rows twice or not at all.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .lakefs import LakeFileSystem, join, lake_uri
+from .table_format import BatchStats, LakeError, LakeStats
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+__all__ = [
+    "BatchCommitter",
+    "ParquetTable",
+    "found_format",
+    "found_local_format",
+    "journal_table",
+    "lake_stats",
+    "table_uri",
+    "utc_date",
+]
+
+Progress = Callable[[str], None]
+COMPACT_REFUSED = (
+    "compact needs a table format with a log (--format delta or iceberg): rewriting"
+    " a plain Parquet table in place would show readers rows twice or not at all"
+)
+
+
+def journal_table(lake: str | os.PathLike[str]) -> Path:
+    """The journal table of a local lake (what ingest writes and aggregate reads)."""
+    return Path(lake) / "journal"
+
+
+def table_uri(lake: str | os.PathLike[str]) -> str:
+    """The journal table of a lake given as a path or a URI, as a URI."""
+    return join(lake_uri(lake), "journal")
+
+
+def utc_date(ts: str = "ts") -> Column:
+    """The UTC calendar date of a timestamp column, whatever the session time zone."""
+    from pyspark.sql import functions as F
+
+    return F.date_from_unix_date(F.floor(F.unix_micros(F.col(ts)) / 86_400_000_000).cast("int"))
+
+
+def found_format(fs: LakeFileSystem, table: str) -> str | None:
+    """The format of the table at `table` by what is there: ``delta`` (a ``_delta_log``),
+    ``iceberg`` (``metadata/*.metadata.json``), ``parquet`` (``date=*/*.parquet`` and no
+    log), or None when there is no table yet."""
+    if fs.is_dir(join(table, "_delta_log")):
+        return "delta"
+    if fs.glob(join(table, "metadata", "*.metadata.json")):
+        return "iceberg"
+    if fs.glob(join(table, "date=*", "*.parquet")):
+        return "parquet"
+    return None
+
+
+def found_local_format(lake: str | os.PathLike[str]) -> str | None:
+    """`found_format` for a lake on the local disk, without Spark (None for other URIs)."""
+    uri = lake_uri(lake)
+    if not uri.startswith("file:"):
+        return None
+    table = journal_table("/" + uri.removeprefix("file:").lstrip("/"))
+    if (table / "_delta_log").is_dir():
+        return "delta"
+    if any((table / "metadata").glob("*.metadata.json")):
+        return "iceberg"
+    if any(table.glob("date=*/*.parquet")):
+        return "parquet"
+    return None
+
+
+def refuse_other_format(fs: LakeFileSystem, table: str, wanted: str) -> None:
+    """`LakeError` when the table at `table` is of another format than `wanted`."""
+    found = found_format(fs, table)
+    if found is not None and found != wanted:
+        raise LakeError(
+            f"{table} is a {found} table, not {wanted}: give --format {found}, or another --lake"
+        )
+
+
+class BatchCommitter:
+    """The ``foreachBatch`` function of ingest: stage, clear earlier attempts, rename in."""
+
+    def __init__(
+        self, fs: LakeFileSystem, table: str, staging: str, progress: Progress | None = None
+    ) -> None:
+        self.fs = fs
+        self.table = table
+        self.staging = staging
+        self.progress = progress
+        self.batches: list[BatchStats] = []
+
+    def __call__(self, frame: DataFrame, batch_id: int) -> None:
+        started = time.monotonic()
+        fs = self.fs
+        stage = join(self.staging, str(batch_id))
+        fs.delete(stage, recursive=True)
+        (
+            frame.withColumn("date", utc_date())
+            .sortWithinPartitions("date", "seq")
+            .write.partitionBy("date")
+            .parquet(stage)
+        )
+        prefix = f"batch-{batch_id:012d}-"
+        for old in fs.glob(join(self.table, "date=*", f"{prefix}*.parquet")):
+            fs.delete(old.uri)  # a previous attempt of this batch: replaced below
+        rows, first, last = 0, None, None
+        staged = fs.glob(join(stage, "date=*", "*.parquet"))
+        for k, info in enumerate(staged):
+            count, low, high = fs.parquet_stats(info.uri)
+            rows += count
+            first = low if first is None or (low is not None and low < first) else first
+            last = high if last is None or (high is not None and high > last) else last
+            fs.move(info.uri, join(self.table, info.parent, f"{prefix}{k:04d}.parquet"))
+        fs.delete(stage, recursive=True)
+        stats = BatchStats(batch_id, rows, len(staged), first, last, time.monotonic() - started)
+        self.batches.append(stats)
+        if self.progress is not None and rows:
+            self.progress(batch_line(stats))
+
+
+def batch_line(stats: BatchStats) -> str:
+    """The progress line of one committed batch."""
+    rate = stats.rows / stats.seconds if stats.seconds > 0 else 0.0
+    seqs = "" if stats.first_seq is None else f" (seq {stats.first_seq:,}..{stats.last_seq:,})"
+    return (
+        f"batch {stats.batch_id}: {stats.rows:,} rows{seqs} in {stats.files} file(s),"
+        f" {rate:,.0f} rows/s"
+    )
+
+
+def lake_stats(fs: LakeFileSystem, lake: str | os.PathLike[str]) -> LakeStats:
+    """Rows, files, dates and seq range of the journal table, from Parquet footers."""
+    stats = LakeStats()
+    dates = set()
+    for info in fs.glob(join(table_uri(lake), "date=*", "*.parquet")):
+        count, low, high = fs.parquet_stats(info.uri)
+        stats.rows += count
+        stats.files += 1
+        dates.add(info.parent.removeprefix("date="))
+        if low is not None:
+            stats.first_seq = low if stats.first_seq is None else min(stats.first_seq, low)
+        if high is not None:
+            stats.last_seq = high if stats.last_seq is None else max(stats.last_seq, high)
+    stats.dates = sorted(dates)
+    return stats
+
+
+class ParquetTable:
+    """The journal table of `lake` as plain Parquet files (see the module docstring)."""
+
+    format_name = "parquet"
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        lake: str | os.PathLike[str],
+        *,
+        query_id: str | None = None,
+        progress: Progress | None = None,
+    ) -> None:
+        self.spark = spark
+        self.lake = lake_uri(lake)
+        self.table = table_uri(self.lake)
+        self.fs = LakeFileSystem.for_uri(spark, self.lake)
+        # Staged beside the table, on its file system: a rename never crosses file systems.
+        staging = join(self.lake, "_staging", query_id or "parquet")
+        self.committer = BatchCommitter(self.fs, self.table, staging)
+
+    def check(self) -> None:
+        refuse_other_format(self.fs, self.table, self.format_name)
+
+    def commit_batch(self, frame: DataFrame, batch_id: int) -> BatchStats:
+        self.committer(frame, batch_id)
+        return self.committer.batches[-1]
+
+    def read(self) -> DataFrame:
+        if not self.fs.glob(join(self.table, "date=*", "*.parquet")):
+            raise LakeError(f"no journal table in {self.lake}: run telemq pipeline ingest first")
+        return self.spark.read.parquet(self.table)
+
+    def stats(self) -> LakeStats:
+        return lake_stats(self.fs, self.lake)
+
+    def compact(self, keep_hours: float) -> str:
+        raise LakeError(COMPACT_REFUSED)
