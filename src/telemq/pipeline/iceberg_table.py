@@ -105,20 +105,24 @@ class IcebergTable:
         *,
         catalog: str | None,
         table: str | None,
-        query_id: str,
+        query_id: str | None,
         progress: Progress | None = None,
     ) -> None:
+        """`query_id` names the ingest query that commits; None for a reader (aggregate,
+        compact), which cannot commit a batch."""
         self.spark = spark
         self.lake = file_key(lake_uri(lake))
         self.identifier = table or DEFAULT_TABLE
         namespace, _, name = self.identifier.rpartition(".")
         if not namespace or not name or not all(map(_NAME.match, self.identifier.split("."))):
             raise LakeError(f"iceberg table {self.identifier!r}: expected namespace.name")
-        if not _NAME.match(query_id) or "." in query_id or query_id == "compact":
+        if query_id is not None and (
+            not _NAME.match(query_id) or "." in query_id or query_id == "compact"
+        ):
             why = "letters, digits, - and _, not compact"
             raise LakeError(f"iceberg: query id {query_id!r}: {why}")
         self.namespace, self.name = namespace, name
-        self.query_id = query_id
+        self._query_id = query_id
         self.progress = progress
         self.location = join(self.lake, name)
         self.default_catalog = catalog is None
@@ -136,6 +140,12 @@ class IcebergTable:
         self._fs: LakeFileSystem | None = None
 
     # -- the catalog and the table --------------------------------------------------------
+
+    @property
+    def query_id(self) -> str:
+        if self._query_id is None:
+            raise LakeError(f"iceberg table {self.identifier}: opened to read, not to commit")
+        return self._query_id
 
     @property
     def fs(self) -> LakeFileSystem:
