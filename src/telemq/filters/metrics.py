@@ -9,8 +9,9 @@ decodes as the specification's protobuf message (`telemq.sparkplug.decode_payloa
 the BIRTH checks for a BIRTH). `metric_values` turns such a payload into one flat dict,
 name -> value, in the JSON model the evaluator works in:
 
-- every integer datatype and DateTime (milliseconds) -> ``float``, Float and Double ->
-  ``float``, Boolean -> ``bool``, String, Text and UUID -> ``str``;
+- every integer datatype and DateTime (milliseconds) -> ``float``; Float and Double ->
+  ``float`` (NaN is NULL: no comparison means the same for it in Python and Spark);
+  Boolean -> ``bool``; String, Text and UUID -> ``str``;
 - a metric with another kind of value (Bytes, File, arrays, DataSet, Template) is present
   but not comparable: `OPAQUE`, like a JSON object (``IS NULL`` is FALSE, every comparison
   UNKNOWN);
@@ -78,14 +79,18 @@ def metric_values(
             continue
         seen.add(name)
         if metric.datatype is not None and not metric.is_null and metric.value is not None:
-            values[name] = _filter_value(metric.value)
+            value = _filter_value(metric.value)
+            if value is not None:
+                values[name] = value
     return values
 
 
 def _filter_value(value: object) -> object:
     """A decoded metric value in the filters' JSON model."""
     t = type(value)
-    if t is bool or t is str or t is float:
+    if t is float:
+        return value if value == value else None  # NaN: NULL (Spark orders NaN above all)
+    if t is bool or t is str:
         return value
     if t is int:
         return float(value)  # type: ignore[arg-type]
