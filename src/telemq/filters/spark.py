@@ -230,8 +230,14 @@ def _finite(x: Column) -> Column:
 class _Compiler:
     """One filter: AST -> Column (see the module docstring)."""
 
-    def __init__(self, payload: str | Column, document: str | Column | None) -> None:
+    def __init__(
+        self,
+        payload: str | Column,
+        document: str | Column | None,
+        metrics: tuple[tuple[str, ...], Column] | None = None,
+    ) -> None:
         self._payload = payload
+        self._shared_metrics = metrics
         self._document = F.col(document) if isinstance(document, str) else document
         self._fields: dict[tuple[str | int, ...], _Value] = {}
         self._metrics: dict[str, _Value] = {}
@@ -239,14 +245,15 @@ class _Compiler:
     def compile(self, tree: ast.Node) -> Column:
         """The filter as one expression; every field reads the one parsed document, every
         metric the one decoded Sparkplug payload (bound once per row with `_let`)."""
-        names = tuple(dict.fromkeys(n.name for n in ast.walk(tree) if isinstance(n, ast.Metric)))
-        if not names:
+        used = tuple(dict.fromkeys(n.name for n in ast.walk(tree) if isinstance(n, ast.Metric)))
+        if not used:
             return self._compile_fields(tree)
-        column = metrics_column(names, self._payload)
+        names, column = self._shared_metrics or (used, metrics_column(used, self._payload))
+        position = {name: i for i, name in enumerate(names)}
 
         def with_metrics(bound: Column) -> Column:
-            for i, name in enumerate(names):
-                entry = bound[f"m{i}"]
+            for name in used:
+                entry = bound[f"m{position[name]}"]
                 self._metrics[name] = _Value(
                     entry["number"], entry["text"], entry["boolean"], entry.isNull()
                 )
@@ -533,5 +540,12 @@ def to_columns(
     *,
     document: str | Column | None = None,
 ) -> list[Column]:
-    """``[to_column(f, payload, document=document) for f in filters]``."""
-    return [to_column(f, payload, document=document) for f in filters]
+    """``[to_column(f, payload, document=document) for f in filters]``, except that the
+    filters' ``Metric[...]`` share one decoding of each row's Sparkplug payload (one UDF,
+    which Spark evaluates once per row however many columns use it)."""
+    trees = [_tree(f) for f in filters]
+    names = tuple(
+        dict.fromkeys(n.name for t in trees for n in ast.walk(t) if isinstance(n, ast.Metric))
+    )
+    shared = (names, metrics_column(names, payload)) if names else None
+    return [_Compiler(payload, document, shared).compile(t) for t in trees]
