@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 from filter_spark_matrix import spark_matrix
-from filter_strategies import conditions, leaves, literals
-from hypothesis import HealthCheck, given, settings
+from filter_strategies import conditions, leaves, literals, metrics
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from sparkplug_cases import CASES, FILTERS, PUBLICATIONS
 
@@ -73,10 +73,6 @@ def test_metric_errors(text: str, position: int, problem: str) -> None:
     assert caught.value.reason == 3150
     assert caught.value.position == position
     assert problem in caught.value.problem
-
-
-metric_names = st.sampled_from(["Pressure", "On", "Mode", "a b", "it's", "Inputs/Flow", "é"])
-metrics = metric_names.map(lambda n: A.Metric(n))
 
 
 @st.composite
@@ -169,6 +165,24 @@ def test_filterset_indexes_metrics() -> None:
     assert subs.matching(payload, {"Topic": topic}) == {"high", "auto", "modes", "topic"}
 
 
+def test_journal_reader_filter_reads_metrics() -> None:
+    """The ``filter`` option given straight to the data source (the Python evaluator over
+    Arrow batches of journal rows) reads the topic column for a metric filter."""
+    import pyarrow as pa
+
+    from telemq.pipeline.journal import filter_mask
+
+    names = list(PUBLICATIONS)
+    batch = pa.record_batch(
+        {
+            "payload": pa.array([PUBLICATIONS[n][1] for n in names], pa.binary()),
+            "topic": pa.array([PUBLICATIONS[n][0] for n in names], pa.string()),
+        }
+    )
+    mask = filter_mask(batch, compile_filter("Metric['Pressure'] > 3.5")).to_pylist()
+    assert [n for n, keep in zip(names, mask, strict=True) if keep] == ["rich", "birth"]
+
+
 # -- Spark ----------------------------------------------------------------------------
 
 
@@ -179,7 +193,7 @@ def test_spark_agrees_with_python_on_sparkplug(spark: Any) -> None:
     names = list(PUBLICATIONS)
     batch = [(PUBLICATIONS[n][1], {"Topic": PUBLICATIONS[n][0]}) for n in names]
     filters = [*FILTERS, "Metric['Pressure'] > 3.5 AND temp > 1 OR Metric['Nope'] IS NULL"]
-    got = spark_matrix(spark, filters, batch)
+    got = spark_matrix(spark, filters, batch, chunk=len(filters))
     expected = [[compile_filter(f).evaluate(p, props) for f in filters] for p, props in batch]
     wrong = [
         (filters[j], names[i], expected[i][j], got[i][j])
@@ -191,3 +205,30 @@ def test_spark_agrees_with_python_on_sparkplug(spark: Any) -> None:
     row = {n: i for i, n in enumerate(names)}
     column = {f: j for j, f in enumerate(filters)}
     assert all(got[row[n]][column[f]] is e for f, n, e in CASES)
+
+
+@pytest.mark.spark
+@settings(
+    max_examples=2,
+    deadline=None,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],  # shrinking would rerun Spark
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(filters=st.lists(metric_conditions().map(render), min_size=25, max_size=25, unique=True))
+def test_spark_agrees_with_python_on_random_metric_filters(spark: Any, filters: list[str]) -> None:
+    """Random filters mixing metrics, payload fields and properties, on the Sparkplug
+    publications with a few property sets: the same TRUE/FALSE/UNKNOWN in both."""
+    batch = [
+        (payload, {"Topic": topic, **extra})
+        for topic, payload in PUBLICATIONS.values()
+        for extra in ({}, {"QoS": 1, "Retain": True, "User.a": "a"})
+    ]
+    got = spark_matrix(spark, filters, batch, chunk=len(filters))
+    expected = [[compile_filter(f).evaluate(p, props) for f in filters] for p, props in batch]
+    wrong = [
+        (filters[j], batch[i][1], expected[i][j], got[i][j])
+        for i in range(len(batch))
+        for j in range(len(filters))
+        if got[i][j] is not expected[i][j]
+    ]
+    assert not wrong, f"{len(wrong)} disagreements, e.g. {wrong[:5]}"
