@@ -180,7 +180,11 @@ def test_journal_reader_filter_reads_metrics() -> None:
         }
     )
     mask = filter_mask(batch, compile_filter("Metric['Pressure'] > 3.5")).to_pylist()
-    assert [n for n, keep in zip(names, mask, strict=True) if keep] == ["rich", "birth"]
+    assert [n for n, keep in zip(names, mask, strict=True) if keep] == [
+        "rich",
+        "birth",
+        "certificate",
+    ]
 
 
 # -- Spark ----------------------------------------------------------------------------

@@ -72,3 +72,27 @@ def test_regsub_filter_on_metrics(
     subscriber.sync(publisher)
     got = [by_payload[m.payload] for m in subscriber.deliveries(f"spBv1.0/{group}/")]
     assert got == expected, text
+
+
+def test_regsub_filter_on_certificates(
+    broker: BrokerProcess, clients: ClientFactory, form: str
+) -> None:
+    """A certificate (the broker's retained copy of a BIRTH) is read as its BIRTH: a late
+    subscriber's filter selects among the births it is sent."""
+    group = unique("Plant")
+    low_birth = _payload(Metric(name="Pressure", alias=1, datatype=DataType.Double, value=1.0))
+    publisher = clients(broker.port)
+    publisher.publish(f"spBv1.0/{group}/NBIRTH/edge1", BIRTH, qos=1)
+    publisher.publish(f"spBv1.0/{group}/NBIRTH/edge2", low_birth, qos=1)
+    publisher.sync()  # both births routed: their certificates are kept
+    subscriber = clients(broker.port)
+    certificates = f"$sparkplug/certificates/spBv1.0/{group}/"
+    text = "Metric['Pressure'] > 3.5"
+    assert_ok(
+        subscriber.command(
+            {"Command": "RegSub", "Topic": f"{certificates}#", "Filter": text}, form=form
+        )
+    )
+    subscriber.sync(publisher)
+    received = subscriber.deliveries(certificates)
+    assert [(m.topic, m.payload) for m in received] == [(f"{certificates}NBIRTH/edge1", BIRTH)]

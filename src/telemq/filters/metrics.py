@@ -21,6 +21,9 @@ name -> value, in the JSON model the evaluator works in:
   itself says, so the broker and Spark give one answer whatever BIRTHs each has seen;
 - a name given twice (historical values in one DATA message): the first one.
 
+A certificate, the broker's retained copy of a BIRTH on
+``$sparkplug/certificates/spBv1.0/...`` (docs/sparkplug.md), is read as the BIRTH it copies.
+
 The result is None when the publication is not Sparkplug B (then every ``Metric[...]`` is
 NULL). The same function is the Python evaluator's (`Message.metrics`) and the Spark
 backend's (a Python UDF in `spark`), so both read the same values by construction.
@@ -35,6 +38,7 @@ from typing import Final
 __all__ = ["OPAQUE", "Opaque", "metric_values"]
 
 _PREFIX: Final = "spBv1.0/"
+_CERTIFICATES: Final = "$sparkplug/certificates/"
 
 
 class Opaque:
@@ -54,7 +58,11 @@ def metric_values(
 ) -> dict[str, object] | None:
     """The named, typed metrics of a Sparkplug B publication (see the module docstring);
     None when `topic` and `payload` are not a Sparkplug B publication with metrics."""
-    if type(topic) is not str or not topic.startswith(_PREFIX) or payload is None:
+    if type(topic) is not str or payload is None:
+        return None
+    if topic.startswith(_CERTIFICATES):
+        topic = topic[len(_CERTIFICATES) :]  # the broker's retained copy of a BIRTH
+    if not topic.startswith(_PREFIX):
         return None
     from ..sparkplug import (
         MessageType,
