@@ -71,6 +71,10 @@ literals = st.one_of(numbers, strings, booleans, st.just(A.Null()))
 fields = st.sampled_from(FIELD_PATHS).map(lambda p: A.Field(p))
 properties = st.sampled_from(PROPERTIES).map(lambda n: A.Property(n))  # User.<name> too
 leaves = st.one_of(literals, fields, fields, properties)
+METRIC_NAMES = ["Pressure", "On", "Mode", "a b", "it's", "Inputs/Flow", "é", "pressure"]
+metrics = st.sampled_from(METRIC_NAMES).map(lambda n: A.Metric(n))
+"""Sparkplug B metrics (``Metric['<name>']``). Not among `leaves`: the JSON differential
+tests stay free of Spark's decoding UDF; test_filter_sparkplug.py draws them."""
 
 COMPARISONS = list(A.COMPARISONS)
 

@@ -3,7 +3,8 @@
 Theory of operation
 -------------------
 A filter is a boolean SQL-92 conditional expression over one publication: its JSON payload
-(``temp``, ``site.name``, ``readings[0]``, ``Body.x``) and its properties
+(``temp``, ``site.name``, ``readings[0]``, ``Body.x``), the metrics of its Sparkplug B
+payload (``Metric['Pressure']``, `metrics`) and its properties
 (``Properties.Topic``, ``QoS``, ``Retain``, ``ClientId``, ``UserId``, ``SubPoint``, and the
 MQTT 5.0 ``ContentType`` and ``User.<name>``; ESQL's ``Root.MQMD.UserIdentifier`` and
 ``Root.Properties.<name>`` are aliases). The language is specified in design section 7
@@ -23,7 +24,7 @@ Text goes through a pipeline of small parts, each with one job::
 - `check`: identifier forms, literal values, LIKE escapes, "is this a condition".
 - `evaluate`: closures with three-valued logic, ``None`` being UNKNOWN.
 - `message`: what filters read of a publication; a `Message` parses the payload once for
-  all filters.
+  all filters (as JSON for fields, as Sparkplug B for metrics: `metrics`).
 - `filterset`: many filters against one message, grouped by canonical text and indexed
   on equality/IN conjuncts.
 - `spark` (imported on demand, the only place pyspark is used): the same semantics as
@@ -31,7 +32,8 @@ Text goes through a pipeline of small parts, each with one job::
 - `render`: the canonical printer; ``compile_filter(f.text) == f``.
 
 Every invalid filter raises `FilterError` with ``reason == 3150`` (``MQRCCF_FILTER_ERROR``)
-and the 0-based ``position`` of the problem. This package imports nothing else from telemq.
+and the 0-based ``position`` of the problem. This package imports nothing else from telemq
+but `telemq.sparkplug`, on the first ``Metric[...]`` evaluated (to decode a payload).
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ __all__ = [
     "IsNull",
     "Like",
     "Literal",
+    "Metric",
     "Node",
     "Not",
     "Null",
@@ -173,6 +174,14 @@ class Property(Node):
         if self.name.startswith(USER_PROPERTY_PREFIX):
             return self.name[len(USER_PROPERTY_PREFIX) :]
         return None
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Metric(Node):
+    """``Metric['<name>']``: the value of the metric `name` of a Sparkplug B payload
+    (metrics.py says which values; NULL when the publication is not Sparkplug B)."""
+
+    name: str
 
 
 # -- value expressions ----------------------------------------------------------------

@@ -21,18 +21,31 @@ class Filter:
     - `source`: the text it was compiled from;
     - `expr`: the AST;
     - `fields`: canonical paths of the payload fields it reads (``{"temp", "site.name"}``);
+    - `metrics`: names of the Sparkplug B metrics it reads (``{"Pressure"}`` for
+      ``Metric['Pressure']``);
     - `properties`: names of the message properties it reads (``{"Topic", "User.site"}``:
       ``User.<name>`` for ``Properties.User.<name>``), the keys it reads in `evaluate`;
+      ``Topic`` whenever it reads a metric (Sparkplug B is told by the topic);
     - `size`: the nodes of its syntax tree (``a = 1`` has 3) and the values of its IN lists,
       what compiling and evaluating it cost grows with: the broker's budgets count it.
     """
 
-    __slots__ = ("_condition", "expr", "fields", "properties", "size", "source", "text")
+    __slots__ = (
+        "_condition",
+        "expr",
+        "fields",
+        "metrics",
+        "properties",
+        "size",
+        "source",
+        "text",
+    )
 
     expr: ast.Node
     text: str
     source: str
     fields: frozenset[str]
+    metrics: frozenset[str]
     properties: frozenset[str]
     size: int
 
@@ -60,7 +73,11 @@ class Filter:
         self.text = render(expr)
         self.source = self.text if source is None else source
         self.fields = frozenset(render_path(n.path) for n in nodes if isinstance(n, ast.Field))
-        self.properties = frozenset(n.name for n in nodes if isinstance(n, ast.Property))
+        self.metrics = frozenset(n.name for n in nodes if isinstance(n, ast.Metric))
+        properties = {n.name for n in nodes if isinstance(n, ast.Property)}
+        if self.metrics:
+            properties.add("Topic")  # a payload is Sparkplug B on a spBv1.0/ topic only
+        self.properties = frozenset(properties)
         self._condition: Condition = compile_condition(expr)
 
     @property
@@ -71,7 +88,7 @@ class Filter:
     @property
     def reads_payload(self) -> bool:
         """Whether evaluation needs the payload parsed at all."""
-        return bool(self.fields)
+        return bool(self.fields or self.metrics)
 
     def evaluate(
         self,

@@ -8,7 +8,9 @@ interpreted per message and nothing is generated as source code.
 Runtime values are those of the JSON model: ``float`` (every number: JSON integers are read
 as doubles, like Spark's ``DOUBLE``), ``str``, ``bool``, ``None`` (JSON null, a missing
 field, or an UNKNOWN/NULL result), and ``dict``/``list`` (objects and arrays: NULL to every
-operator except ``IS NULL``). Because every number is a ``float`` and ``bool`` is a
+operator except ``IS NULL``). A Sparkplug metric (``Metric['<name>']``, metrics.py) reads
+into the same model; a value of another kind is `metrics.OPAQUE`, which, like an object,
+no operator but ``IS NULL`` sees. Because every number is a ``float`` and ``bool`` is a
 distinct type, "same type" is simply ``type(a) is type(b)``: ``true = 1`` is UNKNOWN, never
 Python's ``True == 1``.
 
@@ -116,6 +118,16 @@ def _property(name: str) -> Getter:
     return lambda m: m.properties.get(name)
 
 
+def _metric(name: str) -> Getter:
+    """A Sparkplug B metric's value: the payload is decoded on the first one read."""
+
+    def get(m: Message) -> Value:
+        metrics = m.metrics
+        return None if metrics is None else metrics.get(name)
+
+    return get
+
+
 def _value(node: ast.Node) -> Step[Getter]:
     """`node`'s value as a comparison operand (non-finite arithmetic -> NULL)."""
     is_literal, value = _literal_value(node)
@@ -125,6 +137,8 @@ def _value(node: ast.Node) -> Step[Getter]:
         return _field(node.path)
     if isinstance(node, ast.Property):
         return _property(node.name)
+    if isinstance(node, ast.Metric):
+        return _metric(node.name)
     if isinstance(node, ast.Arith | ast.Unary):
         raw: NumberGetter = yield _number(node)
 
@@ -239,7 +253,7 @@ def _condition(node: ast.Node) -> Step[Condition]:
         return lambda m: result
     if isinstance(node, ast.Null | ast.Number | ast.String):
         return lambda m: None
-    if isinstance(node, ast.Field | ast.Property):
+    if isinstance(node, ast.Field | ast.Property | ast.Metric):
         getter: Getter = yield _value(node)
 
         def truth(m: Message) -> bool | None:

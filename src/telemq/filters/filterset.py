@@ -207,7 +207,7 @@ _Anchor = tuple[ast.Node, tuple[_ValueKey, ...] | _Range]
 
 def _conjunct_anchor(c: ast.Node) -> _Anchor | None:
     """What one conjunct pins: a field/property to values, or to a numeric range."""
-    subjects = (ast.Field, ast.Property)
+    subjects = (ast.Field, ast.Property, ast.Metric)
     if isinstance(c, ast.Comparison):
         for subject, other, op in ((c.left, c.right, c.op), (c.right, c.left, _FLIP.get(c.op))):
             if not isinstance(subject, subjects):

@@ -5,7 +5,8 @@ Theory of operation
 Filters read a message's payload as JSON and its properties by name. `Message` holds both:
 the payload is parsed at most once (`parse_payload`), on the first payload field any filter
 reads, so a publication tried against many filters is parsed once for all of them, and not
-at all when none reads the payload.
+at all when none reads the payload. Likewise a Sparkplug B payload is decoded at most once,
+on the first ``Metric['<name>']`` read (`metrics`), never for filters without one.
 
 Values are those of the JSON model the evaluator works in (evaluate.py): ``float`` for every
 number (JSON integers are read as doubles, like Spark's ``DOUBLE``), ``str``, ``bool``,
@@ -28,6 +29,7 @@ from collections.abc import Mapping
 from functools import cached_property
 
 from . import ast
+from .metrics import metric_values
 
 __all__ = ["Message", "normalize_properties", "parse_payload"]
 
@@ -164,3 +166,9 @@ class Message:
     def document(self) -> object:
         """The parsed payload (see `parse_payload`); ``None`` when it is not JSON."""
         return parse_payload(self.payload)
+
+    @cached_property
+    def metrics(self) -> dict[str, object] | None:
+        """The payload's Sparkplug B metrics by name (`metrics.metric_values`), decoded on
+        the first ``Metric[...]`` a filter reads; None when it is not Sparkplug B."""
+        return metric_values(self.properties.get("Topic"), self.payload)

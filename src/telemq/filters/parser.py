@@ -49,6 +49,9 @@ _ARITH_TOKENS = {
     TokenType.SLASH: ("/", _MUL),
     TokenType.PERCENT: ("%", _MUL),
 }
+METRIC = "Metric"
+"""``Metric['<name>']`` is a Sparkplug B metric; ``Metric`` otherwise is a payload field."""
+
 _LITERAL_TOKENS = frozenset(
     {TokenType.NUMBER, TokenType.STRING, TokenType.TRUE, TokenType.FALSE, TokenType.NULL}
 )
@@ -355,6 +358,12 @@ class _Parser:
         tokens = self.tokens
         first = tokens[self.i]
         self.i += 1
+        if (
+            first.text == METRIC
+            and tokens[self.i].type is TokenType.LBRACKET
+            and tokens[self.i + 1].type is TokenType.STRING
+        ):
+            return self.metric(first)
         steps: list[str | int] = [first.text]
         positions = [first.start]
         while True:
@@ -371,6 +380,13 @@ class _Parser:
                 self.i += 2
             elif tok.type is TokenType.LBRACKET:
                 index = tokens[self.i + 1]
+                if index.type is TokenType.STRING:
+                    hint = " (names are case-sensitive)" if steps == [METRIC.lower()] else ""
+                    self.fail(
+                        "a string in brackets names a Sparkplug metric only after Metric: "
+                        f"Metric['<name>']{hint}; an array index is a non-negative integer",
+                        index.start,
+                    )
                 if index.type is not TokenType.NUMBER or not isinstance(index.value, int):
                     self.fail(
                         f"an array index must be a non-negative integer, found {index.describe()}",
@@ -382,6 +398,22 @@ class _Parser:
                 positions.append(index.start)
             else:
                 return resolve_identifier(tuple(steps), tuple(positions), self.text)
+
+    def metric(self, first: Token) -> ast.Metric:
+        """``Metric [ 'name' ]``: a Sparkplug B metric by name; nothing may follow it."""
+        name = self.tokens[self.i + 1]
+        self.i += 2
+        self.expect(TokenType.RBRACKET, "']' after the metric name")
+        if not name.value:
+            self.fail("a metric name cannot be empty", name.start)
+        follow = self.tokens[self.i]
+        if follow.type in (TokenType.DOT, TokenType.LBRACKET):
+            self.fail(
+                f"Metric[{name.text}] has no fields or elements (a metric's value is a number,"
+                " a string or a boolean)",
+                follow.start,
+            )
+        return ast.Metric(str(name.value), pos=first.start)
 
     def in_list(self) -> tuple[ast.Literal, ...]:
         """``( literal {, literal} )``: numbers (optionally signed), strings, booleans, NULL."""

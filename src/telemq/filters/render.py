@@ -7,6 +7,7 @@ not-equal, strings in single quotes with ``''`` for a quote, payload paths witho
 only where precedence requires them. Aliases (``Root.MQMD.UserIdentifier``,
 ``Root.Properties.<name>``) are resolved by the checker, so they print as the telemq name
 (``Properties.UserId``): a filter and its alias are one filter, with one text.
+A Sparkplug metric prints as ``Metric['<name>']``.
 Two filters with the same canonical text mean the same thing, which is what lets the
 many-filters engine share work between subscriptions.
 """
@@ -74,7 +75,8 @@ def _precedence(node: ast.Node) -> int:
     if isinstance(node, ast.Arith):
         return 50 if node.additive else 60
     if isinstance(
-        node, ast.Number | ast.String | ast.Boolean | ast.Null | ast.Field | ast.Property
+        node,
+        ast.Number | ast.String | ast.Boolean | ast.Null | ast.Field | ast.Property | ast.Metric,
     ):
         return _ATOM
     return node.precedence
@@ -100,6 +102,8 @@ def _render_bare(node: ast.Node) -> Step[str]:
         return render_path(node.path)
     if isinstance(node, ast.Property):
         return f"Properties.{node.name}"
+    if isinstance(node, ast.Metric):
+        return f"Metric[{_quote(node.name)}]"
     if isinstance(node, ast.Or | ast.And):
         separator, min_prec = (" OR ", 11) if isinstance(node, ast.Or) else (" AND ", 21)
         joined: str = yield _join(node.operands, min_prec, separator)

@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any
 from . import ast
 from .compiled import Filter, compile_filter
 from .like import parse_like
+from .metrics import metric_values
 from .trampoline import Step, run
 
 if TYPE_CHECKING:
@@ -82,6 +83,7 @@ __all__ = [
     "PROPERTY_COLUMNS",
     "USER_PROPERTIES_COLUMN",
     "document_column",
+    "metrics_column",
     "to_column",
     "to_columns",
 ]
@@ -228,13 +230,38 @@ def _finite(x: Column) -> Column:
 class _Compiler:
     """One filter: AST -> Column (see the module docstring)."""
 
-    def __init__(self, payload: str | Column, document: str | Column | None) -> None:
+    def __init__(
+        self,
+        payload: str | Column,
+        document: str | Column | None,
+        metrics: tuple[tuple[str, ...], Column] | None = None,
+    ) -> None:
         self._payload = payload
+        self._shared_metrics = metrics
         self._document = F.col(document) if isinstance(document, str) else document
         self._fields: dict[tuple[str | int, ...], _Value] = {}
+        self._metrics: dict[str, _Value] = {}
 
     def compile(self, tree: ast.Node) -> Column:
-        """The filter as one expression; every field reads the one parsed document."""
+        """The filter as one expression; every field reads the one parsed document, every
+        metric the one decoded Sparkplug payload (bound once per row with `_let`)."""
+        used = tuple(dict.fromkeys(n.name for n in ast.walk(tree) if isinstance(n, ast.Metric)))
+        if not used:
+            return self._compile_fields(tree)
+        names, column = self._shared_metrics or (used, metrics_column(used, self._payload))
+        position = {name: i for i, name in enumerate(names)}
+
+        def with_metrics(bound: Column) -> Column:
+            for name in used:
+                entry = bound[f"m{position[name]}"]
+                self._metrics[name] = _Value(
+                    entry["number"], entry["text"], entry["boolean"], entry.isNull()
+                )
+            return self._compile_fields(tree)
+
+        return _let(column, with_metrics)
+
+    def _compile_fields(self, tree: ast.Node) -> Column:
         fields = [n.path for n in ast.walk(tree) if isinstance(n, ast.Field)]
         paths = list(dict.fromkeys(fields))
         if not paths:
@@ -288,6 +315,8 @@ class _Compiler:
             return _Value()
         if isinstance(node, ast.Field):
             return self._fields[node.path]
+        if isinstance(node, ast.Metric):
+            return self._metrics[node.name]
         if isinstance(node, ast.Property):
             user = node.user_property
             if user is not None:  # NULL for a missing key or map: try_ never raises
@@ -336,7 +365,7 @@ class _Compiler:
     def condition(self, node: ast.Node) -> Step[Column]:
         if isinstance(node, ast.Boolean):
             return F.lit(node.value)
-        if isinstance(node, ast.Field | ast.Property):
+        if isinstance(node, ast.Field | ast.Property | ast.Metric):
             value: _Value = yield self.value(node)
             return _null_boolean() if value.boolean is None else value.boolean
         if isinstance(node, ast.And | ast.Or):
@@ -434,6 +463,52 @@ def _contains(x: _Value, items: tuple[ast.Literal, ...]) -> Column:
     return results[0] if len(results) == 1 else F.coalesce(*results)
 
 
+METRIC_SCHEMA = "struct<number: double, text: string, boolean: boolean>"
+"""One metric's channels, as `metrics_column` returns them."""
+
+
+def _metric_channels(
+    names: tuple[str, ...],
+) -> Callable[[str | None, bytes | None], dict[str, Any] | None]:
+    """The Python function behind `metrics_column` (pickled to the executors)."""
+
+    def read(topic: str | None, payload: bytes | None) -> dict[str, Any] | None:
+        values = metric_values(topic, payload)
+        if values is None:
+            return None
+        out: dict[str, Any] = {}
+        for name in names:
+            if name in values:
+                v = values[name]
+                t = type(v)
+                out[name] = {
+                    "number": v if t is float else None,
+                    "text": v if t is str else None,
+                    "boolean": v if t is bool else None,
+                }
+        return out
+
+    return read
+
+
+def metrics_column(names: Iterable[str], payload: str | Column = PAYLOAD_COLUMN) -> Column:
+    """A struct of the metrics `names` of each row's Sparkplug B payload, the i-th named
+    ``m<i>`` (Spark's field names are case-insensitive; metric names are not), each a
+    struct of channels (`METRIC_SCHEMA`; NULL for a metric the payload does not have).
+
+    A Python UDF over ``topic`` and `payload`: the decoding is `metrics.metric_values`,
+    the Python evaluator's own, so both backends read the same values. Rows outside the
+    ``spBv1.0/`` namespace cost a string test.
+    """
+    listed = tuple(dict.fromkeys(names))
+    schema = "map<string, " + METRIC_SCHEMA + ">"
+    column = F.col(payload) if isinstance(payload, str) else payload
+    found = F.udf(_metric_channels(listed), schema)(F.col(PROPERTY_COLUMNS["Topic"]), column)
+    return F.struct(
+        *[F.try_element_at(found, F.lit(n)).alias(f"m{i}") for i, n in enumerate(listed)]
+    )
+
+
 def _tree(flt: Filter | str | ast.Node) -> ast.Node:
     if isinstance(flt, str):
         flt = compile_filter(flt)
@@ -465,5 +540,12 @@ def to_columns(
     *,
     document: str | Column | None = None,
 ) -> list[Column]:
-    """``[to_column(f, payload, document=document) for f in filters]``."""
-    return [to_column(f, payload, document=document) for f in filters]
+    """``[to_column(f, payload, document=document) for f in filters]``, except that the
+    filters' ``Metric[...]`` share one decoding of each row's Sparkplug payload (one UDF,
+    which Spark evaluates once per row however many columns use it)."""
+    trees = [_tree(f) for f in filters]
+    names = tuple(
+        dict.fromkeys(n.name for t in trees for n in ast.walk(t) if isinstance(n, ast.Metric))
+    )
+    shared = (names, metrics_column(names, payload)) if names else None
+    return [_Compiler(payload, document, shared).compile(t) for t in trees]

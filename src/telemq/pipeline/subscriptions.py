@@ -130,17 +130,20 @@ def match_column(subscriptions: Sequence[StoredSubscription]) -> Column:
     """True for the journal rows any of `subscriptions` matches (NULL/False otherwise)."""
     from pyspark.sql import functions as F
 
-    from ..filters.spark import to_column
+    from ..filters.spark import to_columns
 
     if not subscriptions:
         return F.lit(False)
+    # compiled together: their Metric[...] share one Sparkplug decoding per row
+    texts = [sub.filter for sub in subscriptions if sub.filter]
+    filters = iter(to_columns([compile_filter(text) for text in texts]))
     conditions = []
     for sub in subscriptions:
         condition = F.col("topic").rlike(topic_regex(sub.topic_filter)) & (
             F.col("sub_point") == F.lit(sub.sub_point)
         )
         if sub.filter:
-            condition = condition & F.coalesce(to_column(compile_filter(sub.filter)), F.lit(False))
+            condition = condition & F.coalesce(next(filters), F.lit(False))
         conditions.append(condition)
     result = conditions[0]
     for condition in conditions[1:]:
