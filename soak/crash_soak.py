@@ -41,10 +41,7 @@ when the run fails or `--keep` is given. docs/reliability.md records runs of thi
 from __future__ import annotations
 
 import argparse
-import collections
 import contextlib
-import json
-import math
 import random
 import shutil
 import signal
@@ -54,7 +51,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -65,12 +62,26 @@ from paho.mqtt.properties import Properties
 
 from telemq.client import MqttClient, MqttError
 
-HOST = "127.0.0.1"
-TOPICS = {1: "soak/q1", 2: "soak/q2"}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from soak_common import (
+    HOST,
+    TOPICS,
+    CountingPublisher,
+    CountingSubscriber,
+    TrafficResult,
+    add_output_arguments,
+    drain,
+    free_port,
+    parse_config,
+    positive,
+    report,
+    say,
+    traffic_counts,
+)
+
 SUBSCRIBER_KINDS = ("normal", "slow", "reconnecting")
 PROTOCOLS = ("3.1.1", "5")
 SESSION_EXPIRY = 3600  # seconds: MQTT 5.0 sessions outlive every down time of the run
-MAX_MESSAGES = 32_000  # per QoS: the publisher's 65,535 packet ids name each message once
 BROKER_CONFIG = """\
 [limits]
 # The soak checks durability across crashes, not the queue bound: nothing is dropped.
@@ -97,59 +108,26 @@ class SoakConfig:
     quiet: bool = False
 
 
-@dataclass
-class SoakResult:
-    seed: int
+@dataclass(kw_only=True)
+class SoakResult(TrafficResult):
     subscriber: str
     protocol: str
-    kills: int
-    sent: dict[int, int]
-    acknowledged: dict[int, int]
-    received: dict[int, int]
-    lost: dict[int, list[int]]
-    duplicates: dict[int, list[int]]
-    unacknowledged: dict[int, int]
-    sessions_lost: int
     subscriber_connections: int
     publisher_connections: int
-    seconds: float
-    workdir: str
-    broker_errors: list[str] = field(default_factory=list)
     mangled: int = 0  # MQTT 5.0: messages whose user property did not come through
 
     @property
     def ok(self) -> bool:
-        return (
-            not self.lost[1]
-            and not self.lost[2]
-            and not self.duplicates[2]
-            and not self.unacknowledged[1]
-            and not self.unacknowledged[2]
-            and not self.sessions_lost
-            and not self.broker_errors
-            and not self.mangled
-        )
+        return self.traffic_ok and not self.mangled
 
     def summary(self) -> str:
-        q1_extra = len(self.duplicates[1])
         return (
             f"seed {self.seed}, subscriber {self.subscriber}, MQTT {self.protocol}: "
-            f"{self.kills} kills in "
-            f"{self.seconds:.0f} s; sent {self.sent[1]}+{self.sent[2]} (QoS 1+2), "
-            f"acknowledged {self.acknowledged[1]}+{self.acknowledged[2]}; "
-            f"lost {len(self.lost[1])}+{len(self.lost[2])}, "
-            f"QoS 2 duplicates {len(self.duplicates[2])}, QoS 1 duplicates {q1_extra}, "
-            f"unacknowledged {self.unacknowledged[1]}+{self.unacknowledged[2]}, "
+            f"{self.kills} kills in {self.seconds:.0f} s; {self.traffic_summary()}, "
             f"sessions lost {self.sessions_lost}, mangled {self.mangled}, subscriber connections "
             f"{self.subscriber_connections}, publisher connections "
             f"{self.publisher_connections}: {'PASS' if self.ok else 'FAIL'}"
         )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
 
 
 def _connect_probe(port: int) -> bool:
@@ -263,42 +241,18 @@ def _user_property(text: str) -> Properties:
     return props
 
 
-class Subscriber:
+class Subscriber(CountingSubscriber):
     """The persistent QoS 1 + QoS 2 subscriber (see the module docstring)."""
 
     def __init__(self, config: SoakConfig, port: int, rng: random.Random, trace: Trace) -> None:
+        super().__init__(_paho("soak-sub", trace, config.protocol))
         self.config = config
         self.rng = rng
         self.trace = trace
-        self.received: dict[int, collections.Counter[int]] = {
-            1: collections.Counter(), 2: collections.Counter()
-        }  # fmt: skip
-        self.deliveries = 0  # read by the main thread without iterating `received`
-        self.last_progress = time.monotonic()
-        self.connections = 0
-        self.sessions_lost = 0
-        self.subscribed = threading.Event()
         self._stop = threading.Event()
         self.port = port
         self.mangled = 0
-        self.client = _paho("soak-sub", trace, config.protocol)
-        self.client.on_connect = self._on_connect
-        self.client.on_subscribe = self._on_subscribe
-        self.client.on_message = self._on_message
         self._cutter: threading.Thread | None = None
-
-    def _on_connect(self, client: Any, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
-        if reason.is_failure:
-            return
-        self.connections += 1
-        if not flags.session_present:
-            if self.subscribed.is_set():
-                self.sessions_lost += 1  # reported; re-subscribing keeps the run going
-            client.subscribe([(TOPICS[1], 1), (TOPICS[2], 2)])
-
-    def _on_subscribe(self, client: Any, userdata: Any, mid: int, codes: Any, props: Any) -> None:
-        if [code.value for code in codes] == [1, 2]:
-            self.subscribed.set()
 
     def _on_message(self, client: Any, userdata: Any, message: mqtt.MQTTMessage) -> None:
         text = message.payload.decode()
@@ -311,10 +265,8 @@ class Subscriber:
                 self.trace.note(f"user property lost or changed: {text} {props}")
         if qos != message.qos:
             self.trace.note(f"QoS mismatch: {message.payload!r} at QoS {message.qos}")
-        self.received[qos][int(seq_text)] += 1
-        self.deliveries += 1
+        self.count(qos, int(seq_text))
         self.trace.note(f"soak: got {qos}:{seq_text} as m{message.mid}")
-        self.last_progress = time.monotonic()
         if self.config.subscriber == "slow":
             time.sleep(self.rng.uniform(0.0, self.config.slow_ms) / 1000.0)
 
@@ -344,85 +296,32 @@ class Subscriber:
         self.client.loop_stop()
 
 
-class Publisher:
+class Publisher(CountingPublisher):
     """The persistent, paced QoS 1 + QoS 2 publisher (see the module docstring)."""
 
     def __init__(self, config: SoakConfig, port: int, trace: Trace) -> None:
+        client = _paho("soak-pub", trace, config.protocol)
+        super().__init__(client, config.messages, config.duration, config.window)
         self.config = config
         self.trace = trace
-        self.connections = 0
-        self.error: BaseException | None = None
-        # paho's packet id of each message -> (qos, seq); ids are not reused in one run
-        # (at most 65,535 messages in all). `on_publish` only appends: it runs under paho's
-        # lock, and taking another one there could deadlock with `publish`.
-        self.sent: dict[int, tuple[int, int]] = {}
-        self.acknowledged_ids: list[int] = []
-        self.finished_publishing = threading.Event()
         self.port = port
-        self.client = _paho("soak-pub", trace, config.protocol)
-        self.client.max_inflight_messages_set(config.window)
-        self.client.max_queued_messages_set(0)
-        self.client.on_connect = self._on_connect
-        self.client.on_publish = self._on_publish
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._stop = threading.Event()
 
-    def _on_connect(self, client: Any, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
-        if not reason.is_failure:
-            self.connections += 1
-
-    def _on_publish(self, client: Any, userdata: Any, mid: int, reason: Any, props: Any) -> None:
-        self.acknowledged_ids.append(mid)
+    def publish(self, qos: int, seq: int) -> int:
+        text = f"{qos}:{seq}"
+        props = _user_property(text) if self.config.protocol == "5" else None
+        info = self.client.publish(TOPICS[qos], text.encode(), qos=qos, properties=props)
+        self.trace.note(f"soak: sent {qos}:{seq} as m{info.mid}")
+        return int(info.mid)
 
     def start(self) -> None:
         _connect_async(self.client, self.port, self.config.protocol)
         self.client.loop_start()
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            self._publish_all()
-        except BaseException as error:  # reported by run_soak
-            self.error = error
-        finally:
-            self.finished_publishing.set()
-
-    def _publish_all(self) -> None:
-        total = 2 * self.config.messages
-        interval = self.config.duration / total
-        started = time.monotonic()
-        for index in range(total):
-            if self._stop.is_set():
-                break
-            qos = 1 + index % 2
-            seq = index // 2
-            text = f"{qos}:{seq}"
-            props = _user_property(text) if self.config.protocol == "5" else None
-            info = self.client.publish(TOPICS[qos], text.encode(), qos=qos, properties=props)
-            self.sent[info.mid] = (qos, seq)
-            self.trace.note(f"soak: sent {qos}:{seq} as m{info.mid}")
-            delay = started + (index + 1) * interval - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-
-    def acknowledged(self) -> dict[int, set[int]]:
-        done: dict[int, set[int]] = {1: set(), 2: set()}
-        for mid in list(self.acknowledged_ids):
-            qos, seq = self.sent[mid]
-            done[qos].add(seq)
-        return done
+        self.start_publishing()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread.ident is not None:  # started
-            self._thread.join()
+        self.stop_publishing()
         self.client.disconnect()
         self.client.loop_stop()
-
-
-def _say(config: SoakConfig, text: str) -> None:
-    if not config.quiet:
-        print(text, flush=True)
 
 
 def run_soak(config: SoakConfig) -> SoakResult:
@@ -458,7 +357,10 @@ def run_soak(config: SoakConfig) -> SoakResult:
             broker.start()
             if kills % 10 == 0:
                 got = subscriber.deliveries
-                _say(config, f"  {kills} kills, {time.monotonic() - started:.0f} s, {got} received")
+                say(
+                    config.quiet,
+                    f"  {kills} kills, {time.monotonic() - started:.0f} s, {got} received",
+                )
         drain(publisher, subscriber, config.messages, config.stall)
     finally:
         publisher.stop()
@@ -475,24 +377,6 @@ def run_soak(config: SoakConfig) -> SoakResult:
     return result
 
 
-def drain(publisher: Publisher, subscriber: Subscriber, messages: int, stall: float) -> None:
-    """After the last fault: wait until the publisher has all `messages` per QoS
-    acknowledged and the subscriber has them, or nothing arrived for `stall` seconds."""
-    publisher.finished_publishing.wait()
-    if publisher.error is not None:
-        raise RuntimeError(f"the publisher failed: {publisher.error!r}")
-    while True:
-        acknowledged = publisher.acknowledged()
-        complete = len(acknowledged[1]) == messages and len(acknowledged[2]) == messages
-        have = all(seq in subscriber.received[qos] for qos in (1, 2) for seq in acknowledged[qos])
-        if complete and have:
-            break
-        if time.monotonic() - subscriber.last_progress > stall:
-            break
-        time.sleep(0.2)
-    time.sleep(0.5)  # a late duplicate still in flight is counted too
-
-
 def soak_result(
     config: SoakConfig,
     subscriber_kind: str,
@@ -504,26 +388,12 @@ def soak_result(
     broker_errors: list[str],
 ) -> SoakResult:
     """The counts of a finished soak (see the module docstring)."""
-    acknowledged = publisher.acknowledged()
-    sent = {qos: sum(1 for q, _ in publisher.sent.values() if q == qos) for qos in (1, 2)}
     return SoakResult(
         seed=config.seed,
         subscriber=subscriber_kind,
         protocol=config.protocol,
         kills=kills,
-        sent=sent,
-        acknowledged={qos: len(acknowledged[qos]) for qos in (1, 2)},
-        received={qos: len(subscriber.received[qos]) for qos in (1, 2)},
-        lost={
-            qos: sorted(s for s in acknowledged[qos] if s not in subscriber.received[qos])
-            for qos in (1, 2)
-        },
-        duplicates={
-            qos: sorted(s for s, n in subscriber.received[qos].items() for _ in range(n - 1))
-            for qos in (1, 2)
-        },
-        unacknowledged={qos: sent[qos] - len(acknowledged[qos]) for qos in (1, 2)},
-        sessions_lost=subscriber.sessions_lost,
+        **traffic_counts(publisher, subscriber),
         subscriber_connections=subscriber.connections,
         publisher_connections=publisher.connections,
         seconds=time.monotonic() - started,
@@ -533,54 +403,41 @@ def soak_result(
     )
 
 
-def _positive(kind: type[int] | type[float]) -> Any:
-    def parse(text: str) -> int | float:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if not (value >= 0 and math.isfinite(value)):
-            raise argparse.ArgumentTypeError(f"must be a finite number >= 0: {text!r}")
-        return value
-
-    return parse
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="SIGKILL a telemq broker over and over under QoS 1/2 traffic between "
         "two persistent paho-mqtt clients; report lost messages and duplicates."
     )
-    parser.add_argument("--kills", type=_positive(int), default=100, help="kill cycles (100)")
+    parser.add_argument("--kills", type=positive(int), default=100, help="kill cycles (100)")
     parser.add_argument("--seed", type=int, default=None, help="random seed (random)")
-    parser.add_argument("--messages", type=_positive(int), default=6000, help="per QoS (6000)")
+    parser.add_argument("--messages", type=positive(int), default=6000, help="per QoS (6000)")
     parser.add_argument(
         "--duration",
-        type=_positive(float),
+        type=positive(float),
         default=150.0,
         help="seconds the publisher's pace spreads the messages over (150)",
     )
     parser.add_argument(
         "--window",
-        type=_positive(int),
+        type=positive(int),
         default=20,
         help="publisher's unacknowledged messages at most (20)",
     )
     parser.add_argument(
         "--up",
-        type=_positive(float),
+        type=positive(float),
         default=1.0,
         help="a kill comes 0 to UP seconds after the broker is ready (1.0)",
     )
     parser.add_argument(
         "--down",
-        type=_positive(float),
+        type=positive(float),
         default=1.0,
         help="the broker stays down 0 to DOWN seconds (1.0)",
     )
     parser.add_argument(
         "--stall",
-        type=_positive(float),
+        type=positive(float),
         default=60.0,
         help="end when nothing arrived for this many seconds (60)",
     )
@@ -590,41 +447,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--slow-ms",
-        type=_positive(float),
+        type=positive(float),
         default=8.0,
         help="slow subscriber: each message takes 0 to this many ms (8)",
     )
     parser.add_argument("--trace", action="store_true", help="log every packet of both clients")
-    parser.add_argument("--workdir", type=Path, help="keep everything here (default: temporary)")
-    parser.add_argument("--keep", action="store_true", help="keep the work directory")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON too")
-    args = parser.parse_args(argv)  # fmt: skip
-    if args.window < 1:
-        parser.error("--window must be at least 1")
-    if not 1 <= args.messages <= MAX_MESSAGES:
-        parser.error(f"--messages must be 1 to {MAX_MESSAGES} (packet ids are not reused)")
-    args.seed = args.seed if args.seed is not None else random.randrange(2**31)
-    options = {f.name: getattr(args, f.name) for f in fields(SoakConfig) if hasattr(args, f.name)}
-    config = SoakConfig(**options)
-    seed = config.seed
+    add_output_arguments(parser)
+    args, config = parse_config(parser, argv, SoakConfig)
     print(
-        f"crash soak: seed {seed}, {config.kills} kills, {config.messages} messages per QoS, "
-        f"subscriber {config.subscriber}, MQTT {config.protocol}",
+        f"crash soak: seed {config.seed}, {config.kills} kills, {config.messages} messages per"
+        f" QoS, subscriber {config.subscriber}, MQTT {config.protocol}",
         flush=True,
     )
     result = run_soak(config)
-    print(result.summary())
-    for qos in (1, 2):
-        if result.lost[qos]:
-            print(f"  lost QoS {qos}: {result.lost[qos][:20]}")
-    if result.duplicates[2]:
-        print(f"  QoS 2 duplicates: {result.duplicates[2][:20]}")
-    for line in result.broker_errors[:10]:
-        print(f"  broker: {line}")
-    if not result.ok or args.keep or args.workdir:
-        print(f"  work directory: {result.workdir}")
-    if args.json:
-        print(json.dumps({**result.__dict__, "ok": result.ok}))
+    report(result, show_workdir=bool(args.keep or args.workdir), as_json=args.json)
     return 0 if result.ok else 1
 
 

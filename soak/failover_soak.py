@@ -40,13 +40,11 @@ Exit code 0 when every "must" holds, 1 otherwise, 2 for a bad argument. The work
 from __future__ import annotations
 
 import argparse
-import collections
 import functools
 import json
 import random
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -56,7 +54,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -65,9 +63,21 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from crash_soak import MAX_MESSAGES, TOPICS, _positive
+from soak_common import (
+    HOST,
+    CountingPublisher,
+    CountingSubscriber,
+    TrafficResult,
+    add_output_arguments,
+    drain,
+    free_port,
+    parse_config,
+    positive,
+    report,
+    say,
+    traffic_counts,
+)
 
-HOST = "127.0.0.1"
 NAMES = ("a", "b")
 POLL = 0.2  # the members' [ha] poll_interval
 MEMBER_CONFIG = """\
@@ -112,37 +122,15 @@ class FailoverSoakConfig:
     quiet: bool = False
 
 
-@dataclass
-class FailoverSoakResult:
-    seed: int
-    kills: int
-    sent: dict[int, int]
-    acknowledged: dict[int, int]
-    received: dict[int, int]
-    lost: dict[int, list[int]]
-    duplicates: dict[int, list[int]]
-    unacknowledged: dict[int, int]
+@dataclass(kw_only=True)
+class FailoverSoakResult(TrafficResult):
     acknowledged_by_two: int  # acknowledgement runs beyond one per active term
     missed_takeovers: int
     takeover_seconds: list[float]
-    sessions_lost: int
-    seconds: float
-    workdir: str
-    broker_errors: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return (
-            not self.lost[1]
-            and not self.lost[2]
-            and not self.duplicates[2]
-            and not self.unacknowledged[1]
-            and not self.unacknowledged[2]
-            and not self.acknowledged_by_two
-            and not self.missed_takeovers
-            and not self.sessions_lost
-            and not self.broker_errors
-        )
+        return self.traffic_ok and not self.acknowledged_by_two and not self.missed_takeovers
 
     @property
     def takeover_median(self) -> float:
@@ -156,27 +144,11 @@ class FailoverSoakResult:
     def summary(self) -> str:
         return (
             f"seed {self.seed}: {self.kills} kills of the active member in {self.seconds:.0f} s;"
-            f" sent {self.sent[1]}+{self.sent[2]} (QoS 1+2), acknowledged"
-            f" {self.acknowledged[1]}+{self.acknowledged[2]}; lost"
-            f" {len(self.lost[1])}+{len(self.lost[2])}, QoS 2 duplicates"
-            f" {len(self.duplicates[2])}, QoS 1 duplicates {len(self.duplicates[1])},"
-            f" unacknowledged {self.unacknowledged[1]}+{self.unacknowledged[2]}, acknowledged"
-            f" by two brokers {self.acknowledged_by_two}, missed takeovers"
-            f" {self.missed_takeovers}, sessions lost {self.sessions_lost}; takeover median"
-            f" {self.takeover_median:.2f} s, p95 {self.takeover_p95:.2f} s:"
+            f" {self.traffic_summary()}, acknowledged by two brokers {self.acknowledged_by_two},"
+            f" missed takeovers {self.missed_takeovers}, sessions lost {self.sessions_lost};"
+            f" takeover median {self.takeover_median:.2f} s, p95 {self.takeover_p95:.2f} s:"
             f" {'PASS' if self.ok else 'FAIL'}"
         )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
-
-
-def _say(config: FailoverSoakConfig, text: str) -> None:
-    if not config.quiet:
-        print(text, flush=True)
 
 
 class Member:
@@ -250,20 +222,24 @@ class Member:
         return [line for line in text.splitlines() if "Traceback" in line or " ERROR " in line]
 
 
-class FailoverClient:
-    """A persistent paho client that follows the members' addresses: its own thread connects
-    to one, runs paho's loop until the connection ends or is refused, then tries the other
-    (paho keeps the session's messages in flight and re-sends them)."""
+def failover_client(client_id: str) -> mqtt.Client:
+    """A persistent paho client whose connections `FollowMembers` makes."""
+    return mqtt.Client(
+        CallbackAPIVersion.VERSION2,
+        client_id=client_id,
+        clean_session=False,
+        reconnect_on_failure=False,
+    )
 
-    def __init__(self, client_id: str, ports: list[int]) -> None:
+
+class FollowMembers:
+    """A thread that connects `client` to one member, runs paho's loop until the connection
+    ends or is refused, then tries the other (paho keeps the session's messages in flight
+    and re-sends them)."""
+
+    def __init__(self, client: mqtt.Client, ports: list[int]) -> None:
+        self.client = client
         self.ports = ports
-        self.client = mqtt.Client(
-            CallbackAPIVersion.VERSION2,
-            client_id=client_id,
-            clean_session=False,
-            reconnect_on_failure=False,
-        )
-        self.connections = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -287,105 +263,40 @@ class FailoverClient:
         self._thread.join(10)
 
 
-class Subscriber(FailoverClient):
+class Subscriber(CountingSubscriber):
     """The persistent QoS 1 + QoS 2 subscriber (module docstring)."""
 
     def __init__(self, ports: list[int]) -> None:
-        super().__init__("failover-soak-sub", ports)
-        self.received: dict[int, collections.Counter[int]] = {
-            1: collections.Counter(), 2: collections.Counter()
-        }  # fmt: skip
-        self.deliveries = 0
-        self.last_progress = time.monotonic()
-        self.sessions_lost = 0
-        self.subscribed = threading.Event()
-        self.client.on_connect = self._on_connect
-        self.client.on_subscribe = self._on_subscribe
-        self.client.on_message = self._on_message
+        super().__init__(failover_client("failover-soak-sub"))
+        self.connection = FollowMembers(self.client, ports)
 
-    def _on_connect(self, client: Any, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
-        if reason.is_failure:
-            return
-        self.connections += 1
-        if not flags.session_present:
-            if self.subscribed.is_set():
-                self.sessions_lost += 1  # reported; re-subscribing keeps the run going
-            client.subscribe([(TOPICS[1], 1), (TOPICS[2], 2)])
+    def start(self) -> None:
+        self.connection.start()
 
-    def _on_subscribe(self, client: Any, userdata: Any, mid: int, codes: Any, props: Any) -> None:
-        if [code.value for code in codes] == [1, 2]:
-            self.subscribed.set()
-
-    def _on_message(self, client: Any, userdata: Any, message: mqtt.MQTTMessage) -> None:
-        qos_text, seq_text = message.payload.decode().split(":")
-        self.received[int(qos_text)][int(seq_text)] += 1
-        self.deliveries += 1
-        self.last_progress = time.monotonic()
+    def stop(self) -> None:
+        self.connection.stop()
 
 
-class Publisher(FailoverClient):
+class Publisher(CountingPublisher):
     """The persistent, paced QoS 1 + QoS 2 publisher (module docstring)."""
 
     def __init__(self, config: FailoverSoakConfig, ports: list[int]) -> None:
-        super().__init__("failover-soak-pub", ports)
-        self.config = config
-        # paho's packet id -> (qos, seq); ids are not reused in one run. `on_publish` only
-        # appends (it runs under paho's lock, which `publish` takes too).
-        self.sent: dict[int, tuple[int, int]] = {}
-        self.acknowledged_ids: list[int] = []
+        client = failover_client("failover-soak-pub")
+        super().__init__(client, config.messages, config.duration, config.window)
+        self.connection = FollowMembers(client, ports)
         self.ack_ports: list[int] = []  # the member's port of each acknowledgement, in order
-        self.error: BaseException | None = None
-        self.finished_publishing = threading.Event()
-        self.client.max_inflight_messages_set(config.window)
-        self.client.max_queued_messages_set(0)
-        self.client.on_connect = self._on_connect
-        self.client.on_publish = self._on_publish
-        self._publishing = threading.Thread(target=self._publish_all, daemon=True)
-
-    def _on_connect(self, client: Any, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
-        if not reason.is_failure:
-            self.connections += 1
 
     def _on_publish(self, client: Any, userdata: Any, mid: int, reason: Any, props: Any) -> None:
-        self.acknowledged_ids.append(mid)
+        super()._on_publish(client, userdata, mid, reason, props)
         self.ack_ports.append(self.client.port)  # this callback runs on the connection's thread
 
     def start(self) -> None:
-        super().start()
-        self._publishing.start()
-
-    def _publish_all(self) -> None:
-        try:
-            total = 2 * self.config.messages
-            interval = self.config.duration / total
-            started = time.monotonic()
-            for index in range(total):
-                if self._stop.is_set():
-                    break
-                qos = 1 + index % 2
-                seq = index // 2
-                info = self.client.publish(TOPICS[qos], f"{qos}:{seq}".encode(), qos=qos)
-                self.sent[info.mid] = (qos, seq)
-                delay = started + (index + 1) * interval - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
-        except BaseException as error:  # reported by run_failover_soak
-            self.error = error
-        finally:
-            self.finished_publishing.set()
-
-    def acknowledged(self) -> dict[int, set[int]]:
-        done: dict[int, set[int]] = {1: set(), 2: set()}
-        for mid in list(self.acknowledged_ids):
-            qos, seq = self.sent[mid]
-            done[qos].add(seq)
-        return done
+        self.connection.start()
+        self.start_publishing()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._publishing.ident is not None:
-            self._publishing.join()
-        super().stop()
+        self.stop_publishing()
+        self.connection.stop()
 
 
 def _in_role(member: Member, role: str) -> bool:
@@ -454,8 +365,8 @@ def run_failover_soak(config: FailoverSoakConfig) -> FailoverSoakResult:
             active.start()  # back, as the standby
             active, standby = standby, active
             if kills % 10 == 0:
-                _say(
-                    config,
+                say(
+                    config.quiet,
                     f"  {kills} kills, {time.monotonic() - started:.0f} s,"
                     f" {subscriber.deliveries} received",
                 )
@@ -477,24 +388,6 @@ def run_failover_soak(config: FailoverSoakConfig) -> FailoverSoakResult:
     return result
 
 
-def drain(publisher: Publisher, subscriber: Subscriber, messages: int, stall: float) -> None:
-    """After the last kill: wait until every message is acknowledged and received, or nothing
-    arrived for `stall` seconds."""
-    publisher.finished_publishing.wait()
-    if publisher.error is not None:
-        raise RuntimeError(f"the publisher failed: {publisher.error!r}")
-    while True:
-        acknowledged = publisher.acknowledged()
-        complete = len(acknowledged[1]) == messages and len(acknowledged[2]) == messages
-        have = all(seq in subscriber.received[qos] for qos in (1, 2) for seq in acknowledged[qos])
-        if complete and have:
-            break
-        if time.monotonic() - subscriber.last_progress > stall:
-            break
-        time.sleep(0.2)
-    time.sleep(0.5)  # a late duplicate still in flight is counted too
-
-
 def ack_runs(ports: list[int]) -> int:
     """How many runs of one address the acknowledgements' addresses form."""
     return sum(1 for i, port in enumerate(ports) if i == 0 or ports[i - 1] != port)
@@ -512,27 +405,13 @@ def failover_result(
     broker_errors: list[str],
 ) -> FailoverSoakResult:
     """The counts of a finished soak (see the module docstring)."""
-    acknowledged = publisher.acknowledged()
-    sent = {qos: sum(1 for q, _ in publisher.sent.values() if q == qos) for qos in (1, 2)}
     return FailoverSoakResult(
         seed=config.seed,
         kills=kills,
-        sent=sent,
-        acknowledged={qos: len(acknowledged[qos]) for qos in (1, 2)},
-        received={qos: len(subscriber.received[qos]) for qos in (1, 2)},
-        lost={
-            qos: sorted(s for s in acknowledged[qos] if s not in subscriber.received[qos])
-            for qos in (1, 2)
-        },
-        duplicates={
-            qos: sorted(s for s, n in subscriber.received[qos].items() for _ in range(n - 1))
-            for qos in (1, 2)
-        },
-        unacknowledged={qos: sent[qos] - len(acknowledged[qos]) for qos in (1, 2)},
+        **traffic_counts(publisher, subscriber),
         acknowledged_by_two=max(0, ack_runs(list(publisher.ack_ports)) - (len(takeovers) + 1)),
         missed_takeovers=missed,
         takeover_seconds=takeovers,
-        sessions_lost=subscriber.sessions_lost,
         seconds=time.monotonic() - started,
         workdir=str(workdir),
         broker_errors=broker_errors,
@@ -545,27 +424,27 @@ def main(argv: list[str] | None = None) -> int:
         " 1/2 traffic between two persistent paho-mqtt clients that know both members; report"
         " lost messages, duplicates and takeover times."
     )
-    parser.add_argument("--kills", type=_positive(int), default=100, help="kills (100)")
+    parser.add_argument("--kills", type=positive(int), default=100, help="kills (100)")
     parser.add_argument("--seed", type=int, default=None, help="random seed (random)")
-    parser.add_argument("--messages", type=_positive(int), default=3000, help="per QoS (3000)")
+    parser.add_argument("--messages", type=positive(int), default=3000, help="per QoS (3000)")
     parser.add_argument(
         "--duration",
-        type=_positive(float),
+        type=positive(float),
         default=380.0,
         help="seconds the publisher's pace spreads the messages over (380)",
     )
     parser.add_argument(
-        "--window", type=_positive(int), default=20, help="unacknowledged at most (20)"
+        "--window", type=positive(int), default=20, help="unacknowledged at most (20)"
     )
     parser.add_argument(
         "--up",
-        type=_positive(float),
+        type=positive(float),
         default=1.0,
         help="a kill comes 0 to UP seconds after the standby stands by (1.0)",
     )
     parser.add_argument(
         "--stall",
-        type=_positive(float),
+        type=positive(float),
         default=60.0,
         help="end when nothing arrived for this many seconds (60)",
     )
@@ -575,37 +454,15 @@ def main(argv: list[str] | None = None) -> int:
         help="the database (a libpq DSN with its password; default: a PostgreSQL server of"
         " the soak's own, which needs initdb and pg_ctl)",
     )
-    parser.add_argument("--workdir", type=Path, help="keep everything here (default: temporary)")
-    parser.add_argument("--keep", action="store_true", help="keep the work directory")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON too")
-    args = parser.parse_args(argv)
-    if args.window < 1:
-        parser.error("--window must be at least 1")
-    if not 1 <= args.messages <= MAX_MESSAGES:
-        parser.error(f"--messages must be 1 to {MAX_MESSAGES} (packet ids are not reused)")
-    args.seed = args.seed if args.seed is not None else random.randrange(2**31)
-    options = {
-        f.name: getattr(args, f.name) for f in fields(FailoverSoakConfig) if hasattr(args, f.name)
-    }
-    config = FailoverSoakConfig(**options)
+    add_output_arguments(parser)
+    args, config = parse_config(parser, argv, FailoverSoakConfig)
     print(
         f"failover soak: seed {config.seed}, {config.kills} kills, {config.messages} messages"
         " per QoS",
         flush=True,
     )
     result = run_failover_soak(config)
-    print(result.summary())
-    for qos in (1, 2):
-        if result.lost[qos]:
-            print(f"  lost QoS {qos}: {result.lost[qos][:20]}")
-    if result.duplicates[2]:
-        print(f"  QoS 2 duplicates: {result.duplicates[2][:20]}")
-    for line in result.broker_errors[:10]:
-        print(f"  broker: {line}")
-    if not result.ok or args.keep or args.workdir:
-        print(f"  work directory: {result.workdir}")
-    if args.json:
-        print(json.dumps({**result.__dict__, "ok": result.ok}))
+    report(result, show_workdir=bool(args.keep or args.workdir), as_json=args.json)
     return 0 if result.ok else 1
 
 

@@ -40,7 +40,6 @@ from pathlib import Path
 
 from crash_soak import (
     BROKER_CONFIG,
-    MAX_MESSAGES,
     PROTOCOLS,
     Broker,
     Publisher,
@@ -48,11 +47,9 @@ from crash_soak import (
     SoakResult,
     Subscriber,
     Trace,
-    _positive,
-    drain,
-    free_port,
     soak_result,
 )
+from soak_common import drain, free_port, parse_config, positive
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from testsupport.process import users_and_acl
@@ -178,30 +175,23 @@ def main(argv: list[str] | None = None) -> int:
         description="SIGKILL each of three linked telemq brokers in turn, then hold a link "
         "down for minutes, under QoS 1/2 traffic from A to C; report losses and duplicates."
     )
-    parser.add_argument("--kills", type=_positive(int), default=30, help="kills (30)")
+    parser.add_argument("--kills", type=positive(int), default=30, help="kills (30)")
     parser.add_argument("--seed", type=int, default=None, help="random seed (random)")
-    parser.add_argument("--messages", type=_positive(int), default=3000, help="per QoS (3000)")
+    parser.add_argument("--messages", type=positive(int), default=3000, help="per QoS (3000)")
     parser.add_argument(
-        "--duration", type=_positive(float), default=300.0, help="publishing spread (300 s)"
+        "--duration", type=positive(float), default=300.0, help="publishing spread (300 s)"
     )
-    parser.add_argument("--window", type=_positive(int), default=20, help="in flight (20)")
-    parser.add_argument("--up", type=_positive(float), default=2.0, help="up 0-UP s (2.0)")
-    parser.add_argument("--down", type=_positive(float), default=1.0, help="down 0-DOWN s (1)")
+    parser.add_argument("--window", type=positive(int), default=20, help="in flight (20)")
+    parser.add_argument("--up", type=positive(float), default=2.0, help="up 0-UP s (2.0)")
+    parser.add_argument("--down", type=positive(float), default=1.0, help="down 0-DOWN s (1)")
     parser.add_argument(
-        "--link-down", type=_positive(float), default=180.0, help="link A - B down (180 s)"
+        "--link-down", type=positive(float), default=180.0, help="link A - B down (180 s)"
     )
-    parser.add_argument("--stall", type=_positive(float), default=90.0, help="stall (90 s)")
+    parser.add_argument("--stall", type=positive(float), default=90.0, help="stall (90 s)")
     parser.add_argument("--protocol", choices=PROTOCOLS, default="3.1.1")
     parser.add_argument("--workdir", type=Path, help="keep everything here")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
-    args = parser.parse_args(argv)
-    if args.window < 1:
-        parser.error("--window must be at least 1")
-    if not 1 <= args.messages <= MAX_MESSAGES:
-        parser.error(f"--messages must be 1 to {MAX_MESSAGES} (packet ids are not reused)")
-    args.seed = args.seed if args.seed is not None else random.randrange(2**31)
-    names = {f.name for f in dataclasses.fields(NetworkSoakConfig)}
-    config = NetworkSoakConfig(**{k: v for k, v in vars(args).items() if k in names})
+    _, config = parse_config(parser, argv, NetworkSoakConfig)
     print(
         f"network soak: seed {config.seed}, {config.kills} kills, link down "
         f"{config.link_down:.0f} s, {config.messages} messages per QoS, MQTT {config.protocol}",

@@ -37,7 +37,4 @@ def test_twenty_takeovers_lose_nothing_acknowledged(postgres_dsn: str, tmp_path:
     result = soak.run_failover_soak(config)
     print(result.summary())
     assert result.kills == 20
-    assert result.ok, (
-        f"{result.summary()}\nlost: {result.lost}\nQoS 2 duplicates: {result.duplicates[2]}\n"
-        f"broker errors: {result.broker_errors[:5]}\nwork directory: {result.workdir}"
-    )
+    assert result.ok, result.details()
