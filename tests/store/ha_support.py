@@ -6,18 +6,23 @@ with fixed MQTT and HTTP ports, each one's `server_reference` naming the other. 
 is a persistent paho client (v2 callback API, its network thread reconnecting by itself)
 that moves to the next address of its list whenever a connection ends or fails: a
 standby's refusal (CONNACK 3) or a dead member's closed port sends it on, the way
-paho-based applications follow a list of brokers (docs/ha.md).
+paho-based applications follow a list of brokers (docs/ha.md). `Publisher` publishes
+through one; `check_delivered` checks a run's end in the subscriber and the journal;
+`RawClient` shows exactly what a member answers.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import socket
+import struct
 import threading
 import time
 import urllib.error
 import urllib.request
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,11 +30,13 @@ from typing import Any
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
+from telemq.store.postgres_reader import PostgresJournalReader
 from testsupport.postgres import PostgresServer
-from testsupport.process import HOST, BrokerProcess, free_port, wait_until
+from testsupport.process import HOST, BrokerProcess, free_port, unique, wait_until
 
 DEADLINE = 90.0
 POLL = 0.2  # [ha] poll_interval of the test members
+TOPICS = [("ha/q1", 1), ("ha/q2", 2)]  # what `Publisher` publishes to
 
 
 def health(http_port: int) -> tuple[int, dict[str, Any]]:
@@ -120,6 +127,22 @@ class Group:
         for member in self.members.values():
             with contextlib.suppress(Exception):
                 member.process.finalize()
+
+
+@contextlib.contextmanager
+def started_group(
+    server: PostgresServer, dsn: str, workdir: Path, extra: str = ""
+) -> Iterator[Group]:
+    """Members a and b (`Group`), a started first: a is active, b stands by; finalized when
+    the block ends."""
+    members = Group(server, dsn, workdir, extra=extra)
+    try:
+        members["a"].process.start()
+        assert members.wait_for_one_active() is members["a"]
+        members["b"].process.start()
+        yield members
+    finally:
+        members.finalize()
 
 
 class Failover:
@@ -264,3 +287,62 @@ def terminate_backend(server: PostgresServer, dbname: str, member: str) -> int:
     pid = int(rows[0][0])
     server.admin("SELECT pg_terminate_backend(%s)", (pid,))
     return pid
+
+
+def q2_duplicates(counts: Counter[str]) -> list[str]:
+    """`Publisher`'s QoS 2 payloads counted more than once."""
+    return sorted(payload for payload, n in counts.items() if ":q2:" in payload and n > 1)
+
+
+def journal_counts(dsn: str) -> Counter[str]:
+    """How often each payload is in the journal of the database `dsn` names."""
+    with PostgresJournalReader(dsn) as reader:
+        first, last = reader.bounds()
+        return Counter(row[6].decode() for row in reader.rows(first, last))
+
+
+def check_delivered(subscriber: Failover, sent: set[str], dsn: str) -> Counter[str]:
+    """Every message sent (all acknowledged) reached the subscriber and the journal, QoS 2
+    exactly once; stops the subscriber; the journal's counts."""
+    assert wait_until(lambda: set(subscriber.payloads()) >= sent, DEADLINE), sorted(
+        sent - set(subscriber.payloads())
+    )[:10]
+    time.sleep(0.5)  # a duplicate would arrive now
+    assert q2_duplicates(subscriber.payloads()) == []
+    subscriber.stop()
+    journaled = journal_counts(dsn)
+    assert set(journaled) >= sent
+    assert q2_duplicates(journaled) == []
+    return journaled
+
+
+def mqtt_string(text: str) -> bytes:
+    data = text.encode()
+    return struct.pack(">H", len(data)) + data
+
+
+class RawClient:
+    """A clean MQTT 3.1.1 session over a plain socket: what exactly a broker answers."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection((HOST, port), timeout=10)
+        body = mqtt_string("MQTT") + bytes([4, 0x02]) + struct.pack(">H", 30)
+        body += mqtt_string(unique("raw"))
+        self.sock.sendall(bytes([0x10, len(body)]) + body)
+        assert self.read_all(4) == b"\x20\x02\x00\x00", "not accepted"
+
+    def read_all(self, limit: int = 1 << 16) -> bytes:
+        """What the broker sends until it closes the connection (or `limit` bytes)."""
+        data = b""
+        with contextlib.suppress(ConnectionResetError):
+            while len(data) < limit and (chunk := self.sock.recv(limit - len(data))):
+                data += chunk
+        return data
+
+    def publish_qos1(self, topic: str, payload: bytes, packet_id: int) -> None:
+        body = mqtt_string(topic) + struct.pack(">H", packet_id) + payload
+        with contextlib.suppress(OSError):  # a broker that closed first: no answer either way
+            self.sock.sendall(bytes([0x32, len(body)]) + body)
+
+    def close(self) -> None:
+        self.sock.close()

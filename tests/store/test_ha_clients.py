@@ -29,7 +29,7 @@ from pathlib import Path
 
 import paho.mqtt.client as paho
 import pytest
-from ha_support import DEADLINE, Failover, Group, Publisher
+from ha_support import DEADLINE, Failover, Group, Publisher, started_group
 from paho.mqtt.enums import CallbackAPIVersion
 
 from testsupport.node import MqttJsClient, payload, require_mqttjs
@@ -46,14 +46,8 @@ TOPICS = [("ha/q1", 1), ("ha/q2", 2)]
 @pytest.fixture
 def group(postgres_server: PostgresServer, postgres_dsn: str, tmp_path: Path) -> Iterator[Group]:
     """Members a and b, a started first: a is active, b stands by."""
-    members = Group(postgres_server, postgres_dsn, tmp_path)
-    try:
-        members["a"].process.start()
-        assert members.wait_for_one_active() is members["a"]
-        members["b"].process.start()
+    with started_group(postgres_server, postgres_dsn, tmp_path) as members:
         yield members
-    finally:
-        members.finalize()
 
 
 def haproxy_config(port: int, group: Group) -> str:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ha_support import Group
+from ha_support import Group, started_group
 
 from dashboard.browser import Browser, require_browser
 from testsupport.postgres import PostgresServer
@@ -36,14 +36,8 @@ def overview(http: int) -> dict[str, object]:
 @pytest.fixture
 def group(postgres_server: PostgresServer, postgres_dsn: str, tmp_path: Path) -> Iterator[Group]:
     extra = users_and_acl({"admin": PASSWORD}, [], admins={"admin"})
-    members = Group(postgres_server, postgres_dsn, tmp_path, extra=extra)
-    try:
-        members["a"].process.start()
-        assert members.wait_for_one_active() is members["a"]
-        members["b"].process.start()
+    with started_group(postgres_server, postgres_dsn, tmp_path, extra) as members:
         yield members
-    finally:
-        members.finalize()
 
 
 def test_the_dashboard_shows_the_active_member(group: Group, tmp_path: Path) -> None:

@@ -27,13 +27,20 @@ from __future__ import annotations
 
 import signal
 import time
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ha_support import DEADLINE, Failover, Group, Publisher
-from test_ha_takeover import TOPICS, RawClient, journal_counts, q2_duplicates
+from ha_support import (
+    DEADLINE,
+    TOPICS,
+    Failover,
+    Group,
+    Publisher,
+    RawClient,
+    check_delivered,
+    journal_counts,
+)
 
 from testsupport.postgres import REPLICA_NAME, SUPERUSER, PostgresServer, start_server
 from testsupport.process import HOST, BrokerProcess, connack_code, wait_until
@@ -45,17 +52,12 @@ OUTAGE_S = 10.0
 
 
 @pytest.fixture(scope="module")
-def own_server() -> Iterator[PostgresServer]:
-    """A server this module may stop and start."""
+def postgres_server() -> Iterator[PostgresServer]:
+    """A server this module may stop and start: in place of the session's, so that
+    `postgres_dsn` (tests/store/conftest.py) makes its databases on this one."""
     server = start_server()
     yield server
     server.stop()
-
-
-@pytest.fixture
-def own_dsn(own_server: PostgresServer) -> Iterator[str]:
-    with own_server.database() as name:
-        yield own_server.dsn(name)
 
 
 def via(relay: Relay, dsn: str, port: int) -> str:
@@ -76,32 +78,22 @@ def more_acknowledged(publisher: Publisher, count: int = 100) -> None:
     assert wait_until(lambda: len(publisher.acknowledged()) >= before + count, DEADLINE)
 
 
-def check_delivered(subscriber: Failover, sent: set[str], dsn: str) -> Counter[str]:
-    """Every message sent (all acknowledged) reached the subscriber and the journal, QoS 2
-    exactly once; the journal's counts."""
-    assert wait_until(lambda: set(subscriber.payloads()) >= sent, DEADLINE), sorted(
-        sent - set(subscriber.payloads())
-    )[:10]
-    time.sleep(0.5)  # a duplicate would arrive now
-    assert q2_duplicates(subscriber.payloads()) == []
-    subscriber.stop()
-    journaled = journal_counts(dsn)
-    assert set(journaled) >= sent
-    assert q2_duplicates(journaled) == []
-    return journaled
-
-
 def test_the_database_stopped_for_10_s(
-    own_server: PostgresServer, own_dsn: str, tmp_path: Path
+    postgres_server: PostgresServer, postgres_dsn: str, tmp_path: Path
 ) -> None:
-    relay = Relay(own_server.port)  # counts member a's connection attempts
-    group = Group(own_server, own_dsn, tmp_path, dsns={"a": via(relay, own_dsn, own_server.port)})
+    relay = Relay(postgres_server.port)  # counts member a's connection attempts
+    group = Group(
+        postgres_server,
+        postgres_dsn,
+        tmp_path,
+        dsns={"a": via(relay, postgres_dsn, postgres_server.port)},
+    )
     a, b = group["a"], group["b"]
-    alone_db = own_server.create_database()  # a broker without [ha] on it
+    alone_db = postgres_server.create_database()  # a broker without [ha] on it
     alone = BrokerProcess(
         tmp_path / "alone",
         config_text=(
-            f'[store]\nkind = "postgres"\ndsn = "{own_server.dsn(alone_db, password=False)}"\n'
+            f'[store]\nkind = "postgres"\ndsn = "{postgres_server.dsn(alone_db, password=False)}"\n'
             f'password_file = "{tmp_path / "pg.password"}"\nsync = "full"\n'
         ),
     )
@@ -114,7 +106,7 @@ def test_the_database_stopped_for_10_s(
         raw, raw_alone = RawClient(a.port), RawClient(alone.port)
         try:
             more_acknowledged(publisher)
-            own_server.pause()
+            postgres_server.pause()
             attempts = relay.accepted
             for client in (raw, raw_alone):
                 client.publish_qos1("ha/q1", b"during the outage", 7)
@@ -123,7 +115,7 @@ def test_the_database_stopped_for_10_s(
             assert wait_until(lambda: group.active() == [], DEADLINE)
             time.sleep(OUTAGE_S)
             attempts = relay.accepted - attempts
-            own_server.start_again()
+            postgres_server.start_again()
             group.wait_for_one_active()
             more_acknowledged(publisher)
             assert wait_until(lambda: connack_code(alone.port) == 0, DEADLINE)
@@ -131,9 +123,9 @@ def test_the_database_stopped_for_10_s(
             raw.close()
             raw_alone.close()
             sent = publisher.stop()
-        journaled = check_delivered(subscriber, sent, own_dsn)
+        journaled = check_delivered(subscriber, sent, postgres_dsn)
         assert "during the outage" not in journaled
-        assert "during the outage" not in journal_counts(own_server.dsn(alone_db))
+        assert "during the outage" not in journal_counts(postgres_server.dsn(alone_db))
         log = alone.log_text()
         assert log.count("starting again on the store's state") == 1, log[-3000:]
         assert log.count("cannot start again on the store") == 1, log[-3000:]
@@ -156,14 +148,14 @@ def test_the_database_stopped_for_10_s(
 
 
 def test_a_connection_that_swallows_everything_makes_the_active_member_step_down(
-    own_server: PostgresServer, own_dsn: str, tmp_path: Path
+    postgres_server: PostgresServer, postgres_dsn: str, tmp_path: Path
 ) -> None:
-    relay = Relay(own_server.port)
+    relay = Relay(postgres_server.port)
     group = Group(
-        own_server,
-        own_dsn,
+        postgres_server,
+        postgres_dsn,
         tmp_path,
-        dsns={"a": via(relay, own_dsn, own_server.port)},
+        dsns={"a": via(relay, postgres_dsn, postgres_server.port)},
         lease=2.0,
     )
     a, b = group["a"], group["b"]
@@ -186,7 +178,7 @@ def test_a_connection_that_swallows_everything_makes_the_active_member_step_down
         finally:
             raw.close()
             sent = publisher.stop()
-        journaled = check_delivered(subscriber, sent, own_dsn)
+        journaled = check_delivered(subscriber, sent, postgres_dsn)
         assert "into the void" not in journaled
         # Acknowledged by a, then by b: never by a once b had begun.
         ports = publisher.ack_ports
@@ -200,11 +192,11 @@ def test_a_connection_that_swallows_everything_makes_the_active_member_step_down
 
 
 def test_the_server_ends_the_session_of_a_frozen_active_member(
-    own_server: PostgresServer, own_dsn: str, tmp_path: Path
+    postgres_server: PostgresServer, postgres_dsn: str, tmp_path: Path
 ) -> None:
     """SIGSTOP: the member's sockets stay open and its kernel answers the server's
     keepalives; only the lease ends its session and frees the lock."""
-    group = Group(own_server, own_dsn, tmp_path, lease=2.0)
+    group = Group(postgres_server, postgres_dsn, tmp_path, lease=2.0)
     a, b = group["a"], group["b"]
     try:
         a.process.start()
@@ -225,7 +217,7 @@ def test_the_server_ends_the_session_of_a_frozen_active_member(
             assert [m.name for m in group.active()] == ["b"]
         finally:
             raw.close()
-        assert "while frozen" not in journal_counts(own_dsn)
+        assert "while frozen" not in journal_counts(postgres_dsn)
         assert "stepping down" in a.process.log_text()
     finally:
         group.finalize()

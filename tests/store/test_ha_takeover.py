@@ -19,16 +19,12 @@ operator runs them: two ``python -m telemq serve`` processes, real paho clients.
 
 from __future__ import annotations
 
-import contextlib
 import re
-import socket
-import struct
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,11 +32,16 @@ import paho.mqtt.client as paho
 import pytest
 from ha_support import (
     DEADLINE,
+    TOPICS,
     Failover,
     Group,
     Member,
     Publisher,
+    RawClient,
+    check_delivered,
     health,
+    q2_duplicates,
+    started_group,
     terminate_backend,
 )
 from paho.mqtt.enums import CallbackAPIVersion
@@ -48,27 +49,18 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from telemq.store.postgres import PostgresStore
-from telemq.store.postgres_reader import PostgresJournalReader
 from telemq.store.postgres_schema import SCHEMA_VERSION
 from testsupport.postgres import PostgresServer
 from testsupport.process import HOST, connack_code, unique, wait_until
 
 pytestmark = [pytest.mark.interop]
 
-TOPICS = [("ha/q1", 1), ("ha/q2", 2)]
-
 
 @pytest.fixture
 def group(postgres_server: PostgresServer, postgres_dsn: str, tmp_path: Path) -> Iterator[Group]:
     """Members a and b, a started first: a is active, b stands by."""
-    members = Group(postgres_server, postgres_dsn, tmp_path)
-    try:
-        members["a"].process.start()
-        assert members.wait_for_one_active() is members["a"]
-        members["b"].process.start()
+    with started_group(postgres_server, postgres_dsn, tmp_path) as members:
         yield members
-    finally:
-        members.finalize()
 
 
 def dbname(dsn: str) -> str:
@@ -101,16 +93,6 @@ def connack5(port: int) -> tuple[int, str | None]:
         client.loop_stop()
         client.disconnect()
     return answers[0]
-
-
-def q2_duplicates(counts: Counter[str]) -> list[str]:
-    return sorted(payload for payload, n in counts.items() if ":q2:" in payload and n > 1)
-
-
-def journal_counts(dsn: str) -> Counter[str]:
-    with PostgresJournalReader(dsn) as reader:
-        first, last = reader.bounds()
-        return Counter(row[6].decode() for row in reader.rows(first, last))
 
 
 def takeover(group: Group, old: Member, started: float) -> Member:
@@ -165,38 +147,6 @@ def test_the_standby_takes_over_from_a_killed_active_broker(group: Group) -> Non
     assert re.search(r"telemq_ha_takeovers_total 1\.0", metrics), metrics[-2000:]
 
 
-def mqtt_string(text: str) -> bytes:
-    data = text.encode()
-    return struct.pack(">H", len(data)) + data
-
-
-class RawClient:
-    """A clean MQTT 3.1.1 session over a plain socket: what exactly a broker answers."""
-
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection((HOST, port), timeout=10)
-        body = mqtt_string("MQTT") + bytes([4, 0x02]) + struct.pack(">H", 30)
-        body += mqtt_string(unique("raw"))
-        self.sock.sendall(bytes([0x10, len(body)]) + body)
-        assert self.read_all(4) == b"\x20\x02\x00\x00", "not accepted"
-
-    def read_all(self, limit: int = 1 << 16) -> bytes:
-        """What the broker sends until it closes the connection (or `limit` bytes)."""
-        data = b""
-        with contextlib.suppress(ConnectionResetError):
-            while len(data) < limit and (chunk := self.sock.recv(limit - len(data))):
-                data += chunk
-        return data
-
-    def publish_qos1(self, topic: str, payload: bytes, packet_id: int) -> None:
-        body = mqtt_string(topic) + struct.pack(">H", packet_id) + payload
-        with contextlib.suppress(OSError):  # a broker that closed first: no answer either way
-            self.sock.sendall(bytes([0x32, len(body)]) + body)
-
-    def close(self) -> None:
-        self.sock.close()
-
-
 def test_an_active_broker_cut_off_from_its_database_steps_down(
     group: Group, postgres_server: PostgresServer, postgres_dsn: str
 ) -> None:
@@ -230,16 +180,8 @@ def test_an_active_broker_cut_off_from_its_database_steps_down(
     log = a.process.log_text()
     assert "stepping down: lost the connection that holds the leadership" in log, log[-3000:]
     assert "connecting to the postgres store" not in log  # never connected again on its own
-    assert wait_until(lambda: set(subscriber.payloads()) >= sent, DEADLINE), sorted(
-        sent - set(subscriber.payloads())
-    )[:10]
+    journaled = check_delivered(subscriber, sent, postgres_dsn)
     assert (b.port, True) in subscriber.connacks  # dropped by a, resumed on b
-    time.sleep(0.5)  # a duplicate would arrive now
-    assert q2_duplicates(subscriber.payloads()) == []
-    subscriber.stop()
-    journaled = journal_counts(postgres_dsn)
-    assert set(journaled) >= sent
-    assert q2_duplicates(journaled) == []
     assert "after the cut" not in journaled
 
 
@@ -272,15 +214,7 @@ def test_four_takeovers_lose_nothing_acknowledged(
         assert wait_until(lambda: len(publisher.acknowledged()) >= count + 80, DEADLINE)
     finally:
         sent = publisher.stop()
-    assert wait_until(lambda: set(subscriber.payloads()) >= sent, DEADLINE), sorted(
-        sent - set(subscriber.payloads())
-    )[:10]
-    time.sleep(0.5)  # a duplicate would arrive now
-    assert q2_duplicates(subscriber.payloads()) == []
-    subscriber.stop()
-    journaled = journal_counts(postgres_dsn)
-    assert set(journaled) >= sent
-    assert q2_duplicates(journaled) == []
+    check_delivered(subscriber, sent, postgres_dsn)
     print(f"four takeovers: {len(sent)} messages acknowledged, none lost, no QoS 2 twice")
 
 
