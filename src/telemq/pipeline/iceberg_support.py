@@ -30,6 +30,7 @@ __all__ = [
     "first_line",
     "journal_schema",
     "micros_timestamps",
+    "quarantine_schema",
     "require_pyiceberg",
     "widen",
 ]
@@ -51,6 +52,20 @@ def journal_schema() -> Schema:
     kinds.append(t.BooleanType())
     kinds += [t.BinaryType(), text, text, text, properties, text]
     fields = zip(JOURNAL_COLUMNS, kinds, strict=True)
+    return Schema(*(t.NestedField(i, n, k, required=False) for i, (n, k) in enumerate(fields, 1)))
+
+
+def quarantine_schema() -> Schema:
+    """The quarantine table's columns (`typed_columns.QUARANTINE_COLUMNS`), all optional;
+    ``ts`` is field 2, as in the journal, for the same partition spec."""
+    from pyiceberg import types as t
+    from pyiceberg.schema import Schema
+
+    text = t.StringType()
+    kinds: list[t.IcebergType] = [t.LongType(), t.TimestamptzType(), text, text, t.BinaryType()]
+    kinds.append(text)
+    names = ("seq", "ts", "topic", "client_id", "payload", "reason")
+    fields = zip(names, kinds, strict=True)
     return Schema(*(t.NestedField(i, n, k, required=False) for i, (n, k) in enumerate(fields, 1)))
 
 
