@@ -56,7 +56,7 @@ def read_back(table_format: str, lake: Path, name: str) -> Any:
         from pyiceberg.catalog import load_catalog
 
         catalog = load_catalog(
-            "check", type="sql", uri=f"sqlite:///{lake / '_iceberg' / 'catalog.db'}"
+            "telemq", type="sql", uri=f"sqlite:///{lake / '_iceberg' / 'catalog.db'}"
         )
         return catalog.load_table(f"telemq.{name}").scan().to_arrow()
     import pyarrow.dataset as ds
@@ -76,7 +76,7 @@ def recorded_schema(table_format: str, lake: Path) -> str:
         from pyiceberg.catalog import load_catalog
 
         uri = f"sqlite:///{lake / '_iceberg' / 'catalog.db'}"
-        table = load_catalog("check", type="sql", uri=uri).load_table("telemq.journal")
+        table = load_catalog("telemq", type="sql", uri=uri).load_table("telemq.journal")
         return str(table.properties["telemq.payload.schema"])
     return (lake / "journal" / "_payload_schema").read_text()
 
