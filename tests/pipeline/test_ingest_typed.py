@@ -27,7 +27,7 @@ pytestmark = pytest.mark.spark
 SCHEMA = "sensor STRING, temp DOUBLE, humidity DOUBLE"
 BAD = {
     b"not json": "not JSON",
-    json.dumps({"sensor": "s9", "temp": "hot"}).encode(): 'field temp: expected DOUBLE, got string "hot"',
+    b'{"sensor": "s9", "temp": "hot"}': 'field temp: expected DOUBLE, got string "hot"',
     bytes([0xFF, 0x00]): "not UTF-8",
     b"[1, 2]": "not a JSON object",
 }
