@@ -19,7 +19,7 @@ import pytest
 from telemq.cli.demo import Sensor
 from telemq.cli.main import main
 
-from .helpers import Pub, append_journal
+from .helpers import Pub, append_journal, read_lake_table
 
 pa = pytest.importorskip("pyarrow")
 pytestmark = pytest.mark.spark
@@ -44,26 +44,6 @@ def sensor_pubs(count: int, *, battery: bool, seed: int) -> list[Pub]:
             del reading["battery"]
         pubs.append(Pub(sensors[i % 3].topic, json.dumps(reading).encode()))
     return pubs
-
-
-def read_back(table_format: str, lake: Path, name: str) -> Any:
-    """A table of the lake as a pyarrow Table, read by the format's own library."""
-    if table_format == "delta":
-        import deltalake
-
-        return deltalake.DeltaTable(str(lake / name)).to_pyarrow_table()
-    if table_format == "iceberg":
-        from pyiceberg.catalog import load_catalog
-
-        catalog = load_catalog(
-            "telemq", type="sql", uri=f"sqlite:///{lake / '_iceberg' / 'catalog.db'}"
-        )
-        return catalog.load_table(f"telemq.{name}").scan().to_arrow()
-    import pyarrow.dataset as ds
-
-    dataset = ds.dataset(lake / name, format="parquet", partitioning="hive")
-    schemas = [ds.dataset(f, format="parquet").schema for f in dataset.files]
-    return ds.dataset(dataset.files, schema=pa.unify_schemas(schemas)).to_table()
 
 
 def recorded_schema(table_format: str, lake: Path) -> str:
@@ -96,8 +76,8 @@ def test_typed_columns_quarantine_and_merge_in_every_format(
     assert len(lines) == 2 and lines[0].endswith(", 0 quarantined"), captured.err
     assert lines[1].endswith(", 4 quarantined"), captured.err
     assert "quarantined 4 rows" in captured.out, captured.out
-    rows = read_back(table_format, lake, "journal").sort_by("seq")
-    quarantine = read_back(table_format, lake, "quarantine").sort_by("seq")
+    rows = read_lake_table(table_format, lake, "journal").sort_by("seq")
+    quarantine = read_lake_table(table_format, lake, "quarantine").sort_by("seq")
     assert rows.column("seq").to_pylist() == [r.seq for r in records[:9]]
     expected = [json.loads(p.payload) for p in good]
     assert rows.column("temp").to_pylist() == [e["temp"] for e in expected]
@@ -115,7 +95,7 @@ def test_typed_columns_quarantine_and_merge_in_every_format(
     assert "adds battery" in refused and "--merge-schema" in refused and "\n" not in refused
     assert main([*ingest, "--infer", "--merge-schema", "-q"]) == 0
     assert recorded_schema(table_format, lake) == f"{SCHEMA}, battery DOUBLE"
-    rows = read_back(table_format, lake, "journal").sort_by("seq")
+    rows = read_lake_table(table_format, lake, "journal").sort_by("seq")
     assert rows.column("seq").to_pylist() == [r.seq for r in records[:9] + more]
     batteries = rows.column("battery").to_pylist()
     assert batteries[:9] == [None] * 9 and None not in batteries[9:]

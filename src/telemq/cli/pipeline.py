@@ -76,6 +76,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="let --schema/--infer add fields to the schema the table records",
     )
+    ingest.add_argument(
+        "--sparkplug",
+        action="store_true",
+        help="also decode Sparkplug B publications into the tables sparkplug_metrics and"
+        " sparkplug_quarantine beside the journal",
+    )
     _common(ingest)
     ingest.set_defaults(handler=run_ingest_command)
 
@@ -350,6 +356,7 @@ def run_ingest_command(args: argparse.Namespace) -> int:
             schema=args.schema,
             infer=args.infer,
             merge_schema=args.merge_schema,
+            sparkplug=args.sparkplug,
         )
     lake = result.lake_stats
     seqs = "" if lake.first_seq is None else f", seq {lake.first_seq:,}..{lake.last_seq:,}"
@@ -365,6 +372,9 @@ def run_ingest_command(args: argparse.Namespace) -> int:
     if result.payload_schema is not None:
         print(f"payload schema: {result.payload_schema}")
         print(f"quarantined {result.quarantined:,} rows into the {QUARANTINE} table")
+    if result.sparkplug is not None:
+        metrics, held = result.sparkplug
+        print(f"sparkplug: {metrics:,} metric rows, {held:,} rows quarantined")
     print(f"checkpoint {result.checkpoint}")
     return 0
 

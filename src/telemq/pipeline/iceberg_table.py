@@ -73,8 +73,10 @@ from .typed_columns import QUARANTINE_DDL, SCHEMA_PROPERTY
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
+    from pyiceberg.schema import Schema
     from pyiceberg.table import Table
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 __all__ = ["DEFAULT_TABLE", "IcebergTable"]
 
@@ -109,11 +111,13 @@ class IcebergTable:
         query_id: str | None,
         progress: Progress | None = None,
         sibling: str | None = None,
+        columns: StructType | None = None,
     ) -> None:
         """`query_id` names the ingest query that commits; None for a reader (aggregate,
         compact), which cannot commit a batch. `sibling` (``quarantine``) is the table of
         that name beside the journal table: ``<namespace>.quarantine``, or
-        ``<namespace>.<name>_quarantine`` when the journal table is not named ``journal``."""
+        ``<namespace>.<name>_quarantine`` when the journal table is not named ``journal``.
+        `columns` is the Spark schema of another sibling (its ``ts`` is partitioned by)."""
         self.spark = spark
         self.lake = file_key(lake_uri(lake))
         self.identifier = table or DEFAULT_TABLE
@@ -131,7 +135,9 @@ class IcebergTable:
         self.namespace, self.name = namespace, name
         quarantine = sibling == QUARANTINE
         self.base_schema = quarantine_schema() if quarantine else journal_schema()
-        self.base_ddl = QUARANTINE_DDL if quarantine else JOURNAL_DDL
+        self.base_ddl: str | StructType = QUARANTINE_DDL if quarantine else JOURNAL_DDL
+        if columns is not None:
+            self.base_schema, self.base_ddl = _iceberg_schema(columns), columns
         self.base_columns = tuple(f.name for f in self.base_schema.fields)
         self._query_id = query_id
         self.progress = progress
@@ -230,7 +236,12 @@ class IcebergTable:
         from pyiceberg.transforms import DayTransform
 
         spec = PartitionSpec(
-            PartitionField(source_id=2, field_id=1000, transform=DayTransform(), name="date")
+            PartitionField(
+                source_id=self.base_schema.find_field("ts").field_id,
+                field_id=1000,
+                transform=DayTransform(),
+                name="date",
+            )
         )
         catalog.create_namespace_if_not_exists(self.namespace)
         return catalog.create_table_if_not_exists(
@@ -279,7 +290,7 @@ class IcebergTable:
             f.name
             for f in self.base_schema.fields
             if f.name not in found
-            or found[f.name].required
+            or found[f.name].required != f.required
             or str(found[f.name].field_type) != str(f.field_type)
         ]
         if wrong:
@@ -419,12 +430,12 @@ class IcebergTable:
         frame = self.spark.read.schema(ddl).parquet(*paths)
         return frame.select(*columns).withColumn("date", utc_date())
 
-    def _read_schema(self) -> tuple[str, list[str]]:
+    def _read_schema(self) -> tuple[str | StructType, list[str]]:
         """The Spark DDL and columns to read the files with: the table's own columns, then
         the typed columns of its payload schema (NULL in files written before them)."""
         ddl, columns = self.base_ddl, list(self.base_columns)
         recorded = self.payload_schema()
-        if recorded:
+        if recorded and isinstance(ddl, str):
             from .typed_columns import PayloadSchema
 
             ddl = f"{ddl}, {PayloadSchema.parse(recorded).to_ddl()}"
@@ -602,6 +613,17 @@ class IcebergTable:
                         self.fs.delete(info.uri)
                 removed += len(orphans)
         return removed
+
+
+def _iceberg_schema(columns: StructType) -> Schema:
+    """An Iceberg schema with fresh field ids for a Spark schema (top-level fields first,
+    so ``ts`` has an id the partition spec can name)."""
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.schema import assign_fresh_schema_ids
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    converted = Catalog._convert_schema_if_needed(to_arrow_schema(columns, timezone="UTC"))
+    return assign_fresh_schema_ids(converted)
 
 
 if TYPE_CHECKING:

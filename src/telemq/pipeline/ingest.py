@@ -104,6 +104,7 @@ class IngestResult:
     table_format: str = DEFAULT_FORMAT
     payload_schema: str | None = None  # the DDL the run wrote typed columns with
     quarantined: int = 0  # rows the run put into the quarantine table
+    sparkplug: tuple[int, int] | None = None  # --sparkplug: metric rows, quarantined rows
 
     @property
     def rows(self) -> int:
@@ -182,6 +183,7 @@ def run_ingest(
     schema: str | None = None,
     infer: bool = False,
     merge_schema: bool = False,
+    sparkplug: bool = False,
 ) -> IngestResult:
     """Ingest the journal `where` is (a data directory, a store file, or the journal service's
     URL with `journal_options` for its client) into `lake` (see the module docstring).
@@ -198,6 +200,8 @@ def run_ingest(
     `schema` (Spark DDL) or `infer` give the payloads typed columns, and `merge_schema`
     lets them add fields to the schema the table records (see the module docstring); a
     table that records a schema keeps being written with it when neither is given.
+    `sparkplug` also decodes each batch's Sparkplug B publications into the tables
+    ``sparkplug_metrics`` and ``sparkplug_quarantine`` (`SparkplugTables`).
     """
     from pyspark.errors import StreamingQueryException
 
@@ -263,20 +267,34 @@ def run_ingest(
         if lake_table.payload_schema() != ddl:
             lake_table.record_payload_schema(ddl, _typed_frame(spark, payload_schema))
 
+    decoder = None
+    if sparkplug:
+        from .sparkplug_tables import SparkplugTables
+
+        decoder = SparkplugTables.open(
+            spark, lake_u, table_format, query_id, ckpt, catalog=catalog, table=table_name
+        )
+        if payload_schema is None:  # its progress line carries the Sparkplug counts
+            lake_table = open_table(
+                table_format, spark, lake_u, query_id=query_id, catalog=catalog, table=table_name
+            )
+
     def commit(frame: DataFrame, batch_id: int) -> None:
+        held = 0
         if payload_schema is None or quarantine is None:
             stats = lake_table.commit_batch(frame, batch_id)
-            batches.append(stats)
-            if progress is not None and stats.rows:
-                progress(batch_line(stats))
-            return
-        with payload_schema.split(frame) as batch:
-            stats = lake_table.commit_batch(batch.rows, batch_id)
-            held = quarantine.commit_batch(batch.quarantine, batch_id).rows
+            line = batch_line(stats)
+        else:
+            with payload_schema.split(frame) as batch:
+                stats = lake_table.commit_batch(batch.rows, batch_id)
+                held = quarantine.commit_batch(batch.quarantine, batch_id).rows
+            quarantined.append(held)
+            line = f"{batch_line(stats)}, {held:,} quarantined"
         batches.append(stats)
-        quarantined.append(held)
-        if progress is not None and (stats.rows or held):
-            progress(f"{batch_line(stats)}, {held:,} quarantined")
+        if decoder is not None:
+            line += ", " + decoder.commit_batch(frame, batch_id)
+        if progress is not None and (stats.rows or held or decoder is not None):
+            progress(line)
 
     options: dict[str, object] = {**(journal_options or {}), "consumer": query_id}
     if max_rows_per_batch is not None:
@@ -320,6 +338,7 @@ def run_ingest(
         table_format,
         None if payload_schema is None else payload_schema.to_ddl(),
         sum(quarantined),
+        None if decoder is None else decoder.totals,
     )
 
 

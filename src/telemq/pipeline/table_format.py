@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 __all__ = [
     "DEFAULT_FORMAT",
@@ -116,12 +117,15 @@ def open_table(
     table: str | None = None,
     progress: Callable[[str], None] | None = None,
     sibling: str | None = None,
+    columns: StructType | None = None,
 ) -> LakeTable:
     """The journal table of `lake` in `table_format`; `query_id` names the ingest query that
     writes it (None for a reader). `catalog` and `table` are Iceberg's. `sibling` is
     another table beside the journal: ``quarantine`` (`QUARANTINE`), at ``<lake>/quarantine``
     (Iceberg: ``<namespace>.quarantine``, or ``<table>_quarantine`` for a table named other
-    than ``journal``). Nothing is written."""
+    than ``journal``); `columns` the Spark schema of a sibling other than ``quarantine``
+    (Iceberg makes the table from it; the others from the first batch). Nothing is
+    written."""
     if table_format not in FORMATS:
         raise LakeError(f"--format: expected one of {', '.join(FORMATS)}, got {table_format!r}")
     if table_format != "iceberg" and (catalog is not None or table is not None):
@@ -146,6 +150,7 @@ def open_table(
         query_id=query_id,
         progress=progress,
         sibling=sibling,
+        columns=columns,
     )
     return made
 
