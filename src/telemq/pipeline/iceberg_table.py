@@ -57,12 +57,15 @@ from typing import TYPE_CHECKING, Any
 
 from .iceberg_support import (
     back_off,
+    evolve,
     file_key,
     first_line,
     journal_schema,
     micros_timestamps,
     quarantine_schema,
+    read_schema,
     require_pyiceberg,
+    schema_of,
     widen,
 )
 from .ingest import utc_date
@@ -73,7 +76,6 @@ from .typed_columns import QUARANTINE_DDL, SCHEMA_PROPERTY
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
-    from pyiceberg.schema import Schema
     from pyiceberg.table import Table
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
@@ -137,7 +139,7 @@ class IcebergTable:
         self.base_schema = quarantine_schema() if quarantine else journal_schema()
         self.base_ddl: str | StructType = QUARANTINE_DDL if quarantine else JOURNAL_DDL
         if columns is not None:
-            self.base_schema, self.base_ddl = _iceberg_schema(columns), columns
+            self.base_schema, self.base_ddl = schema_of(columns), columns
         self.base_columns = tuple(f.name for f in self.base_schema.fields)
         self._query_id = query_id
         self.progress = progress
@@ -431,16 +433,7 @@ class IcebergTable:
         return frame.select(*columns).withColumn("date", utc_date())
 
     def _read_schema(self) -> tuple[str | StructType, list[str]]:
-        """The Spark DDL and columns to read the files with: the table's own columns, then
-        the typed columns of its payload schema (NULL in files written before them)."""
-        ddl, columns = self.base_ddl, list(self.base_columns)
-        recorded = self.payload_schema()
-        if recorded and isinstance(ddl, str):
-            from .typed_columns import PayloadSchema
-
-            ddl = f"{ddl}, {PayloadSchema.parse(recorded).to_ddl()}"
-            columns += PayloadSchema.parse(recorded).names
-        return ddl, columns
+        return read_schema(self.base_ddl, self.base_columns, self.payload_schema())
 
     # -- the payload schema -----------------------------------------------------------------
 
@@ -449,19 +442,10 @@ class IcebergTable:
         return None if table is None else table.properties.get(SCHEMA_PROPERTY)
 
     def record_payload_schema(self, ddl: str, columns: DataFrame) -> None:
-        """A table property, and the typed columns the table lacks added by name (Iceberg's
-        schema evolution), in one commit."""
-        from pyspark.sql.pandas.types import to_arrow_schema
-
+        """A table property, and the typed columns the table lacks (`evolve`)."""
         table = self._load(create=True)
         assert table is not None
-        if table.properties.get(SCHEMA_PROPERTY) == ddl:
-            return
-        arrow = to_arrow_schema(columns.schema, timezone="UTC")
-        with table.transaction() as transaction:
-            with transaction.update_schema() as update:
-                update.union_by_name(arrow)
-            transaction.set_properties({SCHEMA_PROPERTY: ddl})
+        evolve(table, ddl, columns)
 
     def stats(self) -> LakeStats:
         """Rows, files, dates and seq range of the current snapshot, from its manifests."""
@@ -613,17 +597,6 @@ class IcebergTable:
                         self.fs.delete(info.uri)
                 removed += len(orphans)
         return removed
-
-
-def _iceberg_schema(columns: StructType) -> Schema:
-    """An Iceberg schema with fresh field ids for a Spark schema (top-level fields first,
-    so ``ts`` has an id the partition spec can name)."""
-    from pyiceberg.catalog import Catalog
-    from pyiceberg.schema import assign_fresh_schema_ids
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    converted = Catalog._convert_schema_if_needed(to_arrow_schema(columns, timezone="UTC"))
-    return assign_fresh_schema_ids(converted)
 
 
 if TYPE_CHECKING:
