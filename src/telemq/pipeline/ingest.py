@@ -6,6 +6,8 @@ journal table ``<lake>/journal`` (partitioned by the UTC date of ``ts``) in one 
 formats of `table_format` (``delta`` by default, ``iceberg`` or ``parquet``)::
 
     <lake>/journal/                        the table (its files, and its log if it has one)
+    <lake>/quarantine/                     typed columns: rows whose payload does not fit
+    <lake>/sparkplug_metrics/, <lake>/sparkplug_quarantine/      --sparkplug (sparkplug_tables)
     <lake>/_checkpoints/ingest/spark/      Spark's checkpoint (default location)
     <lake>/_staging/ingest-<id>/           a batch while it is written (hidden from readers)
 
