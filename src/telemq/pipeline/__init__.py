@@ -47,8 +47,9 @@ Guarantees and where they live:
 
 Modules: `journal` (pyarrow only), `source`, `sink`, `spark` (session and Java check),
 `ingest`, `table_format` (the seam to the table formats), `parquet_table`, `delta_table`,
-`typed_columns`, `sparkplug_tables`, `aggregate`, `replay`, `subscriptions`, `progress`. Everything that needs pyspark
-is imported on first use, so ``telemq serve`` runs without it. See ``docs/pipeline.md``.
+`typed_columns`, `sparkplug_tables`, `aggregate`, `replay`, `subscriptions`, `progress`.
+Everything that needs pyspark is imported on first use, so ``telemq serve`` runs without
+it. See ``docs/pipeline.md``.
 """
 
 from __future__ import annotations
