@@ -223,3 +223,24 @@ def journal_service(
         yield broker, f"http://127.0.0.1:{http_port}"
     finally:
         broker.finalize()
+
+
+def read_lake_table(table_format: str, lake: Path, name: str) -> Any:
+    """A table of the lake as a pyarrow Table, read by the format's own library."""
+    if table_format == "delta":
+        import deltalake
+
+        return deltalake.DeltaTable(str(lake / name)).to_pyarrow_table()
+    if table_format == "iceberg":
+        from pyiceberg.catalog import load_catalog
+
+        catalog = load_catalog(
+            "telemq", type="sql", uri=f"sqlite:///{lake / '_iceberg' / 'catalog.db'}"
+        )
+        return catalog.load_table(f"telemq.{name}").scan().to_arrow()
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    dataset = ds.dataset(lake / name, format="parquet", partitioning="hive")
+    schemas = [ds.dataset(f, format="parquet").schema for f in dataset.files]
+    return ds.dataset(dataset.files, schema=pa.unify_schemas(schemas)).to_table()

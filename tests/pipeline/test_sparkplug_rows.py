@@ -264,3 +264,46 @@ def test_the_fast_path_gives_what_the_full_decoder_gives(monkeypatch: pytest.Mon
     slow = decode_batch(batch, births)
     assert fast.to_pylist() == slow.to_pylist()
     assert fast.num_rows > len(messages)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("table_format", ["delta", "iceberg"])
+def test_ingest_sparkplug_writes_metric_and_quarantine_tables(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], table_format: str
+) -> None:
+    """`telemq pipeline ingest --sparkplug`: the BIRTH in the first batch resolves the
+    aliases of the second (the ledger beside the checkpoint), a run again adds nothing, and
+    every table is read back by the format's own reader."""
+    from telemq.cli.main import main
+
+    from .helpers import read_lake_table
+
+    data, lake = tmp_path / "data", tmp_path / "lake"
+    append_journal(
+        data,
+        [
+            Pub(NODE.format("NBIRTH"), NBIRTH),  # seq 1
+            Pub("sensors/other", b"{}"),  # seq 2: not Sparkplug
+            Pub(NODE.format("NDATA"), NDATA),  # seq 3: alias 1 from the BIRTH of batch 0
+            Pub(DEVICE.format("DDATA"), DDATA),  # seq 4: no DBIRTH: quarantined
+        ],
+    )
+    ingest = ["pipeline", "ingest", "-d", str(data), "-l", str(lake), "--format", table_format]
+    assert main([*ingest, "--sparkplug", "--max-rows-per-batch", "2", "-q"]) == 0
+    assert "sparkplug: 4 metric rows, 2 rows quarantined" in capsys.readouterr().out
+    assert main([*ingest, "--sparkplug", "-q"]) == 0
+    assert "sparkplug: 0 metric rows, 0 rows quarantined" in capsys.readouterr().out
+    journal_rows = read_lake_table(table_format, lake, "journal")
+    assert sorted(journal_rows.column("seq").to_pylist()) == [1, 2, 3, 4]
+    metrics = read_lake_table(table_format, lake, "sparkplug_metrics").sort_by(
+        [("seq", "ascending"), ("metric_index", "ascending")]
+    )
+    assert [(r["seq"], r["name"], r["double_value"]) for r in metrics.to_pylist()] == [
+        (1, "bdSeq", None),
+        (1, "Pressure", 2.5),
+        (1, "Label", None),
+        (3, "Pressure", 3.75),
+    ]
+    held = read_lake_table(table_format, lake, "sparkplug_quarantine").sort_by("metric_index")
+    assert held.column("seq").to_pylist() == [4, 4]
+    assert held.column("reason").to_pylist()[0] == "alias 10: no BIRTH of this device before it"

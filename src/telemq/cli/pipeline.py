@@ -20,7 +20,11 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from telemq.pipeline.table_format import DEFAULT_FORMAT, FORMATS  # standard library only
+from telemq.pipeline.table_format import (  # standard library only
+    DEFAULT_FORMAT,
+    FORMATS,
+    QUARANTINE,
+)
 
 if TYPE_CHECKING:
     from telemq.pipeline.replay import ReplayPlan
@@ -57,6 +61,27 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     ingest.add_argument("--trigger", type=float, default=2.0, help="continuous: seconds per batch")
     ingest.add_argument("--max-rows-per-batch", type=int, help="rows per micro-batch")
     ingest.add_argument("--duration", type=float, help="continuous: stop after this many seconds")
+    typed = ingest.add_mutually_exclusive_group()
+    typed.add_argument(
+        "--schema",
+        metavar="DDL",
+        help="typed columns of JSON payloads, Spark DDL ('temp DOUBLE, sensor STRING');"
+        " payloads that do not fit go to the quarantine table",
+    )
+    typed.add_argument(
+        "--infer", action="store_true", help="typed columns from a sample of the payloads"
+    )
+    ingest.add_argument(
+        "--merge-schema",
+        action="store_true",
+        help="let --schema/--infer add fields to the schema the table records",
+    )
+    ingest.add_argument(
+        "--sparkplug",
+        action="store_true",
+        help="also decode Sparkplug B publications into the tables sparkplug_metrics and"
+        " sparkplug_quarantine beside the journal",
+    )
     _common(ingest)
     ingest.set_defaults(handler=run_ingest_command)
 
@@ -301,6 +326,10 @@ def run_ingest_command(args: argparse.Namespace) -> int:
         journal_options=journal_options,
     )
     check_format(args.lake, args.format, args.catalog)
+    if args.schema is not None:  # a bad schema costs no JVM start
+        from telemq.pipeline.typed_columns import PayloadSchema
+
+        PayloadSchema.parse(args.schema)
     report = Reporter(quiet=args.quiet)
     stop = threading.Event()
     if args.continuous:
@@ -324,6 +353,10 @@ def run_ingest_command(args: argparse.Namespace) -> int:
             table_format=args.format,
             catalog=args.catalog,
             table_name=args.table,
+            schema=args.schema,
+            infer=args.infer,
+            merge_schema=args.merge_schema,
+            sparkplug=args.sparkplug,
         )
     lake = result.lake_stats
     seqs = "" if lake.first_seq is None else f", seq {lake.first_seq:,}..{lake.last_seq:,}"
@@ -336,6 +369,12 @@ def run_ingest_command(args: argparse.Namespace) -> int:
     )
     if lake.dates:
         print(f"  dates: {', '.join(lake.dates)}")
+    if result.payload_schema is not None:
+        print(f"payload schema: {result.payload_schema}")
+        print(f"quarantined {result.quarantined:,} rows into the {QUARANTINE} table")
+    if result.sparkplug is not None:
+        metrics, held = result.sparkplug
+        print(f"sparkplug: {metrics:,} metric rows, {held:,} rows quarantined")
     print(f"checkpoint {result.checkpoint}")
     return 0
 

@@ -21,7 +21,9 @@ copied store): `location` is the seam between the two.
         |                    partitions are seq ranges, read by executors in parallel
         +--> ingest     journal -> <lake>/journal by date, exactly-once, through a
         |       |       table_format.LakeTable: delta_table (default), iceberg_table,
-        |       |       parquet_table; compact merges a table's small files
+        |       |       parquet_table; compact merges a table's small files;
+        |       |       typed_columns (--schema: quarantine table beside),
+        |       |       sparkplug_tables (--sparkplug: metric tables beside)
         |       +--> aggregate   windowed per-topic stats of numeric fields -> lake
         |                         (+ latest window published back, retained, via the sink)
         +--> replay     a subscription's topic + SQL filter over a seq range
@@ -45,8 +47,9 @@ Guarantees and where they live:
 
 Modules: `journal` (pyarrow only), `source`, `sink`, `spark` (session and Java check),
 `ingest`, `table_format` (the seam to the table formats), `parquet_table`, `delta_table`,
-`aggregate`, `replay`, `subscriptions`, `progress`. Everything that needs pyspark
-is imported on first use, so ``telemq serve`` runs without it. See ``docs/pipeline.md``.
+`typed_columns`, `sparkplug_tables`, `aggregate`, `replay`, `subscriptions`, `progress`.
+Everything that needs pyspark is imported on first use, so ``telemq serve`` runs without
+it. See ``docs/pipeline.md``.
 """
 
 from __future__ import annotations

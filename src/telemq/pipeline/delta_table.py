@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 from .lakefs import LakeFileSystem, join, lake_uri
 from .parquet_table import refuse_other_format, table_uri, utc_date
 from .table_format import LAKE_EXTRA, BatchStats, LakeError, LakeStats
+from .typed_columns import SCHEMA_PROPERTY as SCHEMA
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -90,16 +91,19 @@ class DeltaLakeTable:
         *,
         query_id: str | None = None,
         progress: Progress | None = None,
+        name: str | None = None,
     ) -> None:
+        """`name`: a table beside the journal (``quarantine``) instead of the journal."""
         self.delta = _deltalake()
         self.spark = spark
         self.lake = lake_uri(lake)
-        self.table = table_uri(self.lake)
+        self.table = table_uri(self.lake) if name is None else join(self.lake, name)
         self.location = delta_location(self.table)
         self.fs = LakeFileSystem.for_uri(spark, self.lake)
         self.query_id = query_id
         self.staging = join(self.lake, "_staging", query_id or "delta")
         self._swept = False  # this query's uncommitted files of earlier runs deleted
+        self._schema_ddl: str | None = None  # to record when the first commit makes the table
 
     # -- the log -------------------------------------------------------------------------
 
@@ -201,8 +205,14 @@ class DeltaLakeTable:
         if table is None:
             schema = to_arrow_schema(dated.schema, timezone="UTC")
             with self._errors("create"):
+                configuration = None if self._schema_ddl is None else {SCHEMA: self._schema_ddl}
                 table = self.delta.DeltaTable.create(
-                    self.location, schema, partition_by=["date"], mode="ignore"
+                    self.location,
+                    schema,
+                    partition_by=["date"],
+                    mode="ignore",
+                    configuration=configuration,
+                    raise_if_key_not_exists=False,
                 )
         done = table.transaction_version(self.query_id)
         if done is not None and done >= batch_id:  # committed meanwhile: these files are extra
@@ -243,6 +253,34 @@ class DeltaLakeTable:
             first = str(error).strip().splitlines()[0] if str(error).strip() else ""
             raise LakeError(f"{what} {self.table}: {type(error).__name__}: {first}") from error
 
+    # -- the payload schema ---------------------------------------------------------------
+
+    def payload_schema(self) -> str | None:
+        table = self._open()
+        if table is None:
+            return self._schema_ddl
+        ddl: str | None = table.metadata().configuration.get(SCHEMA)
+        return ddl
+
+    def record_payload_schema(self, ddl: str, columns: DataFrame) -> None:
+        """In the table's configuration; the typed columns it lacks added first (Delta's
+        schema evolution, each a commit of its own). A table not made yet gets both when
+        the first batch makes it."""
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        self._schema_ddl = ddl
+        table = self._open()
+        if table is None:
+            return
+        have = {f.name.lower() for f in table.schema().fields}
+        arrow = to_arrow_schema(columns.schema, timezone="UTC")
+        new = [f for f in self.delta.Schema.from_arrow(arrow).fields if f.name.lower() not in have]
+        with self._errors("evolve the schema of"):
+            if new:
+                table.alter.add_columns(new)
+            if table.metadata().configuration.get(SCHEMA) != ddl:
+                table.alter.set_table_properties({SCHEMA: ddl}, raise_if_not_exists=False)
+
     # -- readers -------------------------------------------------------------------------
 
     def _required(self) -> Any:
@@ -264,7 +302,10 @@ class DeltaLakeTable:
 
             schema = from_arrow_schema(_arrow_schema(table.schema()))
             return self.spark.createDataFrame([], schema)
-        return self.spark.read.option("basePath", self.table).parquet(*uris)
+        # Files written before a typed column was added lack it: NULL there.
+        merge = str(SCHEMA in table.metadata().configuration).lower()
+        reader = self.spark.read.option("basePath", self.table).option("mergeSchema", merge)
+        return reader.parquet(*uris)
 
     def stats(self) -> LakeStats:
         import pyarrow as pa  # type: ignore[import-untyped]

@@ -21,16 +21,22 @@ from .table_format import LakeError
 
 if TYPE_CHECKING:
     from pyiceberg.schema import Schema
-    from pyspark.sql import SparkSession
+    from pyiceberg.table import Table
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 __all__ = [
     "JOURNAL_COLUMNS",
     "back_off",
+    "evolve",
     "file_key",
     "first_line",
     "journal_schema",
     "micros_timestamps",
+    "quarantine_schema",
+    "read_schema",
     "require_pyiceberg",
+    "schema_of",
     "widen",
 ]
 
@@ -51,6 +57,20 @@ def journal_schema() -> Schema:
     kinds.append(t.BooleanType())
     kinds += [t.BinaryType(), text, text, text, properties, text]
     fields = zip(JOURNAL_COLUMNS, kinds, strict=True)
+    return Schema(*(t.NestedField(i, n, k, required=False) for i, (n, k) in enumerate(fields, 1)))
+
+
+def quarantine_schema() -> Schema:
+    """The quarantine table's columns (`typed_columns.QUARANTINE_COLUMNS`), all optional;
+    ``ts`` is field 2, as in the journal, for the same partition spec."""
+    from pyiceberg import types as t
+    from pyiceberg.schema import Schema
+
+    text = t.StringType()
+    kinds: list[t.IcebergType] = [t.LongType(), t.TimestamptzType(), text, text, t.BinaryType()]
+    kinds.append(text)
+    names = ("seq", "ts", "topic", "client_id", "payload", "reason")
+    fields = zip(names, kinds, strict=True)
     return Schema(*(t.NestedField(i, n, k, required=False) for i, (n, k) in enumerate(fields, 1)))
 
 
@@ -113,3 +133,43 @@ def micros_timestamps(spark: SparkSession) -> Iterator[None]:
                 spark.conf.unset(_TIMESTAMP_TYPE)
             else:
                 spark.conf.set(_TIMESTAMP_TYPE, before)
+
+
+def schema_of(columns: StructType) -> Schema:
+    """An Iceberg schema with fresh field ids for a Spark schema (top-level fields first,
+    so ``ts`` has an id the partition spec can name)."""
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.schema import assign_fresh_schema_ids
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    converted = Catalog._convert_schema_if_needed(to_arrow_schema(columns, timezone="UTC"))
+    return assign_fresh_schema_ids(converted)
+
+
+def read_schema(
+    base: str | StructType, columns: tuple[str, ...], recorded: str | None
+) -> tuple[str | StructType, list[str]]:
+    """The Spark schema and columns to read a table's files with: its own columns (`base`),
+    then the typed columns of the payload schema it records (NULL in files before them)."""
+    if not recorded or not isinstance(base, str):
+        return base, list(columns)
+    from .typed_columns import PayloadSchema
+
+    typed = PayloadSchema.parse(recorded)
+    return f"{base}, {typed.to_ddl()}", [*columns, *typed.names]
+
+
+def evolve(table: Table, ddl: str, columns: DataFrame) -> None:
+    """Record the payload schema `ddl` as a table property, and add the typed `columns` the
+    table lacks by name (Iceberg's schema evolution), in one commit."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from .typed_columns import SCHEMA_PROPERTY
+
+    if table.properties.get(SCHEMA_PROPERTY) == ddl:
+        return
+    arrow = to_arrow_schema(columns.schema, timezone="UTC")
+    with table.transaction() as transaction:
+        with transaction.update_schema() as update:
+            update.union_by_name(arrow)
+        transaction.set_properties({SCHEMA_PROPERTY: ddl})

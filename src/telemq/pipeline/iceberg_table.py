@@ -56,24 +56,29 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .iceberg_support import (
-    JOURNAL_COLUMNS,
     back_off,
+    evolve,
     file_key,
     first_line,
     journal_schema,
     micros_timestamps,
+    quarantine_schema,
+    read_schema,
     require_pyiceberg,
+    schema_of,
     widen,
 )
 from .ingest import utc_date
 from .journal import JOURNAL_DDL
 from .lakefs import FileInfo, LakeFileSystem, join, lake_uri
-from .table_format import BatchStats, LakeError, LakeStats, LakeTable
+from .table_format import QUARANTINE, BatchStats, LakeError, LakeStats, LakeTable
+from .typed_columns import QUARANTINE_DDL, SCHEMA_PROPERTY
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 __all__ = ["DEFAULT_TABLE", "IcebergTable"]
 
@@ -107,9 +112,14 @@ class IcebergTable:
         table: str | None,
         query_id: str | None,
         progress: Progress | None = None,
+        sibling: str | None = None,
+        columns: StructType | None = None,
     ) -> None:
         """`query_id` names the ingest query that commits; None for a reader (aggregate,
-        compact), which cannot commit a batch."""
+        compact), which cannot commit a batch. `sibling` (``quarantine``) is the table of
+        that name beside the journal table: ``<namespace>.quarantine``, or
+        ``<namespace>.<name>_quarantine`` when the journal table is not named ``journal``.
+        `columns` is the Spark schema of another sibling (its ``ts`` is partitioned by)."""
         self.spark = spark
         self.lake = file_key(lake_uri(lake))
         self.identifier = table or DEFAULT_TABLE
@@ -121,7 +131,16 @@ class IcebergTable:
         ):
             why = "letters, digits, - and _, not compact"
             raise LakeError(f"iceberg: query id {query_id!r}: {why}")
+        if sibling is not None:
+            name = sibling if name == "journal" else f"{name}_{sibling}"
+            self.identifier = f"{namespace}.{name}"
         self.namespace, self.name = namespace, name
+        quarantine = sibling == QUARANTINE
+        self.base_schema = quarantine_schema() if quarantine else journal_schema()
+        self.base_ddl: str | StructType = QUARANTINE_DDL if quarantine else JOURNAL_DDL
+        if columns is not None:
+            self.base_schema, self.base_ddl = schema_of(columns), columns
+        self.base_columns = tuple(f.name for f in self.base_schema.fields)
         self._query_id = query_id
         self.progress = progress
         self.location = join(self.lake, name)
@@ -219,12 +238,17 @@ class IcebergTable:
         from pyiceberg.transforms import DayTransform
 
         spec = PartitionSpec(
-            PartitionField(source_id=2, field_id=1000, transform=DayTransform(), name="date")
+            PartitionField(
+                source_id=self.base_schema.find_field("ts").field_id,
+                field_id=1000,
+                transform=DayTransform(),
+                name="date",
+            )
         )
         catalog.create_namespace_if_not_exists(self.namespace)
         return catalog.create_table_if_not_exists(
             self.identifier,
-            schema=journal_schema(),
+            schema=self.base_schema,
             location=self.location,
             partition_spec=spec,
             properties={
@@ -266,9 +290,9 @@ class IcebergTable:
         found = {f.name: f for f in table.schema().fields}
         wrong = [
             f.name
-            for f in journal_schema().fields
+            for f in self.base_schema.fields
             if f.name not in found
-            or found[f.name].required
+            or found[f.name].required != f.required
             or str(found[f.name].field_type) != str(f.field_type)
         ]
         if wrong:
@@ -326,9 +350,10 @@ class IcebergTable:
             return self._done(batch_id, 0, [], started, "already committed")
         attempt = f"{batch_id:012d}-{int(time.time() * 1000):013d}-{uuid.uuid4().hex[:8]}"
         where = join(self.location, "data", self.query_id, attempt)
+        columns = [f.name for f in table.schema().fields if f.name in frame.columns]
         with micros_timestamps(frame.sparkSession):
             (
-                frame.select(*JOURNAL_COLUMNS)
+                frame.select(*columns)
                 .withColumn("date", utc_date())
                 .sortWithinPartitions("date", "seq")
                 .write.partitionBy("date")
@@ -400,11 +425,27 @@ class IcebergTable:
     def read(self) -> DataFrame:
         """The current snapshot: Spark reads the Parquet files it lists."""
         paths = [f.file_path for f in self.data_files()]
+        ddl, columns = self._read_schema()
         if not paths:
-            empty = self.spark.createDataFrame([], JOURNAL_DDL)
+            empty = self.spark.createDataFrame([], ddl)
             return empty.withColumn("date", utc_date())
-        frame = self.spark.read.schema(JOURNAL_DDL).parquet(*paths)
-        return frame.select(*JOURNAL_COLUMNS).withColumn("date", utc_date())
+        frame = self.spark.read.schema(ddl).parquet(*paths)
+        return frame.select(*columns).withColumn("date", utc_date())
+
+    def _read_schema(self) -> tuple[str | StructType, list[str]]:
+        return read_schema(self.base_ddl, self.base_columns, self.payload_schema())
+
+    # -- the payload schema -----------------------------------------------------------------
+
+    def payload_schema(self) -> str | None:
+        table = self._load(create=False)
+        return None if table is None else table.properties.get(SCHEMA_PROPERTY)
+
+    def record_payload_schema(self, ddl: str, columns: DataFrame) -> None:
+        """A table property, and the typed columns the table lacks (`evolve`)."""
+        table = self._load(create=True)
+        assert table is not None
+        evolve(table, ddl, columns)
 
     def stats(self) -> LakeStats:
         """Rows, files, dates and seq range of the current snapshot, from its manifests."""
@@ -457,10 +498,11 @@ class IcebergTable:
             return 0, 0
         name = f"{int(time.time() * 1000):013d}-{uuid.uuid4().hex[:8]}"
         where = join(self.location, "data", "compact", name)
-        frame = self.spark.read.schema(JOURNAL_DDL).parquet(*[f.file_path for f in old])
+        ddl, columns = self._read_schema()
+        frame = self.spark.read.schema(ddl).parquet(*[f.file_path for f in old])
         with micros_timestamps(self.spark):
             (
-                frame.select(*JOURNAL_COLUMNS)
+                frame.select(*columns)
                 .withColumn("date", utc_date())
                 .repartition("date")
                 .sortWithinPartitions("date", "seq")

@@ -6,6 +6,8 @@ journal table ``<lake>/journal`` (partitioned by the UTC date of ``ts``) in one 
 formats of `table_format` (``delta`` by default, ``iceberg`` or ``parquet``)::
 
     <lake>/journal/                        the table (its files, and its log if it has one)
+    <lake>/quarantine/                     typed columns: rows whose payload does not fit
+    <lake>/sparkplug_metrics/, <lake>/sparkplug_quarantine/      --sparkplug (sparkplug_tables)
     <lake>/_checkpoints/ingest/spark/      Spark's checkpoint (default location)
     <lake>/_staging/ingest-<id>/           a batch while it is written (hidden from readers)
 
@@ -18,6 +20,16 @@ every seq is in the table once, whatever moment the job is killed at.
 
 The query is named by its checkpoint (`consumer_name`): the journal's consumer record for
 retention, and the application id a table with a log records each committed batch under.
+
+Typed columns (``schema``/``infer``, `typed_columns`). Before the query starts, the driver
+settles the payload schema of the run: the one the table records, the one given or inferred
+from the next rows (`typed_columns.resolve_schema`: new fields only with ``merge_schema``, a
+type change never), and records it in the table (`LakeTable.record_payload_schema`). Each
+batch is then split: the rows that fit, with their typed columns, are committed to the
+journal table, the others to the ``quarantine`` table beside it (same format, a query id of
+its own, ``<query>-quarantine``), each table exactly once by its own commit. A crash between
+the two commits is harmless: the replayed batch adds nothing to the journal table and its
+quarantine rows to the other.
 
 On a cluster, the lake and the checkpoint must be storage every node reaches at the same URI
 (HDFS, an object store, or one network file system mounted at the same path everywhere):
@@ -49,8 +61,17 @@ from .parquet_table import (
     table_uri,
     utc_date,
 )
-from .source import stream_journal
-from .table_format import DEFAULT_FORMAT, BatchStats, LakeStats, open_table
+from .source import read_journal, stream_journal
+from .table_format import (
+    DEFAULT_FORMAT,
+    QUARANTINE,
+    BatchStats,
+    LakeError,
+    LakeStats,
+    LakeTable,
+    open_table,
+)
+from .typed_columns import PayloadSchema, resolve_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -83,6 +104,9 @@ class IngestResult:
     seconds: float
     lake_stats: LakeStats
     table_format: str = DEFAULT_FORMAT
+    payload_schema: str | None = None  # the DDL the run wrote typed columns with
+    quarantined: int = 0  # rows the run put into the quarantine table
+    sparkplug: tuple[int, int] | None = None  # --sparkplug: metric rows, quarantined rows
 
     @property
     def rows(self) -> int:
@@ -158,6 +182,10 @@ def run_ingest(
     table_format: str = DEFAULT_FORMAT,
     catalog: str | None = None,
     table_name: str | None = None,
+    schema: str | None = None,
+    infer: bool = False,
+    merge_schema: bool = False,
+    sparkplug: bool = False,
 ) -> IngestResult:
     """Ingest the journal `where` is (a data directory, a store file, or the journal service's
     URL with `journal_options` for its client) into `lake` (see the module docstring).
@@ -170,6 +198,12 @@ def run_ingest(
     `table_format` is the journal table's format (`table_format.FORMATS`); `catalog` and
     `table_name` are Iceberg's. A table of another format at the lake is a `LakeError`,
     raised before anything is written.
+
+    `schema` (Spark DDL) or `infer` give the payloads typed columns, and `merge_schema`
+    lets them add fields to the schema the table records (see the module docstring); a
+    table that records a schema keeps being written with it when neither is given.
+    `sparkplug` also decodes each batch's Sparkplug B publications into the tables
+    ``sparkplug_metrics`` and ``sparkplug_quarantine`` (`SparkplugTables`).
     """
     from pyspark.errors import StreamingQueryException
 
@@ -181,6 +215,9 @@ def run_ingest(
         duration=duration,
         journal_options=journal_options,
     )
+    if schema is not None and infer:
+        raise LakeError("--schema and --infer: give one of them")
+    given = PayloadSchema.parse(schema) if schema is not None else None
     started = time.monotonic()
     location = locate(str(where), journal_options)
     lake_u = lake_uri(lake)
@@ -197,12 +234,69 @@ def run_ingest(
     )
     lake_table.check()
     batches: list[BatchStats] = []
+    fs = LakeFileSystem.for_uri(spark, ckpt)
+    payload_schema = _run_schema(
+        lake_table,
+        given,
+        infer=infer,
+        merge=merge_schema,
+        sample=lambda: read_journal(
+            spark,
+            str(where),
+            options={
+                **(journal_options or {}),
+                "startingSeq": (committed_offset(fs, join(ckpt, "spark")) or 0) + 1,
+            },
+        ),
+    )
+    quarantine: LakeTable | None = None
+    quarantined: list[int] = []
+    if payload_schema is not None:
+        lake_table = open_table(
+            table_format, spark, lake_u, query_id=query_id, catalog=catalog, table=table_name
+        )
+        quarantine = open_table(
+            table_format,
+            spark,
+            lake_u,
+            query_id=f"{query_id}-{QUARANTINE}",
+            catalog=catalog,
+            table=table_name,
+            sibling=QUARANTINE,
+        )
+        quarantine.check()
+        ddl = payload_schema.to_ddl()
+        if lake_table.payload_schema() != ddl:
+            lake_table.record_payload_schema(ddl, _typed_frame(spark, payload_schema))
+
+    decoder = None
+    if sparkplug:
+        from .sparkplug_tables import SparkplugTables
+
+        decoder = SparkplugTables.open(
+            spark, lake_u, table_format, query_id, ckpt, catalog=catalog, table=table_name
+        )
+        if payload_schema is None:  # its progress line carries the Sparkplug counts
+            lake_table = open_table(
+                table_format, spark, lake_u, query_id=query_id, catalog=catalog, table=table_name
+            )
 
     def commit(frame: DataFrame, batch_id: int) -> None:
-        stats = lake_table.commit_batch(frame, batch_id)
+        held = 0
+        if payload_schema is None or quarantine is None:
+            stats = lake_table.commit_batch(frame, batch_id)
+            line = batch_line(stats)
+        else:
+            with payload_schema.split(frame) as batch:
+                stats = lake_table.commit_batch(batch.rows, batch_id)
+                held = quarantine.commit_batch(batch.quarantine, batch_id).rows
+            quarantined.append(held)
+            line = f"{batch_line(stats)}, {held:,} quarantined"
         batches.append(stats)
-        if progress is not None and stats.rows:
-            progress(batch_line(stats))
+        if decoder is not None:
+            line += ", " + decoder.commit_batch(frame, batch_id)
+        if progress is not None and (stats.rows or held or decoder is not None):
+            progress(line)
 
     options: dict[str, object] = {**(journal_options or {}), "consumer": query_id}
     if max_rows_per_batch is not None:
@@ -238,5 +332,42 @@ def run_ingest(
         done = committed_offset(LakeFileSystem.for_uri(spark, ckpt), join(ckpt, "spark"))
         location.save_offset(query_id, done, False)
     return IngestResult(
-        lake_u, ckpt, batches, time.monotonic() - started, lake_table.stats(), table_format
+        lake_u,
+        ckpt,
+        batches,
+        time.monotonic() - started,
+        lake_table.stats(),
+        table_format,
+        None if payload_schema is None else payload_schema.to_ddl(),
+        sum(quarantined),
+        None if decoder is None else decoder.totals,
     )
+
+
+def _run_schema(
+    table: LakeTable,
+    given: PayloadSchema | None,
+    *,
+    infer: bool,
+    merge: bool,
+    sample: Callable[[], DataFrame],
+) -> PayloadSchema | None:
+    """The payload schema this run writes with (None: no typed columns): the table's, the
+    one given, or one inferred from `sample` (the rows after the checkpoint), settled by
+    `resolve_schema`. An inferred field the table has with another type keeps the table's
+    type (its odd values are quarantined)."""
+    ddl = table.payload_schema()
+    recorded = PayloadSchema.parse(ddl) if ddl else None
+    if infer:
+        inferred = PayloadSchema.infer(sample())
+        given = inferred if recorded is None else recorded.merge(inferred, keep_types=True)
+    if given is None:
+        return recorded
+    return resolve_schema(recorded, given, merge=merge)
+
+
+def _typed_frame(spark: SparkSession, schema: PayloadSchema) -> DataFrame:
+    """An empty DataFrame of the schema's typed columns (their Spark types)."""
+    from pyspark.sql.types import StructType
+
+    return spark.createDataFrame([], StructType.fromJson(json.loads(schema.to_json())))

@@ -58,6 +58,7 @@ __all__ = [
 ]
 
 Progress = Callable[[str], None]
+PAYLOAD_SCHEMA_FILE = "_payload_schema"  # the table's payload schema (DDL), beside its files
 COMPACT_REFUSED = (
     "compact needs a table format with a log (--format delta or iceberg): rewriting"
     " a plain Parquet table in place would show readers rows twice or not at all"
@@ -169,11 +170,14 @@ def batch_line(stats: BatchStats) -> str:
     )
 
 
-def lake_stats(fs: LakeFileSystem, lake: str | os.PathLike[str]) -> LakeStats:
-    """Rows, files, dates and seq range of the journal table, from Parquet footers."""
+def lake_stats(
+    fs: LakeFileSystem, lake: str | os.PathLike[str], table: str | None = None
+) -> LakeStats:
+    """Rows, files, dates and seq range of the journal table (or `table`), from Parquet
+    footers."""
     stats = LakeStats()
     dates = set()
-    for info in fs.glob(join(table_uri(lake), "date=*", "*.parquet")):
+    for info in fs.glob(join(table or table_uri(lake), "date=*", "*.parquet")):
         count, low, high = fs.parquet_stats(info.uri)
         stats.rows += count
         stats.files += 1
@@ -198,10 +202,12 @@ class ParquetTable:
         *,
         query_id: str | None = None,
         progress: Progress | None = None,
+        name: str | None = None,
     ) -> None:
+        """`name`: a table beside the journal (``quarantine``) instead of the journal."""
         self.spark = spark
         self.lake = lake_uri(lake)
-        self.table = table_uri(self.lake)
+        self.table = table_uri(self.lake) if name is None else join(self.lake, name)
         self.fs = LakeFileSystem.for_uri(spark, self.lake)
         # Staged beside the table, on its file system: a rename never crosses file systems.
         staging = join(self.lake, "_staging", query_id or "parquet")
@@ -217,10 +223,25 @@ class ParquetTable:
     def read(self) -> DataFrame:
         if not self.fs.glob(join(self.table, "date=*", "*.parquet")):
             raise LakeError(f"no journal table in {self.lake}: run telemq pipeline ingest first")
-        return self.spark.read.parquet(self.table)
+        # Files written before --merge-schema added a typed column lack it: NULL there.
+        merge = self.payload_schema() is not None
+        return self.spark.read.option("mergeSchema", str(merge).lower()).parquet(self.table)
 
     def stats(self) -> LakeStats:
+        if self.table != table_uri(self.lake):
+            return lake_stats(self.fs, self.table.rpartition("/")[0], self.table)
         return lake_stats(self.fs, self.lake)
+
+    def payload_schema(self) -> str | None:
+        """The DDL in ``<table>/_payload_schema`` (hidden from Parquet readers by its ``_``)."""
+        path = join(self.table, PAYLOAD_SCHEMA_FILE)
+        return self.fs.read_text(path).strip() if self.fs.exists(path) else None
+
+    def record_payload_schema(self, ddl: str, columns: DataFrame) -> None:
+        """Written before the batch's files: Parquet files carry their own schema, so new
+        columns need nothing more than readers merging schemas (`read`)."""
+        if self.payload_schema() != ddl:
+            self.fs.write_text(join(self.table, PAYLOAD_SCHEMA_FILE), ddl)
 
     def compact(self, keep_hours: float) -> str:
         raise LakeError(COMPACT_REFUSED)

@@ -34,10 +34,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 __all__ = [
     "DEFAULT_FORMAT",
     "FORMATS",
+    "QUARANTINE",
     "BatchStats",
     "LakeError",
     "LakeStats",
@@ -48,6 +50,7 @@ __all__ = [
 ]
 
 FORMATS = ("delta", "iceberg", "parquet")
+QUARANTINE = "quarantine"  # the sibling table of rows whose payload does not fit the schema
 DEFAULT_FORMAT = "delta"
 LAKE_EXTRA = "pip install 'telemq[lake]'"
 
@@ -95,6 +98,14 @@ class LakeTable(Protocol):
     def compact(self, keep_hours: float) -> str:
         """Merge small files and forget versions older than `keep_hours`; a summary line."""
 
+    def payload_schema(self) -> str | None:
+        """The payload schema (DDL, `typed_columns.SCHEMA_PROPERTY`) the table records."""
+
+    def record_payload_schema(self, ddl: str, columns: DataFrame) -> None:
+        """Record `ddl` as the table's payload schema, adding the typed columns `columns`
+        (an empty DataFrame of the typed fields) that the table lacks. Setting the same
+        schema again changes nothing, so a batch replayed after a crash is harmless."""
+
 
 def open_table(
     table_format: str,
@@ -105,9 +116,16 @@ def open_table(
     catalog: str | None = None,
     table: str | None = None,
     progress: Callable[[str], None] | None = None,
+    sibling: str | None = None,
+    columns: StructType | None = None,
 ) -> LakeTable:
     """The journal table of `lake` in `table_format`; `query_id` names the ingest query that
-    writes it (None for a reader). `catalog` and `table` are Iceberg's. Nothing is written."""
+    writes it (None for a reader). `catalog` and `table` are Iceberg's. `sibling` is
+    another table beside the journal: ``quarantine`` (`QUARANTINE`), at ``<lake>/quarantine``
+    (Iceberg: ``<namespace>.quarantine``, or ``<table>_quarantine`` for a table named other
+    than ``journal``); `columns` the Spark schema of a sibling other than ``quarantine``
+    (Iceberg makes the table from it; the others from the first batch). Nothing is
+    written."""
     if table_format not in FORMATS:
         raise LakeError(f"--format: expected one of {', '.join(FORMATS)}, got {table_format!r}")
     if table_format != "iceberg" and (catalog is not None or table is not None):
@@ -115,17 +133,24 @@ def open_table(
     if table_format == "parquet":
         from .parquet_table import ParquetTable
 
-        return ParquetTable(spark, lake, query_id=query_id, progress=progress)
+        return ParquetTable(spark, lake, query_id=query_id, progress=progress, name=sibling)
     if table_format == "delta":
         from .delta_table import DeltaLakeTable
 
-        return DeltaLakeTable(spark, lake, query_id=query_id, progress=progress)
+        return DeltaLakeTable(spark, lake, query_id=query_id, progress=progress, name=sibling)
     try:  # imported by name: the module is optional
         module: Any = importlib.import_module(f"{__package__}.iceberg_table")
     except ImportError as error:
         raise LakeError(f"iceberg support is not installed ({error}): {LAKE_EXTRA}") from None
     made: LakeTable = module.IcebergTable(
-        spark, lake, catalog=catalog, table=table, query_id=query_id, progress=progress
+        spark,
+        lake,
+        catalog=catalog,
+        table=table,
+        query_id=query_id,
+        progress=progress,
+        sibling=sibling,
+        columns=columns,
     )
     return made
 
