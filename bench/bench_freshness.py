@@ -146,9 +146,9 @@ def table_files(table_format: str, lake: Path) -> Callable[[], list[str]]:
             if not database.exists():
                 return []
             if not catalogs:
-                catalogs.append(
+                catalogs.append(  # named as ingest names it: the SQL catalog keys tables by it
                     load_catalog(
-                        "bench", type="sql", uri=f"sqlite:///{database}", warehouse=f"file:{lake}"
+                        "telemq", type="sql", uri=f"sqlite:///{database}", warehouse=f"file:{lake}"
                     )
                 )
             try:
@@ -374,20 +374,22 @@ def run_format(args: argparse.Namespace, table_format: str, work: Path) -> Resul
 
 
 def _batch_seconds(progress: Path) -> list[float]:
-    """Each committed batch's commit time, from ingest's progress lines (rows / rows/s)."""
-    seconds = []
+    """Each committed batch's commit time, from ingest's progress lines (rows / rows/s),
+    once per batch id."""
+    seconds: dict[str, float] = {}
     for text in progress.read_text(errors="replace").splitlines():
         line = text[text.index("batch ") :] if "batch " in text else ""
         if not line or " rows/s" not in line:
             continue
         try:
-            rows = int(line.split(": ", 1)[1].split(" rows", 1)[0].replace(",", ""))
-            rate = float(line.rsplit(", ", 1)[1].split(" rows/s")[0].replace(",", ""))
+            batch, rest = line.removeprefix("batch ").split(": ", 1)
+            rows = int(rest.split(" rows", 1)[0].replace(",", ""))
+            rate = float(rest.rsplit(", ", 1)[1].split(" rows/s")[0].replace(",", ""))
         except (IndexError, ValueError):
             continue
         if rows and rate:
-            seconds.append(rows / rate)
-    return seconds
+            seconds[batch] = rows / rate
+    return list(seconds.values())
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
