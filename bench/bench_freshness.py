@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion
 
 import telemq
 
@@ -189,7 +190,7 @@ def watch_table(
     list_files: Callable[[], list[str]], watch: Watch, interval: float, done: threading.Event
 ) -> None:
     """Poll the table until `done`; record when each message's row first becomes readable."""
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
     while not done.is_set():
         started = time.time()
@@ -228,7 +229,7 @@ class Published:
 def publish(port: int, rate: float, published: Published, done: threading.Event) -> None:
     """Publish `rate` messages/s (QoS 1, paho's own window) until `done`; each payload carries
     its publish time and number."""
-    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="bench-freshness")
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="bench-freshness")
     client.max_inflight_messages_set(10_000)
     client.max_queued_messages_set(0)
     client.connect("127.0.0.1", port)
