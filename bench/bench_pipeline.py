@@ -23,7 +23,7 @@ Then it starts a broker on that data directory with its journal service (``telem
    pandas is installed.
 
 5. ``telemq pipeline ingest`` (once, from the store file) into each table format
-   (`table_format.FORMATS`: Delta, Iceberg, plain Parquet), a fresh lake per run, against
+   (Delta, Iceberg, plain Parquet), a fresh lake per run, against
    the Parquet layout (target: Delta and Iceberg >= 0.8x) and Spark's JSON reader -> Parquet.
 
 Run from a checkout: ``python bench/bench_pipeline.py --rows 1000000`` (``--filter`` measures
@@ -56,7 +56,6 @@ from telemq.pipeline.ingest import run_ingest
 from telemq.pipeline.journal import read_bounds
 from telemq.pipeline.source import read_journal
 from telemq.pipeline.spark import spark_session
-from telemq.pipeline.table_format import FORMATS
 from telemq.store import SqliteStore
 
 FILTER = "temp > 30 AND hum < 60"
@@ -188,25 +187,37 @@ def measure(name: str, rows: int, repeat: int, job: Callable[[], None]) -> float
 
 def ingest_rates(spark: Any, data: Path, work: Path, count: int, repeat: int) -> dict[str, float]:
     """Rows/s of ``ingest`` (once: one batch of the whole journal) into each table format,
-    each run into a lake of its own (an ingest into a lake that has the rows adds nothing)."""
+    best of `repeat` rounds, each round running every format in turn (the Parquet layout
+    first), each run into a lake of its own (an ingest into a lake with the rows adds
+    nothing)."""
+    formats = ["parquet"]
+    for table_format, package in (("delta", "deltalake"), ("iceberg", "pyiceberg")):
+        if importlib.util.find_spec(package) is None:
+            print(f"  ({table_format}: {package} is not installed)")
+        else:
+            formats.append(table_format)
     runs = iter(range(1_000_000))
+    warm, _ = build(work / "warm-up", 2_000)  # the stream's Python workers, the libraries
+    for table_format in formats:
+        run_ingest(
+            spark,
+            str(warm),
+            str(work / "lakes" / f"warm-{table_format}"),
+            table_format=table_format,
+        )
     rates: dict[str, float] = {}
-    for table_format in FORMATS:
-        if (
-            table_format != "parquet"
-            and importlib.util.find_spec("deltalake" if table_format == "delta" else "pyiceberg")
-            is None
-        ):
-            print(f"  ({table_format}: its package is not installed)")
-            continue
+    for _ in range(repeat):
+        for table_format in formats:
 
-        def job(table_format: str = table_format) -> None:
-            lake = work / "lakes" / f"{table_format}-{next(runs)}"
-            result = run_ingest(spark, str(data), str(lake), table_format=table_format)
-            if result.lake_stats.rows != count:
-                raise RuntimeError(f"{table_format}: {result.lake_stats.rows} rows, not {count}")
+            def job(table_format: str = table_format) -> None:
+                lake = work / "lakes" / f"{table_format}-{next(runs)}"
+                result = run_ingest(spark, str(data), str(lake), table_format=table_format)
+                rows = result.lake_stats.rows
+                if rows != count:
+                    raise RuntimeError(f"{table_format}: {rows} rows in the lake, not {count}")
 
-        rates[table_format] = measure(f"ingest --format {table_format}", count, repeat, job)
+            rate = measure(f"ingest --format {table_format}", count, 1, job)
+            rates[table_format] = max(rate, rates.get(table_format, 0.0))
     shutil.rmtree(work / "lakes", ignore_errors=True)
     return rates
 
@@ -369,7 +380,7 @@ def ingest_only(
     )
     print("ingest (once) into each table format")
     rates = ingest_rates(spark, data, work, count, args.repeat)
-    print("ratios")
+    print("ratios (best run of each)")
     print_ingest(rates, reader)
     spark.stop()
     if not args.workdir:
