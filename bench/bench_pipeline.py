@@ -22,8 +22,13 @@ Then it starts a broker on that data directory with its journal service (``telem
    inside the reader (the raw format's `filter` option), and an Arrow-optimized UDF when
    pandas is installed.
 
+5. ``telemq pipeline ingest`` (once, from the store file) into each table format
+   (Delta, Iceberg, plain Parquet), a fresh lake per run, against
+   the Parquet layout (target: Delta and Iceberg >= 0.8x) and Spark's JSON reader -> Parquet.
+
 Run from a checkout: ``python bench/bench_pipeline.py --rows 1000000`` (``--filter`` measures
-another filter). The numbers depend on the machine; the ratios are the point.
+another filter; ``--ingest-only`` measures only 5, and the JSON reader it is compared with).
+The numbers depend on the machine; the ratios are the point.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from typing import Any
 
 from telemq.filters import compile_filter
 from telemq.journal.client import JournalClient, JournalServiceError
+from telemq.pipeline.ingest import run_ingest
 from telemq.pipeline.journal import read_bounds
 from telemq.pipeline.source import read_journal
 from telemq.pipeline.spark import spark_session
@@ -179,6 +185,43 @@ def measure(name: str, rows: int, repeat: int, job: Callable[[], None]) -> float
     return rate
 
 
+def ingest_rates(spark: Any, data: Path, work: Path, count: int, repeat: int) -> dict[str, float]:
+    """Rows/s of ``ingest`` (once: one batch of the whole journal) into each table format,
+    best of `repeat` rounds, each round running every format in turn (the Parquet layout
+    first), each run into a lake of its own (an ingest into a lake with the rows adds
+    nothing)."""
+    formats = ["parquet"]
+    for table_format, package in (("delta", "deltalake"), ("iceberg", "pyiceberg")):
+        if importlib.util.find_spec(package) is None:
+            print(f"  ({table_format}: {package} is not installed)")
+        else:
+            formats.append(table_format)
+    runs = iter(range(1_000_000))
+    warm, _ = build(work / "warm-up", 2_000)  # the stream's Python workers, the libraries
+    for table_format in formats:
+        run_ingest(
+            spark,
+            str(warm),
+            str(work / "lakes" / f"warm-{table_format}"),
+            table_format=table_format,
+        )
+    rates: dict[str, float] = {}
+    for _ in range(repeat):
+        for table_format in formats:
+
+            def job(table_format: str = table_format) -> None:
+                lake = work / "lakes" / f"{table_format}-{next(runs)}"
+                result = run_ingest(spark, str(data), str(lake), table_format=table_format)
+                rows = result.lake_stats.rows
+                if rows != count:
+                    raise RuntimeError(f"{table_format}: {rows} rows in the lake, not {count}")
+
+            rate = measure(f"ingest --format {table_format}", count, 1, job)
+            rates[table_format] = max(rate, rates.get(table_format, 0.0))
+    shutil.rmtree(work / "lakes", ignore_errors=True)
+    return rates
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000, help="messages (default 1M)")
@@ -186,6 +229,9 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=2, help="runs per measurement (best)")
     parser.add_argument("--workdir", help="keep the data here (default: a temporary directory)")
     parser.add_argument("--filter", default=FILTER, help=f"the filter (default {FILTER!r})")
+    parser.add_argument(
+        "--ingest-only", action="store_true", help="only ingest per table format (and JSON)"
+    )
     args = parser.parse_args()
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="telemq-bench-"))
@@ -204,6 +250,9 @@ def main() -> int:
 
     def noop(frame: Any) -> Callable[[], None]:
         return lambda: frame.write.format("noop").mode("overwrite").save()
+
+    if args.ingest_only:
+        return ingest_only(spark, args, data, lines, work, count, parquet)
 
     with journal_service(data) as url:
         # Warm up the JVM and the Python workers on a small slice of each path.
@@ -292,6 +341,47 @@ def main() -> int:
     if udf_arrow is not None:
         print(f"  filter option / Arrow Python UDF:       {native / udf_arrow:5.2f}x")
     print(f"  filter inside the reader / Python UDF:  {in_reader / udf:5.2f}x")
+    print("ingest (once) into each table format")
+    print_ingest(ingest_rates(spark, data, work, count, args.repeat), reader)
+    spark.stop()
+    if not args.workdir:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def print_ingest(rates: dict[str, float], json_reader: float) -> None:
+    """The ratios of ingest per format: against the Parquet layout and the JSON reader."""
+    parquet = rates.get("parquet")
+    for table_format, rate in rates.items():
+        against = f"{rate / parquet:5.2f}x the Parquet layout" if parquet else ""
+        goal = "  (target >= 0.8)" if table_format != "parquet" else ""
+        print(f"  {table_format:<8} {against}, {rate / json_reader:5.2f}x JSON -> Parquet{goal}")
+
+
+def ingest_only(
+    spark: Any,
+    args: argparse.Namespace,
+    data: Path,
+    lines: Path,
+    work: Path,
+    count: int,
+    parquet: Callable[[Any], Callable[[], None]],
+) -> int:
+    """`--ingest-only`: the JSON reader -> Parquet, then ingest into each format."""
+    spark.read.schema(JSON_SCHEMA).json(str(lines)).limit(20_000).write.format("noop").mode(
+        "overwrite"
+    ).save()
+    print("read + write Parquet")
+    reader = measure(
+        "Spark JSON reader (JSON lines)",
+        count,
+        args.repeat,
+        parquet(spark.read.schema(JSON_SCHEMA).json(str(lines))),
+    )
+    print("ingest (once) into each table format")
+    rates = ingest_rates(spark, data, work, count, args.repeat)
+    print("ratios (best run of each)")
+    print_ingest(rates, reader)
     spark.stop()
     if not args.workdir:
         shutil.rmtree(work, ignore_errors=True)
