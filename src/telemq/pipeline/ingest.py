@@ -223,14 +223,9 @@ def run_ingest(
     lake_u = lake_uri(lake)
     ckpt = lake_uri(checkpoint) if checkpoint is not None else default_checkpoint(lake_u)
     query_id = consumer_name(ckpt)
+    # The tables print nothing themselves: `commit` below writes one line per batch.
     lake_table = open_table(
-        table_format,
-        spark,
-        lake_u,
-        query_id=query_id,
-        catalog=catalog,
-        table=table_name,
-        progress=progress,
+        table_format, spark, lake_u, query_id=query_id, catalog=catalog, table=table_name
     )
     lake_table.check()
     batches: list[BatchStats] = []
@@ -252,9 +247,6 @@ def run_ingest(
     quarantine: LakeTable | None = None
     quarantined: list[int] = []
     if payload_schema is not None:
-        lake_table = open_table(
-            table_format, spark, lake_u, query_id=query_id, catalog=catalog, table=table_name
-        )
         quarantine = open_table(
             table_format,
             spark,
@@ -276,10 +268,6 @@ def run_ingest(
         decoder = SparkplugTables.open(
             spark, lake_u, table_format, query_id, ckpt, catalog=catalog, table=table_name
         )
-        if payload_schema is None:  # its progress line carries the Sparkplug counts
-            lake_table = open_table(
-                table_format, spark, lake_u, query_id=query_id, catalog=catalog, table=table_name
-            )
 
     def commit(frame: DataFrame, batch_id: int) -> None:
         held = 0
