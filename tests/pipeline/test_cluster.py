@@ -7,13 +7,23 @@ directory: they are as far from the broker's files as on another host. The jobs 
 run them, ``telemq pipeline ... --master spark://...``, and must give what ``local`` gives:
 ingest twice (the second adds nothing), aggregate and replay. An executor killed in the middle
 of an ingest is replaced, and the lake still holds every seq exactly once.
+
+The lake of the kill tests is a ``file:`` URI both sides reach (the test's directory, which
+the worker's namespace does not cover), and is read as users read it: by the format's own
+library (deltalake, pyiceberg) and by DuckDB over exactly the files the table's current
+version lists. The driver is killed between writing a batch's files and committing them (the
+`table_format.PAUSE_BEFORE_COMMIT` hook): those files are on disk and no reader sees them,
+and the next run removes them and lands every seq once.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +32,7 @@ import pytest
 
 from telemq.cli.main import main
 from telemq.pipeline.ingest import journal_table
+from telemq.pipeline.table_format import PAUSE_BEFORE_COMMIT
 from testsupport.process import users_and_acl, wait_until
 from testsupport.spark_cluster import SparkCluster, require_private_mounts, standalone_cluster
 
@@ -119,6 +130,46 @@ def lake_seqs(lake: Path) -> list[int]:
     return sorted(s for f in files for s in pq.read_table(f, columns=["seq"]).column(0).to_pylist())
 
 
+@dataclass(frozen=True, slots=True)
+class CurrentVersion:
+    """A table's current version as readers see it, and the data files on disk."""
+
+    seqs: list[int]  # read by the format's own library
+    duckdb_seqs: list[int]  # read by DuckDB from the files the version lists
+    listed: set[str]  # those files
+    on_disk: set[str]  # every data file under the table
+
+
+def current_version(table_format: str, lake: Path) -> CurrentVersion:
+    import duckdb
+
+    table = journal_table(lake)
+    if table_format == "delta":
+        from deltalake import DeltaTable
+
+        delta = DeltaTable(str(table))
+        seqs = delta.to_pyarrow_table(columns=["seq"]).column("seq").to_pylist()
+        listed = [u.removeprefix("file://") for u in delta.file_uris()]
+        on_disk = table.glob("date=*/*.parquet")
+    else:
+        from pyiceberg.catalog import load_catalog
+
+        catalog_db = lake / "_iceberg" / "catalog.db"
+        catalog = load_catalog("telemq", type="sql", uri=f"sqlite:///{catalog_db}")
+        iceberg = catalog.load_table("telemq.journal")
+        seqs = iceberg.scan(selected_fields=("seq",)).to_arrow().column("seq").to_pylist()
+        listed = [t.file.file_path.removeprefix("file:") for t in iceberg.scan().plan_files()]
+        on_disk = (table / "data").rglob("*.parquet")
+    query = f"SELECT seq FROM read_parquet({listed!r})" if listed else "SELECT 1 WHERE false"
+    duck = [row[0] for row in duckdb.sql(query).fetchall()]
+    return CurrentVersion(
+        sorted(seqs),
+        sorted(duck),
+        {os.path.realpath(p) for p in listed},
+        {os.path.realpath(p) for p in on_disk},
+    )
+
+
 def test_the_jobs_on_a_cluster_equal_the_jobs_on_local(
     spark: Any,
     cluster: SparkCluster,
@@ -163,8 +214,9 @@ def test_an_executor_killed_mid_ingest_still_lands_every_seq_once(
     lake = tmp_path / "lake"
     env = {**cluster.driver_env(), "TELEMQ_JOURNAL_PASSWORD": PASSWORDS["spark"]}
     command = on_cluster(
-        cluster, "ingest", *journal_args(url), "--lake", str(lake), "--max-rows-per-batch", "1500"
-    )
+        cluster, "ingest", *journal_args(url), "--lake", f"file:{lake}", "--format", "delta",
+        "--max-rows-per-batch", "1500",
+    )  # fmt: skip
     job = subprocess.Popen(
         [*command, "-q"], env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
@@ -184,6 +236,9 @@ def test_an_executor_killed_mid_ingest_still_lands_every_seq_once(
     assert stdout.decode().startswith(f"ingested {ROWS:,} rows"), stdout
     seqs = lake_seqs(lake)
     assert seqs == list(range(1, ROWS + 1)), (len(seqs), len(set(seqs)))
+    version = current_version("delta", lake)
+    assert version.seqs == version.duckdb_seqs == seqs
+    assert version.listed == version.on_disk
     # The kill came before the last batch: batches run one after the other, and a batch's
     # files enter the table only at its end, so when `after_kill` was read the batch after
     # its last one may have been running already, but the one after that had not started.
@@ -206,3 +261,45 @@ def test_an_executor_killed_mid_ingest_still_lands_every_seq_once(
     )
     # And what was killed was doing this job's work: it had run tasks before the kill.
     assert any("Running task" in cluster.executor_log(app, e) for e in dead), sorted(dead)
+
+
+@pytest.mark.parametrize("table_format", ["iceberg", "delta"])
+def test_a_driver_killed_between_writing_and_committing_lands_every_seq_once(
+    cluster: SparkCluster, served: tuple[Path, str], tmp_path: Path, table_format: str
+) -> None:
+    _, url = served
+    lake, paused = tmp_path / "lake", tmp_path / "paused"
+    ingest = (
+        "ingest", *journal_args(url), "--lake", f"file:{lake}", "--format", table_format,
+        "--max-rows-per-batch", "8000", "-q",
+    )  # fmt: skip
+    env = {
+        **cluster.driver_env(),
+        "TELEMQ_JOURNAL_PASSWORD": PASSWORDS["spark"],
+        PAUSE_BEFORE_COMMIT: f"1:{paused}",  # batch 0 commits, batch 1 is written and waits
+    }
+    job = subprocess.Popen(
+        on_cluster(cluster, *ingest), env=env, cwd=tmp_path, start_new_session=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        wait_until(lambda: paused.exists() or job.poll() is not None, JOB_DEADLINE, 0.1)
+        running = job.poll() is None
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)  # the driver and its JVM
+        _, stderr = job.communicate()
+    assert running and paused.exists(), f"{stderr.decode()[-6000:]}\n{cluster.log_tail()}"
+
+    killed = current_version(table_format, lake)
+    committed = killed.seqs
+    assert 0 < len(committed) < ROWS and committed == list(range(1, len(committed) + 1))
+    assert killed.duckdb_seqs == committed
+    unread = killed.on_disk - killed.listed
+    assert unread and killed.listed < killed.on_disk, "batch 1's files were written"
+
+    out = run_on_cluster(cluster, tmp_path, *ingest)
+    assert out.startswith(f"ingested {ROWS - len(committed):,} rows"), out
+    done = current_version(table_format, lake)
+    assert done.seqs == done.duckdb_seqs == list(range(1, ROWS + 1))
+    assert killed.listed <= done.listed and done.listed == done.on_disk
+    assert not unread & done.on_disk, "the files of the batch that never committed are gone"

@@ -68,7 +68,7 @@ from .iceberg_support import (
 from .ingest import utc_date
 from .journal import JOURNAL_DDL
 from .lakefs import FileInfo, LakeFileSystem, join, lake_uri
-from .table_format import BatchStats, LakeError, LakeStats, LakeTable
+from .table_format import BatchStats, LakeError, LakeStats, LakeTable, pause_before_commit
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -336,6 +336,7 @@ class IcebergTable:
             )
         files = self.fs.glob(join(where, "date=*", "*.parquet"))
         summary = {SUMMARY_QUERY: self.query_id, SUMMARY_BATCH: str(batch_id)}
+        pause_before_commit(batch_id)
         for attempt_no in range(COMMIT_ATTEMPTS):
             back_off(attempt_no)
             table.refresh()
