@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from .lakefs import LakeFileSystem, join, lake_uri
 from .parquet_table import refuse_other_format, table_uri, utc_date
-from .table_format import LAKE_EXTRA, BatchStats, LakeError, LakeStats
+from .table_format import LAKE_EXTRA, BatchStats, LakeError, LakeStats, pause_before_commit
 from .typed_columns import SCHEMA_PROPERTY as SCHEMA
 
 if TYPE_CHECKING:
@@ -149,6 +149,7 @@ class DeltaLakeTable:
         self._remove_uncommitted(done, only=batch_id)
         adds, stats = self._move_in(stage, batch_id)
         self.fs.delete(stage, recursive=True)
+        pause_before_commit(batch_id)
         if adds:
             self._commit(adds, dated, batch_id)
         stats.seconds = time.monotonic() - started

@@ -71,7 +71,14 @@ from .iceberg_support import (
 from .ingest import utc_date
 from .journal import JOURNAL_DDL
 from .lakefs import FileInfo, LakeFileSystem, join, lake_uri
-from .table_format import QUARANTINE, BatchStats, LakeError, LakeStats, LakeTable
+from .table_format import (
+    QUARANTINE,
+    BatchStats,
+    LakeError,
+    LakeStats,
+    LakeTable,
+    pause_before_commit,
+)
 from .typed_columns import QUARANTINE_DDL, SCHEMA_PROPERTY
 
 if TYPE_CHECKING:
@@ -361,6 +368,7 @@ class IcebergTable:
             )
         files = self.fs.glob(join(where, "date=*", "*.parquet"))
         summary = {SUMMARY_QUERY: self.query_id, SUMMARY_BATCH: str(batch_id)}
+        pause_before_commit(batch_id)
         for attempt_no in range(COMMIT_ATTEMPTS):
             back_off(attempt_no)
             table.refresh()

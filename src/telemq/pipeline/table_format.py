@@ -21,6 +21,10 @@ problem before anything is written.
 table has, for the readers. The default format of ingest is ``delta`` (`DEFAULT_FORMAT`): a
 table with a log gives readers a consistent version while ingest and compaction write, which
 plain Parquet cannot; ``parquet`` keeps the older layout.
+
+`pause_before_commit` is a test hook, off unless `PAUSE_BEFORE_COMMIT` is set: the ``delta``
+and ``iceberg`` tables call it between writing a batch's files and committing them, so that a
+crash test can kill the driver at exactly that point.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -47,12 +52,15 @@ __all__ = [
     "check_format",
     "detect_format",
     "open_table",
+    "pause_before_commit",
 ]
 
 FORMATS = ("delta", "iceberg", "parquet")
 QUARANTINE = "quarantine"  # the sibling table of rows whose payload does not fit the schema
 DEFAULT_FORMAT = "delta"
 LAKE_EXTRA = "pip install 'telemq[lake]'"
+PAUSE_BEFORE_COMMIT = "TELEMQ_LAKE_PAUSE_BEFORE_COMMIT"  # "<batch id>:<marker file>"
+PAUSE_SECONDS = 3600.0
 
 
 class LakeError(ValueError):
@@ -105,6 +113,19 @@ class LakeTable(Protocol):
         """Record `ddl` as the table's payload schema, adding the typed columns `columns`
         (an empty DataFrame of the typed fields) that the table lacks. Setting the same
         schema again changes nothing, so a batch replayed after a crash is harmless."""
+
+
+def pause_before_commit(batch_id: int) -> None:
+    """The test hook (see the module docstring): with ``<batch id>:<marker file>`` in the
+    environment variable `PAUSE_BEFORE_COMMIT`, the driver, holding that batch's files written
+    and not committed, creates the marker file and waits to be killed. Unset, nothing."""
+    batch, _, marker = os.environ.get(PAUSE_BEFORE_COMMIT, "").partition(":")
+    if not marker or batch != str(batch_id):
+        return
+    with open(marker, "w", encoding="utf-8") as made:
+        made.write(f"batch {batch_id}: files written, not committed\n")
+    time.sleep(PAUSE_SECONDS)
+    raise RuntimeError(f"{PAUSE_BEFORE_COMMIT}: batch {batch_id} was not killed while paused")
 
 
 def open_table(
