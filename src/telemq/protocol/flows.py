@@ -40,6 +40,12 @@ RELEASED_IDS_KEPT = 256
 OwnerRef: TypeAlias = object
 
 
+# `Flows.incoming` and `Flows.released` of every session without any: never written to
+# (the methods that add give the session its own first), only read, popped from, cleared.
+NOTHING_HELD: dict[int, object] = {}
+NOTHING_RELEASED: dict[int, tuple[int, int]] = {}
+
+
 class InflightState(enum.IntEnum):
     PUBLISHED = 1  # waiting for PUBACK (QoS 1) or PUBREC (QoS 2)
     RELEASED = 2  # QoS 2: PUBREL sent, waiting for PUBCOMP
@@ -79,9 +85,11 @@ class Flows:
         self.configured_inflight = max_inflight if max_inflight > 0 else MAX_PACKET_ID
         self.max_inflight = self.configured_inflight
         self.outbound: dict[int, Inflight] = {}
-        self.incoming: dict[int, object] = {}
+        # Both start as the shared empties (most sessions never receive QoS 2):
+        # `hold_incoming` and `remember_released` give the session its own at the first.
+        self.incoming: dict[int, object] = NOTHING_HELD
         # packet id -> (release_digest, connection_number at the release), oldest first
-        self.released: dict[int, tuple[int, int]] = {}
+        self.released: dict[int, tuple[int, int]] = NOTHING_RELEASED
         self.connection_number = 0  # raised by each connection that takes these flows
         self._last_id = 0
 
@@ -162,7 +170,10 @@ class Flows:
         return packet_id in self.incoming
 
     def hold_incoming(self, packet_id: int, message: object) -> None:
-        self.incoming[packet_id] = message
+        incoming = self.incoming
+        if incoming is NOTHING_HELD:
+            incoming = self.incoming = {}
+        incoming[packet_id] = message
         if self.released:
             self.released.pop(packet_id, None)  # the id now names another message
 
@@ -174,6 +185,8 @@ class Flows:
     def remember_released(self, packet_id: int, digest: int, connection_number: int) -> int:
         """Remember a released id; returns the id forgotten to make room, or 0."""
         released = self.released
+        if released is NOTHING_RELEASED:
+            released = self.released = {}
         released.pop(packet_id, None)
         released[packet_id] = (digest, connection_number)
         if len(released) > RELEASED_IDS_KEPT:

@@ -54,6 +54,10 @@ class ConnectionState(enum.Enum):
     CLOSED = "closed"
 
 
+# `_waiting` of every connection with nothing waiting: shared, since it is never added to.
+NOTHING_WAITING: list[int] = []
+
+
 class ConnectionLifecycle:
     """The handshake, resumption, deadlines and end of a connection (see the module
     docstring); `Connection` adds the message flow."""
@@ -102,7 +106,7 @@ class ConnectionLifecycle:
         self._out: list[bytes] = []
         # MQTT 5.0: packet ids in flight not re-sent yet on this connection: beyond the
         # client's Receive Maximum when it resumed its session (`resend_inflight`).
-        self._waiting: list[int] = []
+        self._waiting: list[int] = NOTHING_WAITING  # only ever replaced, never appended to
         self._connect_deadline: float | None = now + connect_timeout
         self._connect_timeout = connect_timeout
         self._closed_reason = ""

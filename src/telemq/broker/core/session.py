@@ -47,6 +47,7 @@ from ...protocol.packets import Will
 from ...protocol.peer5 import NO_EXPIRY, ServerLimits5
 from ..settings.tls import certificate_identity
 from .committer import Committer, WriteShare
+from .deadlines import Deadlines
 from .message import Delivery, Message
 
 if TYPE_CHECKING:
@@ -69,6 +70,12 @@ class DeliveryTarget(Protocol):
     """
 
     def take(self, message: Message, qos: int, retain: bool, properties: bytes) -> bool: ...
+
+
+# The queue and the held deliveries of every session that has none: never appended to
+# (`Session.enqueue`, `Session.hold` replace them first), only read, emptied, or replaced.
+NO_QUEUE: deque[Delivery] = deque()
+NONE_HELD: list[Delivery] = []
 
 
 class Session:
@@ -114,17 +121,33 @@ class Session:
         self.user_id = ""
         self.subscriptions: dict[str, int] = {}  # topic filter -> granted QoS
         self.flows = Flows(max_inflight)
-        self.queue: deque[Delivery] = deque()
+        # Both start as the shared empties (a deque is 624 bytes even empty, and most
+        # sessions never queue): `enqueue` and `hold` give a session its own at its first.
+        self.queue: deque[Delivery] = NO_QUEUE
         self.queued_bytes = 0  # topic and payload bytes queued (limits.max_queued_bytes)
         # Live deliveries held while retained ones are sent in slices (subscribe.py).
         self.holding = 0  # retained sets still being sent
-        self.held: list[Delivery] = []
+        self.held: list[Delivery] = NONE_HELD
         self.client: Client | None = None
         self.target: DeliveryTarget | None = None
         self.dropped = 0  # deliveries refused by its full queue
         self.forwarded = 0  # a link's: copies routed to the neighbour (`$SYS` messages/sent)
         self.link = False  # the session of a link to a neighbour broker (links.py)
         self.bridge = False  # the session of a bridge to another MQTT broker (bridges.py)
+
+    def enqueue(self, delivery: Delivery) -> None:
+        """`delivery` at the end of the queue, the session's own made at its first."""
+        queue = self.queue
+        if queue is NO_QUEUE:
+            queue = self.queue = deque()
+        queue.append(delivery)
+
+    def hold(self, delivery: Delivery) -> None:
+        """`delivery` held behind retained messages being sent (`holding`)."""
+        held = self.held
+        if held is NONE_HELD:
+            held = self.held = []
+        held.append(delivery)
 
     @property
     def backlog(self) -> int:
@@ -176,6 +199,7 @@ class ClientHub:
         "_flush_scheduled",
         "_paused_for_store",
         "committer",
+        "deadlines",
         "dirty_clients",
         "event_handlers",
         "limits",
@@ -196,6 +220,7 @@ class ClientHub:
         limits5: ServerLimits5 | None,
     ) -> None:
         self.loop = loop
+        self.deadlines = Deadlines(loop)  # every client's next deadline, on one timer
         self.limits = limits
         # What MQTT 5.0 connections are told and held to; None: 5.0 is off.
         self.limits5 = limits5
@@ -273,8 +298,7 @@ class Client(asyncio.Protocol):
     __slots__ = (
         "_dirty",
         "_slice_scheduled",
-        "_timer",
-        "_timer_at",
+        "_tick",
         "auth_connect",
         "auth_exchange",
         "backlog",
@@ -334,8 +358,7 @@ class Client(asyncio.Protocol):
         # neighbour dials again and again, has its own line at most once an hour (peers/).
         self.quiet_end = False
         self._dirty = False
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at: float | None = None
+        self._tick = 0  # the tick of `hub.deadlines` it is filed under; 0: none
         # One client's share of a loop turn (READ_BUDGET) and of the store's backlog: the
         # packets a read handles; whether the decoder holds packets for a later turn (and
         # reading is paused meanwhile); whether reading is paused until the running commit
@@ -489,9 +512,9 @@ class Client(asyncio.Protocol):
             transport.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        if self._tick:
+            self.hub.deadlines.remove(self, self._tick)
+            self._tick = 0
         connection = self.connection
         if connection is None:
             return
@@ -553,28 +576,30 @@ class Client(asyncio.Protocol):
     # -- timers -----------------------------------------------------------
 
     def _arm_timer(self) -> None:
-        """Keep one timer at the connection's next deadline; re-armed lazily."""
+        """Keep the connection filed at its next deadline (`Deadlines`); lazily: deadlines
+        move later on every read, and a tick that comes early just files it again."""
         connection = self.connection
         if connection is None:
             return
         due = connection.next_timer()
+        tick = self._tick
         if due is None:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-                self._timer_at = None
+            if tick:
+                self.hub.deadlines.remove(self, tick)
+                self._tick = 0
             return
-        # Deadlines move later on every read; a timer firing early just re-arms.
-        if self._timer is not None and self._timer_at is not None and self._timer_at <= due:
+        if tick and tick <= Deadlines.tick_of(due):
             return
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer_at = due
-        self._timer = self.hub.loop.call_at(due, self._on_timer)
+        deadlines = self.hub.deadlines
+        if tick:
+            deadlines.remove(self, tick)
+        self._tick = deadlines.file(self, due)
 
-    def _on_timer(self) -> None:
-        self._timer = None
-        self._timer_at = None
+    def deadline_reached(self, tick: int) -> None:
+        """The tick it was filed under came (`Deadlines`)."""
+        if tick != self._tick:
+            return
+        self._tick = 0
         connection = self.connection
         if connection is None:
             return
