@@ -104,7 +104,6 @@ class Session:
         "queue",
         "queued_bytes",
         "sub_point",
-        "subscriptions",
         "target",
         "user_id",
     )
@@ -119,7 +118,6 @@ class Session:
         self.created_us = 0  # UTC microseconds, kept in the store record
         self.sub_point = sub_point
         self.user_id = ""
-        self.subscriptions: dict[str, int] = {}  # topic filter -> granted QoS
         self.flows = Flows(max_inflight)
         # Both start as the shared empties (a deque is 624 bytes even empty, and most
         # sessions never queue): `enqueue` and `hold` give a session its own at its first.
