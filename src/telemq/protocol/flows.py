@@ -40,12 +40,6 @@ RELEASED_IDS_KEPT = 256
 OwnerRef: TypeAlias = object
 
 
-# `Flows.incoming` and `Flows.released` of every session without any: never written to
-# (the methods that add give the session its own first), only read, popped from, cleared.
-NOTHING_HELD: dict[int, object] = {}
-NOTHING_RELEASED: dict[int, tuple[int, int]] = {}
-
-
 class InflightState(enum.IntEnum):
     PUBLISHED = 1  # waiting for PUBACK (QoS 1) or PUBREC (QoS 2)
     RELEASED = 2  # QoS 2: PUBREL sent, waiting for PUBCOMP
@@ -68,6 +62,14 @@ class Inflight:
     properties: bytes = b""
 
 
+# `Flows.outbound`, `Flows.incoming` and `Flows.released` of every session without any:
+# never written to (the methods that add give the session its own first), only read,
+# popped from, cleared.
+NOTHING_IN_FLIGHT: dict[int, Inflight] = {}
+NOTHING_HELD: dict[int, object] = {}
+NOTHING_RELEASED: dict[int, tuple[int, int]] = {}
+
+
 class Flows:
     """Packet ids and in-flight tables of one session (see the module docstring)."""
 
@@ -84,9 +86,10 @@ class Flows:
     def __init__(self, max_inflight: int = 0) -> None:
         self.configured_inflight = max_inflight if max_inflight > 0 else MAX_PACKET_ID
         self.max_inflight = self.configured_inflight
-        self.outbound: dict[int, Inflight] = {}
-        # Both start as the shared empties (most sessions never receive QoS 2):
-        # `hold_incoming` and `remember_released` give the session its own at the first.
+        # The three start as the shared empties (an idle client has nothing in flight, most
+        # never receive QoS 2): `track`, `hold_incoming` and `remember_released` give the
+        # session its own at the first.
+        self.outbound: dict[int, Inflight] = NOTHING_IN_FLIGHT
         self.incoming: dict[int, object] = NOTHING_HELD
         # packet id -> (release_digest, connection_number at the release), oldest first
         self.released: dict[int, tuple[int, int]] = NOTHING_RELEASED
@@ -136,7 +139,10 @@ class Flows:
         elif packet_id in self.outbound or not 0 < packet_id <= MAX_PACKET_ID:
             raise LocalProtocolError(f"packet id {packet_id} is invalid or already in use")
         inflight = Inflight(packet_id, qos, topic, payload, retain, ref, state, now, properties)
-        self.outbound[packet_id] = inflight
+        outbound = self.outbound
+        if outbound is NOTHING_IN_FLIGHT:
+            outbound = self.outbound = {}
+        outbound[packet_id] = inflight
         return inflight
 
     def acknowledge(self, packet_id: int) -> Inflight | None:

@@ -299,7 +299,6 @@ class Client(asyncio.Protocol):
         "_tick",
         "auth_connect",
         "auth_exchange",
-        "backlog",
         "certificate_user",
         "client_id",
         "connected_at",
