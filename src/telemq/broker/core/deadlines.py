@@ -31,7 +31,18 @@ EARLY = 0.001
 class Timed(Protocol):
     """What is filed: a connection's client, called back at its tick."""
 
-    def deadline_reached(self, tick: int) -> None: ...
+    def deadline_reached(self, bucket: Bucket) -> None: ...
+
+
+class Bucket:
+    """The connections filed under one tick. A connection keeps a reference to its bucket
+    (shared with the others there), not the tick: no number of its own to keep."""
+
+    __slots__ = ("filed", "tick")
+
+    def __init__(self, tick: int) -> None:
+        self.tick = tick
+        self.filed: dict[Timed, None] = {}  # ordered, and removal is O(1)
 
 
 class Deadlines:
@@ -41,8 +52,7 @@ class Deadlines:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        # tick -> the connections filed under it (a dict: ordered, and removal is O(1))
-        self._buckets: dict[int, dict[Timed, None]] = {}
+        self._buckets: dict[int, Bucket] = {}  # by tick
         self._ticks: list[int] = []  # heap of the ticks in `_buckets`
         self._timer: asyncio.TimerHandle | None = None
         self._timer_tick = 0
@@ -53,32 +63,31 @@ class Deadlines:
         """The tick a deadline at `due` (loop time) is acted on."""
         return int(due / TICK) + 1
 
-    def file(self, timed: Timed, due: float) -> int:
-        """File `timed` to be called back at the tick of `due`; returns that tick."""
+    def file(self, timed: Timed, due: float) -> Bucket:
+        """File `timed` to be called back at the tick of `due`; returns its bucket."""
         tick = int(due / TICK) + 1
         if tick <= self._fired:
             tick = self._fired + 1
         buckets = self._buckets
         bucket = buckets.get(tick)
         if bucket is None:
-            bucket = buckets[tick] = {}
+            bucket = buckets[tick] = Bucket(tick)
             heapq.heappush(self._ticks, tick)
             if self._timer is None or tick < self._timer_tick:
                 self._arm(tick)
-        bucket[timed] = None
-        return tick
+        bucket.filed[timed] = None
+        return bucket
 
-    def remove(self, timed: Timed, tick: int) -> None:
-        """`timed`, filed under `tick`, is not to be called back (an emptied bucket stays
+    @staticmethod
+    def remove(timed: Timed, bucket: Bucket) -> None:
+        """`timed`, filed in `bucket`, is not to be called back (an emptied bucket stays
         until its tick)."""
-        bucket = self._buckets.get(tick)
-        if bucket is not None:
-            bucket.pop(timed, None)
+        bucket.filed.pop(timed, None)
 
     @property
     def filed(self) -> int:
         """How many connections wait for a tick."""
-        return sum(len(bucket) for bucket in self._buckets.values())
+        return sum(len(bucket.filed) for bucket in self._buckets.values())
 
     def close(self) -> None:
         """Stop the timer (the broker stops); what is filed is dropped."""
@@ -103,7 +112,9 @@ class Deadlines:
             tick = heapq.heappop(ticks)
             self._fired = tick
             bucket = buckets.pop(tick)
-            for timed in bucket:
-                timed.deadline_reached(tick)
+            filed = bucket.filed
+            bucket.filed = {}  # what files or removes itself now touches another dict
+            for timed in filed:
+                timed.deadline_reached(bucket)
         if ticks and (self._timer is None or ticks[0] < self._timer_tick):
             self._arm(ticks[0])

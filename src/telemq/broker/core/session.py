@@ -47,7 +47,7 @@ from ...protocol.packets import Will
 from ...protocol.peer5 import NO_EXPIRY, ServerLimits5
 from ..settings.tls import certificate_identity
 from .committer import Committer, WriteShare
-from .deadlines import Deadlines
+from .deadlines import Bucket, Deadlines
 from .message import Delivery, Message
 
 if TYPE_CHECKING:
@@ -294,9 +294,9 @@ class ClientHub:
 
 class Client(asyncio.Protocol):
     __slots__ = (
+        "_bucket",
         "_dirty",
         "_slice_scheduled",
-        "_tick",
         "auth_connect",
         "auth_exchange",
         "certificate_user",
@@ -355,7 +355,7 @@ class Client(asyncio.Protocol):
         # neighbour dials again and again, has its own line at most once an hour (peers/).
         self.quiet_end = False
         self._dirty = False
-        self._tick = 0  # the tick of `hub.deadlines` it is filed under; 0: none
+        self._bucket: Bucket | None = None  # where `hub.deadlines` has it filed
         # One client's share of a loop turn (READ_BUDGET) and of the store's backlog: the
         # packets a read handles; whether the decoder holds packets for a later turn (and
         # reading is paused meanwhile); whether reading is paused until the running commit
@@ -509,9 +509,9 @@ class Client(asyncio.Protocol):
             transport.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._tick:
-            self.hub.deadlines.remove(self, self._tick)
-            self._tick = 0
+        if self._bucket is not None:
+            Deadlines.remove(self, self._bucket)
+            self._bucket = None
         connection = self.connection
         if connection is None:
             return
@@ -579,24 +579,23 @@ class Client(asyncio.Protocol):
         if connection is None:
             return
         due = connection.next_timer()
-        tick = self._tick
+        bucket = self._bucket
         if due is None:
-            if tick:
-                self.hub.deadlines.remove(self, tick)
-                self._tick = 0
+            if bucket is not None:
+                Deadlines.remove(self, bucket)
+                self._bucket = None
             return
-        if tick and tick <= Deadlines.tick_of(due):
-            return
-        deadlines = self.hub.deadlines
-        if tick:
-            deadlines.remove(self, tick)
-        self._tick = deadlines.file(self, due)
+        if bucket is not None:
+            if bucket.tick <= Deadlines.tick_of(due):
+                return
+            Deadlines.remove(self, bucket)
+        self._bucket = self.hub.deadlines.file(self, due)
 
-    def deadline_reached(self, tick: int) -> None:
-        """The tick it was filed under came (`Deadlines`)."""
-        if tick != self._tick:
+    def deadline_reached(self, bucket: Bucket) -> None:
+        """The tick of the bucket it was filed in came (`Deadlines`)."""
+        if bucket is not self._bucket:
             return
-        self._tick = 0
+        self._bucket = None
         connection = self.connection
         if connection is None:
             return
