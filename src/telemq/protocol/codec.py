@@ -454,7 +454,7 @@ def decode_packet(
 
 # `Decoder._buffer` of every decoder with no bytes waiting (most connections, most of the
 # time): shared, so never written to.
-NO_BYTES_WAITING = bytearray()
+NO_BYTES_WAITING: Final = bytearray()
 
 
 class Decoder:

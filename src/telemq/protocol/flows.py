@@ -25,7 +25,7 @@ from __future__ import annotations
 import enum
 import zlib
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import Final, TypeAlias
 
 from .errors import LocalProtocolError, PacketIdsExhausted
 
@@ -65,9 +65,9 @@ class Inflight:
 # `Flows.outbound`, `Flows.incoming` and `Flows.released` of every session without any:
 # never written to (the methods that add give the session its own first), only read,
 # popped from, cleared.
-NOTHING_IN_FLIGHT: dict[int, Inflight] = {}
-NOTHING_HELD: dict[int, object] = {}
-NOTHING_RELEASED: dict[int, tuple[int, int]] = {}
+NOTHING_IN_FLIGHT: Final[dict[int, Inflight]] = {}
+NOTHING_HELD: Final[dict[int, object]] = {}
+NOTHING_RELEASED: Final[dict[int, tuple[int, int]]] = {}
 
 
 class Flows:

@@ -31,6 +31,7 @@ dialer's AWAIT_CONNACK, dialer.py).
 from __future__ import annotations
 
 import enum
+from typing import Final
 
 from .codec import Decoder, encode_ack, encode_publish
 from .errors import LocalProtocolError
@@ -55,7 +56,7 @@ class ConnectionState(enum.Enum):
 
 
 # `_waiting` of every connection with nothing waiting: shared, since it is never added to.
-NOTHING_WAITING: list[int] = []
+NOTHING_WAITING: Final[list[int]] = []
 
 
 class ConnectionLifecycle:

@@ -26,6 +26,7 @@ nothing for any of it. Nothing here reads a clock or does I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Final
 
 from .codec import encode, encode_ack
 from .codec5 import CONNACK_REASONS, DISCONNECT_REASONS, encode_publish5
@@ -103,9 +104,9 @@ class ServerLimits5:
 
 
 # A `Peer5`'s tables while it has none: shared, so never written to.
-NO_INBOUND_ALIASES: dict[int, str] = {}
-NO_OUTBOUND_ALIASES: dict[bytes, int] = {}
-NOTHING_UNANSWERED: set[int] = set()
+NO_INBOUND_ALIASES: Final[dict[int, str]] = {}
+NO_OUTBOUND_ALIASES: Final[dict[bytes, int]] = {}
+NOTHING_UNANSWERED: Final[set[int]] = set()
 
 
 @dataclass(slots=True)

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-from typing import Protocol
+from typing import Final, Protocol
 
 # Seconds per tick: how late a deadline may be acted on (keep-alives are whole seconds).
-TICK = 0.1
+TICK: Final = 0.1
 # A timer may fire this much before its time (the loop's clock resolution).
-EARLY = 0.001
+EARLY: Final = 0.001
 
 
 class Timed(Protocol):

@@ -31,7 +31,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 from ...protocol import (
     Connection,
@@ -74,8 +74,8 @@ class DeliveryTarget(Protocol):
 
 # The queue and the held deliveries of every session that has none: never appended to
 # (`Session.enqueue`, `Session.hold` replace them first), only read, emptied, or replaced.
-NO_QUEUE: deque[Delivery] = deque()
-NONE_HELD: list[Delivery] = []
+NO_QUEUE: Final[deque[Delivery]] = deque()
+NONE_HELD: Final[list[Delivery]] = []
 
 
 class Session:
