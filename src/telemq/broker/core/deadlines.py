@@ -28,6 +28,13 @@ TICK: Final = 0.1
 EARLY: Final = 0.001
 
 
+class Cancellable(Protocol):
+    """The loop's timer handle. uvloop's is not an `asyncio.TimerHandle`, and the compiled
+    build checks declared classes when it stores one: a protocol it does not check."""
+
+    def cancel(self) -> None: ...
+
+
 class Timed(Protocol):
     """What is filed: a connection's client, called back at its tick."""
 
@@ -54,7 +61,7 @@ class Deadlines:
         self._loop = loop
         self._buckets: dict[int, Bucket] = {}  # by tick
         self._ticks: list[int] = []  # heap of the ticks in `_buckets`
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: Cancellable | None = None
         self._timer_tick = 0
         self._fired = 0  # the last tick handled: nothing is filed at or before it
 
