@@ -123,5 +123,11 @@ class Deadlines:
             bucket.filed = {}  # what files or removes itself now touches another dict
             for timed in filed:
                 timed.deadline_reached(bucket)
-        if ticks and (self._timer is None or ticks[0] < self._timer_tick):
+        if ticks and (not self._armed() or ticks[0] < self._timer_tick):
             self._arm(ticks[0])
+
+    def _armed(self) -> bool:
+        """Whether a timer waits (asked in a method of its own: in `_fire`, which set the
+        timer to None, the type checker would take it for None still, and so would the
+        compiled build, though a callback may have armed one since)."""
+        return self._timer is not None
