@@ -452,6 +452,11 @@ def decode_packet(
     return packets[0]
 
 
+# `Decoder._buffer` of every decoder with no bytes waiting (most connections, most of the
+# time): shared, so never written to.
+NO_BYTES_WAITING: Final = bytearray()
+
+
 class Decoder:
     """Incremental decoder: feed it bytes as they arrive, get whole packets back.
 
@@ -477,7 +482,8 @@ class Decoder:
         protocol_level: int = ProtocolLevel.MQTT_3_1_1,
         mqtt5: bool = False,
     ) -> None:
-        self._buffer = bytearray()
+        # The shared empty until bytes wait: replaced, never written to (`append`, `feed`).
+        self._buffer = NO_BYTES_WAITING
         self.max_packet_size = max_packet_size
         # Until CONNECT is seen the strict 3.1.1 rules apply; set to the
         # connection's level afterwards.
@@ -498,7 +504,10 @@ class Decoder:
 
     def append(self, data: bytes) -> None:
         """Buffer bytes without decoding them (while CONNECT awaits its answer)."""
-        self._buffer += data
+        if self._buffer is NO_BYTES_WAITING:
+            self._buffer = bytearray(data)
+        else:
+            self._buffer += data
 
     def feed_partial(
         self, data: bytes, stop_at_handshake: bool = False, max_packets: int = 0
@@ -593,7 +602,13 @@ class Decoder:
             error = problem
         finally:
             if buffer:
-                del buffer[:pos]
+                if pos == size:
+                    self._buffer = NO_BYTES_WAITING  # frees what a large packet took
+                else:
+                    del buffer[:pos]
             elif pos < size:
-                buffer += data[pos:]
+                if buffer is NO_BYTES_WAITING:
+                    self._buffer = bytearray(data[pos:])
+                else:
+                    buffer += data[pos:]
         return packets, error

@@ -25,7 +25,7 @@ from __future__ import annotations
 import enum
 import zlib
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import Final, TypeAlias
 
 from .errors import LocalProtocolError, PacketIdsExhausted
 
@@ -62,6 +62,14 @@ class Inflight:
     properties: bytes = b""
 
 
+# `Flows.outbound`, `Flows.incoming` and `Flows.released` of every session without any:
+# never written to (the methods that add give the session its own first), only read,
+# popped from, cleared.
+NOTHING_IN_FLIGHT: Final[dict[int, Inflight]] = {}
+NOTHING_HELD: Final[dict[int, object]] = {}
+NOTHING_RELEASED: Final[dict[int, tuple[int, int]]] = {}
+
+
 class Flows:
     """Packet ids and in-flight tables of one session (see the module docstring)."""
 
@@ -78,10 +86,13 @@ class Flows:
     def __init__(self, max_inflight: int = 0) -> None:
         self.configured_inflight = max_inflight if max_inflight > 0 else MAX_PACKET_ID
         self.max_inflight = self.configured_inflight
-        self.outbound: dict[int, Inflight] = {}
-        self.incoming: dict[int, object] = {}
+        # The three start as the shared empties (an idle client has nothing in flight, most
+        # never receive QoS 2): `track`, `hold_incoming` and `remember_released` give the
+        # session its own at the first.
+        self.outbound: dict[int, Inflight] = NOTHING_IN_FLIGHT
+        self.incoming: dict[int, object] = NOTHING_HELD
         # packet id -> (release_digest, connection_number at the release), oldest first
-        self.released: dict[int, tuple[int, int]] = {}
+        self.released: dict[int, tuple[int, int]] = NOTHING_RELEASED
         self.connection_number = 0  # raised by each connection that takes these flows
         self._last_id = 0
 
@@ -128,7 +139,10 @@ class Flows:
         elif packet_id in self.outbound or not 0 < packet_id <= MAX_PACKET_ID:
             raise LocalProtocolError(f"packet id {packet_id} is invalid or already in use")
         inflight = Inflight(packet_id, qos, topic, payload, retain, ref, state, now, properties)
-        self.outbound[packet_id] = inflight
+        outbound = self.outbound
+        if outbound is NOTHING_IN_FLIGHT:
+            outbound = self.outbound = {}
+        outbound[packet_id] = inflight
         return inflight
 
     def acknowledge(self, packet_id: int) -> Inflight | None:
@@ -162,7 +176,10 @@ class Flows:
         return packet_id in self.incoming
 
     def hold_incoming(self, packet_id: int, message: object) -> None:
-        self.incoming[packet_id] = message
+        incoming = self.incoming
+        if incoming is NOTHING_HELD:
+            incoming = self.incoming = {}
+        incoming[packet_id] = message
         if self.released:
             self.released.pop(packet_id, None)  # the id now names another message
 
@@ -174,6 +191,8 @@ class Flows:
     def remember_released(self, packet_id: int, digest: int, connection_number: int) -> int:
         """Remember a released id; returns the id forgotten to make room, or 0."""
         released = self.released
+        if released is NOTHING_RELEASED:
+            released = self.released = {}
         released.pop(packet_id, None)
         released[packet_id] = (digest, connection_number)
         if len(released) > RELEASED_IDS_KEPT:

@@ -31,6 +31,7 @@ dialer's AWAIT_CONNACK, dialer.py).
 from __future__ import annotations
 
 import enum
+from typing import Final
 
 from .codec import Decoder, encode_ack, encode_publish
 from .errors import LocalProtocolError
@@ -52,6 +53,10 @@ class ConnectionState(enum.Enum):
     AUTHENTICATING = "authenticating"  # the server sent AUTH 0x18; waiting for the client's
     CONNECTED = "connected"
     CLOSED = "closed"
+
+
+# `_waiting` of every connection with nothing waiting: shared, since it is never added to.
+NOTHING_WAITING: Final[list[int]] = []
 
 
 class ConnectionLifecycle:
@@ -102,7 +107,7 @@ class ConnectionLifecycle:
         self._out: list[bytes] = []
         # MQTT 5.0: packet ids in flight not re-sent yet on this connection: beyond the
         # client's Receive Maximum when it resumed its session (`resend_inflight`).
-        self._waiting: list[int] = []
+        self._waiting: list[int] = NOTHING_WAITING  # only ever replaced, never appended to
         self._connect_deadline: float | None = now + connect_timeout
         self._connect_timeout = connect_timeout
         self._closed_reason = ""

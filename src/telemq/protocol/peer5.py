@@ -26,6 +26,7 @@ nothing for any of it. Nothing here reads a clock or does I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Final
 
 from .codec import encode, encode_ack
 from .codec5 import CONNACK_REASONS, DISCONNECT_REASONS, encode_publish5
@@ -102,6 +103,12 @@ class ServerLimits5:
         return None
 
 
+# A `Peer5`'s tables while it has none: shared, so never written to.
+NO_INBOUND_ALIASES: Final[dict[int, str]] = {}
+NO_OUTBOUND_ALIASES: Final[dict[bytes, int]] = {}
+NOTHING_UNANSWERED: Final[set[int]] = set()
+
+
 @dataclass(slots=True)
 class Peer5:
     """The client's limits from its CONNECT, and the per-connection state they govern."""
@@ -113,9 +120,11 @@ class Peer5:
     request_problem_information: bool = True
     auth_method: str | None = None  # CONNECT's Authentication Method
     reauthenticating: bool = False  # an AUTH 0x19 was received, its exchange is not over
-    inbound_aliases: dict[int, str] = field(default_factory=dict)
-    outbound_aliases: dict[bytes, int] = field(default_factory=dict)
-    unanswered: set[int] = field(default_factory=set)  # the client's QoS 1/2 packet ids
+    # The three start as shared empties (a set is 216 bytes even empty, and many clients
+    # use no aliases): whatever adds to one gives the connection its own first.
+    inbound_aliases: dict[int, str] = field(default_factory=lambda: NO_INBOUND_ALIASES)
+    outbound_aliases: dict[bytes, int] = field(default_factory=lambda: NO_OUTBOUND_ALIASES)
+    unanswered: set[int] = field(default_factory=lambda: NOTHING_UNANSWERED)  # QoS 1/2 ids
     # The peer is a server (a dialer's `Peer5`, from CONNACK): its PUBLISHes may carry
     # Subscription Identifiers, a client's may not [MQTT-3.3.4-6].
     server: bool = False
@@ -171,6 +180,8 @@ class Peer5:
                     f"topic alias {alias} is above the maximum of {limits.topic_alias_maximum}",
                 )
             if publish.topic:
+                if self.inbound_aliases is NO_INBOUND_ALIASES:
+                    self.inbound_aliases = {}
                 self.inbound_aliases[alias] = publish.topic
             else:
                 topic = self.inbound_aliases.get(alias)
@@ -235,6 +246,8 @@ class Peer5:
                     ReasonCode.RECEIVE_MAXIMUM_EXCEEDED,
                     f"more than {limits.receive_maximum} QoS 1/2 PUBLISHes unanswered",
                 )
+            if unanswered is NOTHING_UNANSWERED:
+                unanswered = self.unanswered = set()
             unanswered.add(packet_id)
         return _FINE, ""
 
@@ -364,6 +377,8 @@ class Peer5:
         if len(aliases) >= self.topic_alias_maximum:
             return False, 0
         alias = len(aliases) + 1
+        if aliases is NO_OUTBOUND_ALIASES:
+            aliases = self.outbound_aliases = {}
         aliases[topic] = alias
         return False, alias
 

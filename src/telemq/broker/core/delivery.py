@@ -46,7 +46,7 @@ from ...protocol.properties import (
 from ...store import DeliveryRecord, DeliveryState
 from .committer import Committer
 from .message import Delivery, Message
-from .session import Session
+from .session import NONE_HELD, Session
 
 if TYPE_CHECKING:
     from .session import Client
@@ -184,9 +184,9 @@ class Deliveries:
                 )
             )
         if live and session.holding:
-            session.held.append(delivery)
+            session.hold(delivery)
         else:
-            session.queue.append(delivery)
+            session.enqueue(delivery)
         session.queued_bytes += size
         return delivery
 
@@ -197,7 +197,7 @@ class Deliveries:
         (True); False when the session is not holding."""
         if not session.holding:
             return False
-        session.held.append(Delivery(message, 0, retain, 0, extra))
+        session.hold(Delivery(message, 0, retain, 0, extra))
         return True
 
     def release_held(self, session: Session) -> None:
@@ -205,12 +205,12 @@ class Deliveries:
         held = session.held
         if not held:
             return
-        session.held = []
+        session.held = NONE_HELD
         for delivery in held:
             if delivery.qos == 0:
                 self.send_qos0_to(session, delivery.message, delivery.retain, delivery.properties)
             else:
-                session.queue.append(delivery)
+                session.enqueue(delivery)
         self.pump(session)
 
     def hand_off_all(self, hand_offs: list[tuple[Session, Delivery]]) -> None:
@@ -405,7 +405,7 @@ class Deliveries:
 
     def restore_queued(self, session: Session, delivery: Delivery) -> None:
         """A queued delivery read back from the store at start."""
-        session.queue.append(delivery)
+        session.enqueue(delivery)
         if delivery.qos:
             session.queued_bytes += delivery.message.size
 

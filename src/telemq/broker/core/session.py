@@ -31,7 +31,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 from ...protocol import (
     Connection,
@@ -47,6 +47,7 @@ from ...protocol.packets import Will
 from ...protocol.peer5 import NO_EXPIRY, ServerLimits5
 from ..settings.tls import certificate_identity
 from .committer import Committer, WriteShare
+from .deadlines import Bucket, Deadlines
 from .message import Delivery, Message
 
 if TYPE_CHECKING:
@@ -69,6 +70,12 @@ class DeliveryTarget(Protocol):
     """
 
     def take(self, message: Message, qos: int, retain: bool, properties: bytes) -> bool: ...
+
+
+# The queue and the held deliveries of every session that has none: never appended to
+# (`Session.enqueue`, `Session.hold` replace them first), only read, emptied, or replaced.
+NO_QUEUE: Final[deque[Delivery]] = deque()
+NONE_HELD: Final[list[Delivery]] = []
 
 
 class Session:
@@ -97,7 +104,6 @@ class Session:
         "queue",
         "queued_bytes",
         "sub_point",
-        "subscriptions",
         "target",
         "user_id",
     )
@@ -112,19 +118,34 @@ class Session:
         self.created_us = 0  # UTC microseconds, kept in the store record
         self.sub_point = sub_point
         self.user_id = ""
-        self.subscriptions: dict[str, int] = {}  # topic filter -> granted QoS
         self.flows = Flows(max_inflight)
-        self.queue: deque[Delivery] = deque()
+        # Both start as the shared empties (a deque is 624 bytes even empty, and most
+        # sessions never queue): `enqueue` and `hold` give a session its own at its first.
+        self.queue: deque[Delivery] = NO_QUEUE
         self.queued_bytes = 0  # topic and payload bytes queued (limits.max_queued_bytes)
         # Live deliveries held while retained ones are sent in slices (subscribe.py).
         self.holding = 0  # retained sets still being sent
-        self.held: list[Delivery] = []
+        self.held: list[Delivery] = NONE_HELD
         self.client: Client | None = None
         self.target: DeliveryTarget | None = None
         self.dropped = 0  # deliveries refused by its full queue
         self.forwarded = 0  # a link's: copies routed to the neighbour (`$SYS` messages/sent)
         self.link = False  # the session of a link to a neighbour broker (links.py)
         self.bridge = False  # the session of a bridge to another MQTT broker (bridges.py)
+
+    def enqueue(self, delivery: Delivery) -> None:
+        """`delivery` at the end of the queue, the session's own made at its first."""
+        queue = self.queue
+        if queue is NO_QUEUE:
+            queue = self.queue = deque()
+        queue.append(delivery)
+
+    def hold(self, delivery: Delivery) -> None:
+        """`delivery` held behind retained messages being sent (`holding`)."""
+        held = self.held
+        if held is NONE_HELD:
+            held = self.held = []
+        held.append(delivery)
 
     @property
     def backlog(self) -> int:
@@ -176,6 +197,7 @@ class ClientHub:
         "_flush_scheduled",
         "_paused_for_store",
         "committer",
+        "deadlines",
         "dirty_clients",
         "event_handlers",
         "limits",
@@ -196,6 +218,7 @@ class ClientHub:
         limits5: ServerLimits5 | None,
     ) -> None:
         self.loop = loop
+        self.deadlines = Deadlines(loop)  # every client's next deadline, on one timer
         self.limits = limits
         # What MQTT 5.0 connections are told and held to; None: 5.0 is off.
         self.limits5 = limits5
@@ -271,13 +294,11 @@ class ClientHub:
 
 class Client(asyncio.Protocol):
     __slots__ = (
+        "_bucket",
         "_dirty",
         "_slice_scheduled",
-        "_timer",
-        "_timer_at",
         "auth_connect",
         "auth_exchange",
-        "backlog",
         "certificate_user",
         "client_id",
         "connected_at",
@@ -334,8 +355,7 @@ class Client(asyncio.Protocol):
         # neighbour dials again and again, has its own line at most once an hour (peers/).
         self.quiet_end = False
         self._dirty = False
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at: float | None = None
+        self._bucket: Bucket | None = None  # where `hub.deadlines` has it filed
         # One client's share of a loop turn (READ_BUDGET) and of the store's backlog: the
         # packets a read handles; whether the decoder holds packets for a later turn (and
         # reading is paused meanwhile); whether reading is paused until the running commit
@@ -489,9 +509,9 @@ class Client(asyncio.Protocol):
             transport.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        if self._bucket is not None:
+            Deadlines.remove(self, self._bucket)
+            self._bucket = None
         connection = self.connection
         if connection is None:
             return
@@ -553,28 +573,29 @@ class Client(asyncio.Protocol):
     # -- timers -----------------------------------------------------------
 
     def _arm_timer(self) -> None:
-        """Keep one timer at the connection's next deadline; re-armed lazily."""
+        """Keep the connection filed at its next deadline (`Deadlines`); lazily: deadlines
+        move later on every read, and a tick that comes early just files it again."""
         connection = self.connection
         if connection is None:
             return
         due = connection.next_timer()
+        bucket = self._bucket
         if due is None:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-                self._timer_at = None
+            if bucket is not None:
+                Deadlines.remove(self, bucket)
+                self._bucket = None
             return
-        # Deadlines move later on every read; a timer firing early just re-arms.
-        if self._timer is not None and self._timer_at is not None and self._timer_at <= due:
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer_at = due
-        self._timer = self.hub.loop.call_at(due, self._on_timer)
+        if bucket is not None:
+            if bucket.tick <= Deadlines.tick_of(due):
+                return
+            Deadlines.remove(self, bucket)
+        self._bucket = self.hub.deadlines.file(self, due)
 
-    def _on_timer(self) -> None:
-        self._timer = None
-        self._timer_at = None
+    def deadline_reached(self, bucket: Bucket) -> None:
+        """The tick of the bucket it was filed in came (`Deadlines`)."""
+        if bucket is not self._bucket:
+            return
+        self._bucket = None
         connection = self.connection
         if connection is None:
             return
