@@ -52,8 +52,8 @@ BUILD_INDEPENDENT = (
 
 def _start_longest_groups_first(items: list[pytest.Item]) -> None:
     """The longest groups first, so that no worker is left alone with one at the end
-    (xdist hands groups out in collection order): the Spark cluster, then the groups with
-    other Spark tests, then the rest. A group keeps its tests in their order."""
+    (xdist hands groups out in collection order): the Spark cluster groups, then the groups
+    with other Spark tests, then the rest. A group keeps its tests in their order."""
 
     def group(item: pytest.Item) -> str:
         marker = item.get_closest_marker("xdist_group")
@@ -62,7 +62,8 @@ def _start_longest_groups_first(items: list[pytest.Item]) -> None:
     rank: dict[str, int] = {}
     for item in items:
         name = group(item)
-        weight = 0 if name == "spark-cluster" else 1 if item.get_closest_marker("spark") else 2
+        cluster = name.startswith("spark-cluster")
+        weight = 0 if cluster else 1 if item.get_closest_marker("spark") else 2
         rank[name] = min(rank.get(name, 2), weight)
     items.sort(key=lambda item: rank[group(item)])
 

@@ -212,6 +212,10 @@ def test_the_jobs_on_a_cluster_equal_the_jobs_on_local(
     assert remote and remote == table_rows(local_out, ("seq",))
 
 
+# A group of its own: another worker starts a second cluster (the module's fixtures are per
+# worker) and runs the kills beside the test above, which would otherwise follow it alone at
+# the end of the suite.
+@pytest.mark.xdist_group("spark-cluster-kills")
 @pytest.mark.parametrize("table_format", ["delta", "iceberg"])
 def test_an_executor_then_the_driver_killed_mid_ingest_land_every_seq_once(
     cluster: SparkCluster, served: tuple[Path, str], tmp_path: Path, table_format: str
