@@ -18,9 +18,9 @@ workers=$((2 * cores))
 parallel=(-n "$workers" --dist loadgroup)
 echo "== the compiled build" >&2
 # --durations: the slowest tests at the end of each pass, to keep the whole run short
-# (16.5 to 18 minutes with the install on 2 cores in November 2026: the install 2 to 3, the
-# compiled pass 10 to 11, the pure-Python pass 4 to 5; the Spark cluster tests are the
-# compiled pass's longest group).
+# (about 21.5 minutes with the install on 2 cores at the end of November 2026: the install
+# about 3, the compiled pass 13.5, the pure-Python pass 4.5 to 5; the Spark cluster tests,
+# in two groups, are the compiled pass's longest).
 TELEMQ_EXPECT_BUILD=compiled python3 -m pytest "${parallel[@]}" --durations=15 "$@"
 echo "== pure Python, from the source" >&2
 # The source as pure Python is what an install without a C compiler runs: the tests of what
