@@ -8,6 +8,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import deltalake
+import duckdb
 import pytest
 
 from telemq.cli.main import main
@@ -19,9 +21,6 @@ from telemq.pipeline.source import read_journal
 from telemq.pipeline.table_format import LakeError, open_table
 
 from .helpers import append_journal, telemetry
-
-deltalake = pytest.importorskip("deltalake")
-duckdb = pytest.importorskip("duckdb")
 
 pytestmark = pytest.mark.spark
 

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pyiceberg  # noqa: F401  (the lake extra: a missing one fails, never skips)
 import pytest
 
 from telemq.pipeline.iceberg_table import IcebergTable
@@ -15,7 +16,6 @@ from testsupport.process import free_port
 
 from .helpers import append_journal, frame_rows, journal_rows, telemetry
 
-pytest.importorskip("pyiceberg")
 pytestmark = pytest.mark.spark
 
 

@@ -14,6 +14,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from telemq.cli.demo import Sensor
@@ -21,7 +22,6 @@ from telemq.cli.main import main
 
 from .helpers import Pub, append_journal, read_lake_table
 
-pa = pytest.importorskip("pyarrow")
 pytestmark = pytest.mark.spark
 
 SCHEMA = "sensor STRING, temp DOUBLE, humidity DOUBLE"
