@@ -44,6 +44,12 @@ def test_links_in_metrics(tmp_path: Path) -> None:
                 lambda: value(samples(b), "telemq_link_messages_received_total", link="A") == 3,
                 LINK_TIMEOUT,
             )
+            # The queue depth counts what is sent but not yet acknowledged: B's last
+            # acknowledgement must reach A before B stops, or it stays in the count.
+            assert wait_until(
+                lambda: value(samples(a), "telemq_link_queued_messages", link="B") == 0,
+                LINK_TIMEOUT,
+            )
             subscriber.close()
             network.brokers["B"].stop()
             assert wait_until(
