@@ -6,8 +6,10 @@
 # Each pass runs on two pytest-xdist workers per core: the tests spend most of their time
 # waiting on brokers, Spark and sockets (one worker per core kept the cores 40% busy). Each
 # test file runs on one worker (`--dist loadgroup`, a group per file made in
-# tests/conftest.py: a module's shared brokers start once; the Spark cluster tests share one
-# group, so two standalone clusters never run at once, and start first). Workers share
+# tests/conftest.py: a module's shared brokers start once; the Spark cluster tests have
+# groups of their own). The longest groups start first, in the order tests/conftest.py sorts
+# them (`--no-loadscope-reorder`: xdist would otherwise order them by their number of tests,
+# and the cluster tests, few and long, would start last). Workers share
 # nothing: each has its own temporary directories, Spark session and slice of ports
 # (tests/testsupport/process.py, `free_port`).
 set -euo pipefail
@@ -15,7 +17,7 @@ cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh --test
 cores=$(nproc 2>/dev/null || echo 1)
 workers=$((2 * cores))
-parallel=(-n "$workers" --dist loadgroup)
+parallel=(-n "$workers" --dist loadgroup --no-loadscope-reorder)
 echo "== the compiled build" >&2
 # --durations: the slowest tests at the end of each pass, to keep the whole run short
 # (about 21.5 minutes with the install on 2 cores at the end of November 2026: the install

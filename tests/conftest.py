@@ -51,21 +51,27 @@ BUILD_INDEPENDENT = (
 
 
 def _start_longest_groups_first(items: list[pytest.Item]) -> None:
-    """The longest groups first, so that no worker is left alone with one at the end
-    (xdist hands groups out in collection order): the Spark cluster groups, then the groups
-    with other Spark tests, then the rest. A group keeps its tests in their order."""
+    """The longest groups first, so that no worker is left alone with one at the end: the
+    Spark cluster groups, then the groups with other Spark tests, then the rest, each kind
+    by its number of tests, most first. A group keeps its tests in their order.
+
+    xdist hands groups out in collection order only with ``--no-loadscope-reorder``
+    (scripts/test.sh); by default it orders them by their number of tests alone, which put
+    the cluster groups, few tests of minutes each, at the very end."""
 
     def group(item: pytest.Item) -> str:
         marker = item.get_closest_marker("xdist_group")
         return str(marker.args[0]) if marker is not None and marker.args else ""
 
     rank: dict[str, int] = {}
+    size: dict[str, int] = {}
     for item in items:
         name = group(item)
         cluster = name.startswith("spark-cluster")
         weight = 0 if cluster else 1 if item.get_closest_marker("spark") else 2
         rank[name] = min(rank.get(name, 2), weight)
-    items.sort(key=lambda item: rank[group(item)])
+        size[name] = size.get(name, 0) + 1
+    items.sort(key=lambda item: (rank[group(item)], -size[group(item)]))
 
 
 def _skip_pure_python(items: list[pytest.Item]) -> None:

@@ -38,9 +38,9 @@ from testsupport.spark_cluster import SparkCluster, require_private_mounts, stan
 
 from .helpers import journal_service, telemetry
 
-# One standalone cluster at a time: under pytest-xdist (--dist loadgroup) the tests of both
-# modules run on one worker, each module's cluster started once, and first (xdist hands
-# out the largest groups first), beside the rest of the suite.
+# Under pytest-xdist (--dist loadgroup) the tests of both cluster modules run on one worker,
+# each module's cluster started once, and first (tests/conftest.py), beside the rest of the
+# suite; the kill test has a group, and so a worker and a cluster, of its own (below).
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600), pytest.mark.xdist_group("spark-cluster")]
 
 PASSWORDS = {"spark": "spark-cluster-pw"}
