@@ -48,7 +48,8 @@ Guarantees and where they live:
 
 Modules: `journal` (pyarrow only), `source`, `sink`, `spark` (session and Java check),
 `ingest`, `table_format` (the seam to the table formats), `parquet_table`, `delta_table`,
-`typed_columns`, `sparkplug_tables`, `sparkplug_source`, `aggregate`, `replay`, `subscriptions`, `progress`.
+`typed_columns`, `sparkplug_tables`, `sparkplug_source`, `aggregate`, `replay`,
+`subscriptions`, `progress`.
 Everything that needs pyspark is imported on first use, so ``telemq serve`` runs without
 it. See ``docs/pipeline.md``.
 """
