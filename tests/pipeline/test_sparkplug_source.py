@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from telemq.pipeline.source import read_journal, register, stream_journal
+from telemq.pipeline.source import SourceOptions, read_journal, register, stream_journal
 from telemq.pipeline.sparkplug_rows import decode_sparkplug
 from telemq.pipeline.sparkplug_schema import METRIC_COLUMNS, quarantine_schema
 from telemq.pipeline.sparkplug_source import BIRTH_FILTERS, birth_filters
@@ -58,6 +58,12 @@ def test_birth_filters_follow_the_topics_read() -> None:
         "spBv1.0/Plant/NBIRTH/edge1",
     )
     assert birth_filters(["+/+/NDATA/edge1"]) == ("spBv1.0/+/NBIRTH/edge1",)
+
+
+def test_an_unknown_view_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="option sparkplug: expected metrics or quarantine"):
+        SourceOptions.parse({"path": "data", "sparkplug": "rows"})
+    assert SourceOptions.parse({"path": "data", "SPARKPLUG": " Metrics"}).sparkplug == "metrics"
 
 
 @pytest.mark.spark
