@@ -18,7 +18,8 @@ copied store): `location` is the seam between the two.
     location.JournalService | location.StoreFile   bounds, ranges, consumer offsets
         v
     source.TelemqDataSource  format("telemq"): batch + stream, offsets {"seq": N}
-        |                    partitions are seq ranges, read by executors in parallel
+        |                    partitions are seq ranges, read by executors in parallel;
+        |                    option sparkplug: metric rows (sparkplug_source)
         +--> ingest     journal -> <lake>/journal by date, exactly-once, through a
         |       |       table_format.LakeTable: delta_table (default), iceberg_table,
         |       |       parquet_table; compact merges a table's small files;
@@ -47,7 +48,8 @@ Guarantees and where they live:
 
 Modules: `journal` (pyarrow only), `source`, `sink`, `spark` (session and Java check),
 `ingest`, `table_format` (the seam to the table formats), `parquet_table`, `delta_table`,
-`typed_columns`, `sparkplug_tables`, `aggregate`, `replay`, `subscriptions`, `progress`.
+`typed_columns`, `sparkplug_tables`, `sparkplug_source`, `aggregate`, `replay`,
+`subscriptions`, `progress`.
 Everything that needs pyspark is imported on first use, so ``telemq serve`` runs without
 it. See ``docs/pipeline.md``.
 """

@@ -28,7 +28,9 @@ store file), ``topics`` (MQTT topic
 filters, comma-separated or a JSON list), ``filter`` (SQL filter), ``startingSeq``
 (``earliest`` | ``latest`` | first seq), ``endingSeq`` (batch: last seq), ``maxRowsPerBatch``
 (stream), ``rowsPerPartition``, ``minPartitions``, ``failOnDataLoss``, ``consumer`` (stream:
-name of the consumer record). ``filter`` given straight to the format is evaluated by the
+name of the consumer record), ``sparkplug`` (``metrics`` | ``quarantine``: Sparkplug B metric
+rows, or what cannot be read with the reason, instead of journal rows; `sparkplug_source`,
+docs/sparkplug.md). ``filter`` given straight to the format is evaluated by the
 Python evaluator inside the reader, because a data source cannot add Spark expressions to the
 plan; `read_journal` and `stream_journal` (which every job uses) compile it to a native
 Column instead (`telemq.filters.spark.to_column`). Both give the same rows.
@@ -126,6 +128,17 @@ def _bool_option(options: Mapping[str, str], name: str, default: bool) -> bool:
     return text == "true"
 
 
+def sparkplug_view(options: Mapping[str, object]) -> str | None:
+    """The option ``sparkplug``: ``metrics``, ``quarantine`` or None (journal rows)."""
+    raw = {str(k).lower(): v for k, v in options.items()}.get("sparkplug")
+    view = str(raw).strip().lower() if raw is not None else ""
+    if view and view not in ("metrics", "quarantine"):
+        raise ValueError(
+            f"telemq source: option sparkplug: expected metrics or quarantine, got {raw!r}"
+        )
+    return view or None
+
+
 @dataclass(frozen=True, slots=True)
 class SourceOptions:
     """The source's options, parsed and checked once (errors name the option)."""
@@ -140,6 +153,7 @@ class SourceOptions:
     min_partitions: int = 1
     fail_on_data_loss: bool = True
     consumer: str | None = None
+    sparkplug: str | None = None  # a Sparkplug view: "metrics" or "quarantine"
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -166,6 +180,7 @@ class SourceOptions:
         start: int | str = starting
         if starting not in ("earliest", "latest"):
             start = _int_option(opts, "startingSeq", 1, 1) or 1
+        sparkplug = sparkplug_view(opts)
         return cls(
             location=location,
             topics=topics,
@@ -178,6 +193,7 @@ class SourceOptions:
             min_partitions=_int_option(opts, "minPartitions", 1, 1) or 1,
             fail_on_data_loss=_bool_option(opts, "failOnDataLoss", True),
             consumer=opts.get("consumer") or None,
+            sparkplug=sparkplug,
         )
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -339,14 +355,29 @@ class TelemqDataSource(DataSource):
     def name(cls) -> str:
         return FORMAT
 
-    def schema(self) -> str:
-        return JOURNAL_DDL
+    def schema(self) -> str | StructType:
+        view = sparkplug_view(self.options)
+        if view is None:
+            return JOURNAL_DDL
+        from .sparkplug_source import view_schema
+
+        return view_schema(view)  # type: ignore[no-any-return]
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return JournalBatchReader(SourceOptions.parse(self.options))
+        options = SourceOptions.parse(self.options)
+        if options.sparkplug is None:
+            return JournalBatchReader(options)
+        from .sparkplug_source import SparkplugBatchReader
+
+        return SparkplugBatchReader(options, options.sparkplug)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return JournalStreamReader(SourceOptions.parse(self.options))
+        options = SourceOptions.parse(self.options)
+        if options.sparkplug is None:
+            return JournalStreamReader(options)
+        from .sparkplug_source import SparkplugStreamReader
+
+        return SparkplugStreamReader(options, options.sparkplug)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from .sink import MqttBatchWriter, SinkOptions
@@ -385,6 +416,16 @@ def _source_options(
     return options
 
 
+def _filter_where(
+    options: dict[str, str], flt: Filter | str | None
+) -> tuple[dict[str, str], Filter | str | None]:
+    """A Sparkplug view has no payload column: its filter goes to the reader (option
+    ``filter``), which applies it to the journal rows before they are decoded."""
+    if flt is None or sparkplug_view(options) is None:
+        return options, flt
+    return {**options, "filter": flt.text if isinstance(flt, Filter) else flt}, None
+
+
 def _apply_filter(frame: DataFrame, flt: Filter | str | None) -> DataFrame:
     if flt is None or (isinstance(flt, str) and not flt.strip()):
         return frame
@@ -408,10 +449,8 @@ def read_journal(
     ``user``, ``password``, ...).
     """
     register(spark)
-    frame = (
-        spark.read.format(FORMAT).options(**_source_options(spark, where, topics, options)).load()
-    )
-    return _apply_filter(frame, filter)
+    opts, filter = _filter_where(_source_options(spark, where, topics, options), filter)
+    return _apply_filter(spark.read.format(FORMAT).options(**opts).load(), filter)
 
 
 def stream_journal(
@@ -424,7 +463,5 @@ def stream_journal(
 ) -> DataFrame:
     """The journal as a streaming DataFrame, with `filter` as a native Spark Column."""
     register(spark)
-    reader = spark.readStream.format(FORMAT).options(
-        **_source_options(spark, where, topics, options)
-    )
-    return _apply_filter(reader.load(), filter)
+    opts, filter = _filter_where(_source_options(spark, where, topics, options), filter)
+    return _apply_filter(spark.readStream.format(FORMAT).options(**opts).load(), filter)

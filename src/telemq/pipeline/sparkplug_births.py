@@ -24,7 +24,16 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..sparkplug import BirthMetric, DataType, Payload, birth_aliases
+from ..sparkplug import (
+    BirthMetric,
+    DataType,
+    Payload,
+    SparkplugPayloadError,
+    SparkplugTopicError,
+    birth_aliases,
+    decode_payload,
+    parse_topic,
+)
 
 NodeKey = tuple[str, str]  # group, edge node
 DeviceKey = tuple[str, str, str]  # group, edge node, device
@@ -57,6 +66,34 @@ class Births:
 
     def add_device(self, key: DeviceKey, birth: Birth) -> None:
         _insert(self.devices.setdefault(key, []), birth)
+
+    def add_message(self, seq: int, topic: str, data: bytes | None) -> bool:
+        """Add the journal row `seq` if it is a valid NBIRTH or DBIRTH; False otherwise
+        (the decoder quarantines an invalid one, with its reason)."""
+        try:
+            where = parse_topic(topic)
+            if not where.message_type.is_birth:
+                return False
+            birth = Birth.of(seq, decode_payload(bytes(data or b""), where.message_type))
+        except (SparkplugTopicError, SparkplugPayloadError):
+            return False
+        assert where.group is not None and where.edge_node is not None
+        if where.device is None:
+            self.add_node((where.group, where.edge_node), birth)
+        else:
+            self.add_device((where.group, where.edge_node, where.device), birth)
+        return True
+
+    def window(self, first: int, last: int) -> Births:
+        """What a read of the seqs ``first..last`` needs: per node and device, the BIRTH in
+        force before `first` and those within the range."""
+
+        def keep(items: list[Birth]) -> list[Birth]:
+            before = [b for b in items if b.seq < first][-1:]
+            return before + [b for b in items if first <= b.seq <= last]
+
+        nodes = {k: kept for k, v in self.nodes.items() if (kept := keep(v))}
+        return Births(nodes, {k: kept for k, v in self.devices.items() if (kept := keep(v))})
 
     def node_at(self, key: NodeKey, seq: int) -> Birth | None:
         """The NBIRTH of `key` in force for a message at `seq`."""

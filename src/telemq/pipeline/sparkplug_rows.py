@@ -350,16 +350,7 @@ def birth_rows(frame: DataFrame, births: Births | None = None) -> Births:
     found = births if births is not None else Births()
     rows = frame.where(F.col("topic").rlike(_BIRTH_TOPIC)).select("seq", "topic", "payload")
     for seq, topic, data in rows.collect():
-        try:
-            where = parse_topic(topic)
-            birth = Birth.of(seq, decode_payload(bytes(data or b""), where.message_type))
-        except (SparkplugTopicError, SparkplugPayloadError):
-            continue  # quarantined by the decoder, with its reason
-        assert where.group is not None and where.edge_node is not None
-        if where.device is None:
-            found.add_node((where.group, where.edge_node), birth)
-        else:
-            found.add_device((where.group, where.edge_node, where.device), birth)
+        found.add_message(seq, topic, data)
     return found
 
 
