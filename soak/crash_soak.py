@@ -44,9 +44,7 @@ import argparse
 import contextlib
 import random
 import shutil
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -66,6 +64,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from soak_common import (
     HOST,
     TOPICS,
+    BrokerProcess,
     CountingPublisher,
     CountingSubscriber,
     TrafficResult,
@@ -139,57 +138,28 @@ def _connect_probe(port: int) -> bool:
         return False
 
 
-class Broker:
+class Broker(BrokerProcess):
     """`python -m telemq serve` on a fixed port and data directory, killed and restarted."""
 
     def __init__(self, workdir: Path, port: int, config_text: str = BROKER_CONFIG) -> None:
-        self.workdir = workdir
+        super().__init__(workdir)
         self.port = port
         self.config = workdir / "telemq.toml"
         self.config.write_text(config_text)
-        self.log_path = workdir / "broker.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.starts = 0
 
     def start(self, timeout: float = 30.0) -> None:
-        self.starts += 1
-        command = [
-            sys.executable, "-m", "telemq", "serve", "--host", HOST, "--port", str(self.port),
+        proc = self.launch(
+            "--host", HOST, "--port", str(self.port),
             "--data-dir", str(self.workdir / "data"), "--config", str(self.config),
-        ]  # fmt: skip
-        with self.log_path.open("ab") as log:
-            log.write(f"--- start {self.starts}\n".encode())
-            log.flush()
-            self.proc = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=self.workdir
-            )
+        )  # fmt: skip
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"broker exited with {self.proc.returncode} during start")
+            if proc.poll() is not None:
+                raise RuntimeError(f"broker exited with {proc.returncode} during start")
             if _connect_probe(self.port):
                 return
             time.sleep(0.02)
         raise RuntimeError(f"broker not ready within {timeout} s")
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait()
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(10.0)
-        except subprocess.TimeoutExpired:
-            self.kill()
-
-    def errors(self) -> list[str]:
-        """Tracebacks and ERROR lines in the broker's log."""
-        text = self.log_path.read_text("utf-8", "replace") if self.log_path.exists() else ""
-        return [line for line in text.splitlines() if "Traceback" in line or " ERROR " in line]
 
 
 class Trace:

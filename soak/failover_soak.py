@@ -44,9 +44,7 @@ import functools
 import json
 import random
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -65,6 +63,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from soak_common import (
     HOST,
+    BrokerProcess,
     CountingPublisher,
     CountingSubscriber,
     TrafficResult,
@@ -151,14 +150,14 @@ class FailoverSoakResult(TrafficResult):
         )
 
 
-class Member:
+class Member(BrokerProcess):
     """``python -m telemq serve`` as member `name` of the group, killed and restarted."""
 
     def __init__(self, workdir: Path, name: str, ports: dict[str, tuple[int, int]], dsn: str):
+        super().__init__(workdir / name)
         self.name = name
         self.port, self.http = ports[name]
         other = ports[NAMES[1 - NAMES.index(name)]][0]
-        self.workdir = workdir / name
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.config = self.workdir / "telemq.toml"
         self.config.write_text(
@@ -167,24 +166,14 @@ class Member:
                 dsn=dsn.replace("\\", "\\\\").replace('"', '\\"'),
             )
         )  # fmt: skip
-        self.log_path = self.workdir / "broker.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.starts = 0
 
     def start(self, timeout: float = 60.0) -> None:
         """Start it and wait until its `/health` answers (as a standby or active)."""
-        self.starts += 1
-        command = [sys.executable, "-m", "telemq", "serve", "--config", str(self.config)]
-        with self.log_path.open("ab") as log:
-            log.write(f"--- start {self.starts}\n".encode())
-            log.flush()
-            self.proc = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=self.workdir
-            )
+        proc = self.launch("--config", str(self.config))
         deadline = time.monotonic() + timeout
         while self.role() == "down":
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"member {self.name} exited with {self.proc.returncode}")
+            if proc.poll() is not None:
+                raise RuntimeError(f"member {self.name} exited with {proc.returncode}")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"member {self.name} not answering within {timeout} s")
             time.sleep(0.02)
@@ -201,25 +190,6 @@ class Member:
                 return "down"
         except (OSError, ValueError):
             return "down"
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait()
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(10.0)
-        except subprocess.TimeoutExpired:
-            self.kill()
-
-    def errors(self) -> list[str]:
-        """Tracebacks and ERROR lines in the member's log."""
-        text = self.log_path.read_text("utf-8", "replace") if self.log_path.exists() else ""
-        return [line for line in text.splitlines() if "Traceback" in line or " ERROR " in line]
 
 
 def failover_client(client_id: str) -> mqtt.Client:

@@ -19,7 +19,10 @@ import collections
 import json
 import math
 import random
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field, fields
@@ -39,6 +42,48 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind((HOST, 0))
         return int(sock.getsockname()[1])
+
+
+class BrokerProcess:
+    """``python -m telemq serve`` as a subprocess the soak kills and restarts, its output
+    appended to one log across the starts. Each soak waits for readiness its own way."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.log_path = workdir / "broker.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def launch(self, *arguments: str) -> subprocess.Popen[bytes]:
+        """Start ``telemq serve`` with `arguments`; the log marks each start."""
+        self.starts += 1
+        command = [sys.executable, "-m", "telemq", "serve", *arguments]
+        with self.log_path.open("ab") as log:
+            log.write(f"--- start {self.starts}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=self.workdir
+            )
+        return self.proc
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(10.0)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def errors(self) -> list[str]:
+        """Tracebacks and ERROR lines in the log."""
+        text = self.log_path.read_text("utf-8", "replace") if self.log_path.exists() else ""
+        return [line for line in text.splitlines() if "Traceback" in line or " ERROR " in line]
 
 
 def say(quiet: bool, text: str) -> None:
