@@ -102,6 +102,27 @@ def test_a_batch_that_never_committed_is_not_read_and_is_removed(
     assert delta_seqs(lake) == sorted([1, 2, 3, 4, 5, *(r.seq for r in records)])
     assert len(list((lake / "journal").glob("date=*/*.parquet"))) == 4
 
+    # Compact deletes the files of a batch that can never commit: a replay of batch 2 that
+    # read the log before another run committed batch 3, and died before its own commit
+    # would have found batch 2 done. It keeps those of the batch after the last committed
+    # one, which may be a live ingest's about to commit.
+    more = append_journal(data, telemetry(20, seed=1))
+    tail = read_journal(spark, str(data), options={"startingSeq": more[0].seq})
+    rerun.commit_batch(tail, 3)
+    monkeypatch.setattr(rerun, "_commit", killed)
+    monkeypatch.setattr(rerun, "committed_batch", lambda: 1)  # read before batch 3's commit
+    for batch in (2, 4):
+        with pytest.raises(KeyboardInterrupt):
+            rerun.commit_batch(tail, batch)
+    journal = lake / "journal"
+    abandoned = list(journal.glob("date=*/ingest-test-000000000002-*.parquet"))
+    pending = list(journal.glob("date=*/ingest-test-000000000004-*.parquet"))
+    assert abandoned and pending
+    summary = DeltaLakeTable(spark, lake).compact(keep_hours=0)
+    assert summary.endswith(f"and {len(abandoned)} file(s) of batches that never committed")
+    assert not any(f.exists() for f in abandoned) and all(f.exists() for f in pending)
+    assert delta_seqs(lake) == sorted([1, 2, 3, 4, 5, *(r.seq for r in records + more)])
+
 
 def test_another_format_at_the_lake_is_one_line(
     spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]

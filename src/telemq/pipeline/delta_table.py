@@ -26,7 +26,11 @@ seq is in the table exactly once, and a reader of any version sees whole batches
 the old files and adds the new ones) and then ``vacuum`` deletes the files versions older
 than `keep_hours` removed. Both run beside a live ingest: ingest's commits are blind appends,
 and vacuum's default (lite) mode deletes only files the log removed, never the files of a batch
-being committed. Reading (`read`) lists the files of the current version
+being committed. Files no version lists (a full vacuum's dry run, older than `keep_hours`)
+are deleted only when their batch can never commit: its query has committed that batch id or
+a later one (a replay of a committed batch killed before it deleted its extra files, an
+attempt Spark did not replay). The files of the batch after the last committed one wait for
+the next run, which replays that batch and deletes them first (step 3). Reading (`read`) lists the files of the current version
 (``DeltaTable.file_uris``) and has Spark read exactly those.
 
 delta-rs reaches storage through its own object store, not Hadoop's: local paths, and
@@ -39,6 +43,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -331,18 +336,46 @@ class DeltaLakeTable:
     def compact(self, keep_hours: float) -> str:
         if not (math.isfinite(keep_hours) and keep_hours >= 0):
             raise LakeError(f"--keep-hours: expected hours >= 0, got {keep_hours:g}")
+        hours = math.ceil(keep_hours)
         with self._errors("compact"):
             metrics = self._required().optimize.compact()
             removed = self._required().vacuum(
-                retention_hours=math.ceil(keep_hours),
-                enforce_retention_duration=False,
-                dry_run=False,
+                retention_hours=hours, enforce_retention_duration=False, dry_run=False
             )
+            abandoned = self._remove_abandoned(hours)
         return (
             f"compacted {metrics.get('numFilesRemoved', 0)} file(s) into"
             f" {metrics.get('numFilesAdded', 0)}; deleted {len(removed)} file(s) no version"
-            f" of the last {math.ceil(keep_hours)} hour(s) needs"
+            f" of the last {hours} hour(s) needs and {abandoned} file(s) of batches that"
+            " never committed"
         )
+
+    def _remove_abandoned(self, hours: int) -> int:
+        """Delete the files of batches that never committed and never will: no version
+        lists them, and their query has committed that batch id or a later one. A full
+        vacuum would delete every file the log does not list, the files of a batch a live
+        ingest is about to commit among them."""
+        table = self._required()
+        untracked = table.vacuum(
+            retention_hours=hours, enforce_retention_duration=False, dry_run=True, full=True
+        )
+        committed: dict[str, int | None] = {}
+        deleted = 0
+        for path in untracked:
+            name = _ABANDONED.match(path.rsplit("/", 1)[-1])
+            if name is None:
+                continue
+            query, batch = name["query"], int(name["batch"])
+            if query not in committed:
+                committed[query] = table.transaction_version(query)
+            done = committed[query]
+            if done is not None and batch <= done and self.fs.delete(join(self.table, path)):
+                deleted += 1
+        return deleted
+
+
+# The name `_move_in` gives a batch's files: ``<query>-<batch id>-<attempt>-<k>.parquet``.
+_ABANDONED = re.compile(r"(?P<query>.+)-(?P<batch>\d{12})-[0-9a-f]{8}-\d{4}\.parquet")
 
 
 def _batch_of(name: str, prefix: str) -> int | None:
