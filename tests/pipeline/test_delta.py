@@ -3,6 +3,7 @@ batch runs twice, when a batch dies before its commit, and while compact rewrite
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 from pathlib import Path
@@ -20,7 +21,7 @@ from telemq.pipeline.ingest import consumer_name, run_ingest
 from telemq.pipeline.source import read_journal
 from telemq.pipeline.table_format import LakeError, open_table
 
-from .helpers import append_journal, telemetry
+from .helpers import Pub, append_journal, telemetry
 
 pytestmark = pytest.mark.spark
 
@@ -122,6 +123,39 @@ def test_a_batch_that_never_committed_is_not_read_and_is_removed(
     assert summary.endswith(f"and {len(abandoned)} file(s) of batches that never committed")
     assert not any(f.exists() for f in abandoned) and all(f.exists() for f in pending)
     assert delta_seqs(lake) == sorted([1, 2, 3, 4, 5, *(r.seq for r in records + more)])
+
+
+def test_merge_schema_adds_a_field_inside_a_struct(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Delta's schema gains the nested field too, so every Delta reader sees it."""
+    data, lake = tmp_path / "data", tmp_path / "lake"
+
+    def readings(floors: bool) -> list[Pub]:
+        sites = [{"room": f"r{i}", **({"floor": i} if floors else {})} for i in range(3)]
+        return [Pub(f"plant/{i}", json.dumps({"site": s}).encode()) for i, s in enumerate(sites)]
+
+    ingest = ["pipeline", "ingest", "-d", str(data), "-l", str(lake), "--format", "delta", "-q"]
+    append_journal(data, readings(False))
+    assert main([*ingest, "--schema", "site STRUCT<room: STRING>"]) == 0
+    append_journal(data, readings(True))
+    wider = "site STRUCT<room: STRING, floor: INT>"
+    assert main([*ingest, "--schema", wider]) == 2
+    assert "adds nested fields: give --merge-schema" in capsys.readouterr().err
+    assert main([*ingest, "--schema", wider, "--merge-schema"]) == 0
+    table = deltalake.DeltaTable(str(lake / "journal"))
+    site = next(f for f in table.schema().fields if f.name == "site")
+    assert [f.name for f in site.type.fields] == ["room", "floor"]
+    rows = sorted(
+        table.to_pyarrow_table(columns=["seq", "site"]).to_pylist(), key=lambda r: r["seq"]
+    )
+    assert [r["site"] for r in rows] == [
+        *({"room": f"r{i}", "floor": None} for i in range(3)),
+        *({"room": f"r{i}", "floor": i} for i in range(3)),
+    ]
+    versions = table.version()
+    assert main([*ingest, "--schema", wider]) == 0  # nothing new: no schema commit
+    assert deltalake.DeltaTable(str(lake / "journal")).version() == versions
 
 
 def test_another_format_at_the_lake_is_one_line(

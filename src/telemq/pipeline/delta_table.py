@@ -30,8 +30,10 @@ being committed. Files no version lists (a full vacuum's dry run, older than `ke
 are deleted only when their batch can never commit: its query has committed that batch id or
 a later one (a replay of a committed batch killed before it deleted its extra files, an
 attempt Spark did not replay). The files of the batch after the last committed one wait for
-the next run, which replays that batch and deletes them first (step 3). Reading (`read`) lists the files of the current version
-(``DeltaTable.file_uris``) and has Spark read exactly those.
+the next run, which replays that batch and deletes them first (step 3).
+
+Reading (`read`) lists the files of the current version (``DeltaTable.file_uris``) and has
+Spark read exactly those.
 
 delta-rs reaches storage through its own object store, not Hadoop's: local paths, and
 ``s3://`` (``s3a://`` is taken as ``s3://``), ``gs://``, ``az://``/``abfss://`` with the
@@ -49,6 +51,8 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa  # type: ignore[import-untyped]
 
 from .lakefs import LakeFileSystem, join, lake_uri
 from .parquet_table import refuse_other_format, table_uri, utc_date
@@ -269,21 +273,24 @@ class DeltaLakeTable:
         return ddl
 
     def record_payload_schema(self, ddl: str, columns: DataFrame) -> None:
-        """In the table's configuration; the typed columns it lacks added first (Delta's
-        schema evolution, each a commit of its own). A table not made yet gets both when
-        the first batch makes it."""
+        """In the table's configuration; the typed columns and nested fields it lacks added
+        first (Delta's schema evolution: an append of no rows in ``merge`` schema mode, a
+        commit of its own, which unlike ``alter.add_columns`` adds fields inside an existing
+        STRUCT too). A table not made yet gets both when the first batch makes it."""
         from pyspark.sql.pandas.types import to_arrow_schema
 
         self._schema_ddl = ddl
         table = self._open()
         if table is None:
             return
-        have = {f.name.lower() for f in table.schema().fields}
         arrow = to_arrow_schema(columns.schema, timezone="UTC")
-        new = [f for f in self.delta.Schema.from_arrow(arrow).fields if f.name.lower() not in have]
+        grows = not _field_paths(arrow) <= _field_paths(pa.schema(table.schema().to_arrow()))
         with self._errors("evolve the schema of"):
-            if new:
-                table.alter.add_columns(new)
+            if grows:
+                self.delta.write_deltalake(
+                    table, arrow.empty_table(), mode="append", schema_mode="merge"
+                )
+                table = self._required()
             if table.metadata().configuration.get(SCHEMA) != ddl:
                 table.alter.set_table_properties({SCHEMA: ddl}, raise_if_not_exists=False)
 
@@ -314,8 +321,6 @@ class DeltaLakeTable:
         return reader.parquet(*uris)
 
     def stats(self) -> LakeStats:
-        import pyarrow as pa  # type: ignore[import-untyped]
-
         table = self._open()
         stats = LakeStats()
         if table is None:
@@ -384,7 +389,16 @@ def _batch_of(name: str, prefix: str) -> int | None:
     return int(digits) if digits.isdigit() else None
 
 
-def _arrow_schema(schema: Any) -> Any:
-    import pyarrow as pa
+def _field_paths(fields: Any, prefix: str = "") -> set[str]:
+    """Every field's dotted path (lower case), those inside STRUCTs too."""
+    paths: set[str] = set()
+    for field in fields:
+        path = prefix + field.name.lower()
+        paths.add(path)
+        if pa.types.is_struct(field.type):
+            paths |= _field_paths(field.type, path + ".")
+    return paths
 
+
+def _arrow_schema(schema: Any) -> Any:
     return pa.schema(schema.to_arrow())
