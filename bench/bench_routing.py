@@ -84,7 +84,7 @@ async def measure(subscriptions: int, seconds: float, indexed: bool) -> tuple[fl
         assert len(set(texts)) == subscriptions, "filters must be distinct"
         for i, text in enumerate(texts):
             queue = f"app-{i:04d}"
-            broker.ensure_queue(queue)
+            broker.sessions_room.ensure_queue(queue, "")
             broker.registry.add(
                 Subscription(
                     id=broker.registry.new_id(),
