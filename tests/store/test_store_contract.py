@@ -696,3 +696,25 @@ def test_a_bad_journal_row_in_a_sealed_chunk_rolls_back_the_whole_batch(harness:
     state = harness.reopen().load()
     assert state.sessions == []
     assert [r.seq for r in harness.store.read_journal(0, 10**6)] == [5]
+
+
+@pytest.mark.parametrize("rows", [1, 7, 8, 9, 300])
+def test_batches_of_journal_rows_alone_land_whole_or_not_at_all(
+    harness: Harness, rows: int
+) -> None:
+    """A batch of nothing but journal rows (PostgreSQL: one COPY from a few rows on) lands
+    whole; one duplicate seq among them, first or last, and none of its rows land."""
+    commit(harness.store, *[("append_journal", journal(seq)) for seq in range(1, rows + 1)])
+    fresh = range(rows + 1, 2 * rows + 1)
+    for duplicate in {1, rows}:
+        steps = [("append_journal", journal(seq)) for seq in fresh]
+        where = 0 if duplicate == 1 else len(steps)
+        steps.insert(where, ("append_journal", journal(duplicate)))
+        with pytest.raises(StoreError):
+            commit(harness.store, *steps)
+    records = harness.reopen().read_journal(0, 10 * rows)
+    assert [r.seq for r in records] == list(range(1, rows + 1))
+    assert records[-1] == journal(rows)
+    commit(harness.store, *[("append_journal", journal(seq)) for seq in fresh])
+    assert [r.seq for r in harness.store.read_journal(0, 10 * rows)] == list(range(1, 2 * rows + 1))
+    assert harness.reopen().load().next_seq == 2 * rows + 1

@@ -20,6 +20,14 @@ with ``COPY`` (not allowed in a pipeline), then commits. An error anywhere makes
 skip the rest up to the pipeline's end; the store rolls back and nothing of the batch is
 applied.
 
+A batch of journal rows and nothing else (`COPY_ALONE_ROWS` or more: QoS 0 and 1
+publications to clean sessions, the bulk of a busy broker's batches) is one ``COPY`` sent
+outside a transaction block: a single statement is a transaction of its own, so it is
+applied whole or not at all, and committed under the session's ``synchronous_commit`` as
+``COMMIT`` would be. Two round trips and no ``BEGIN``; and per row it costs about a fifth
+of a pipelined INSERT, in the broker's writer thread (which holds the GIL while it builds
+each statement's messages) and in the server alike (docs/postgres.md, "Speed").
+
 Upserts are ``INSERT ... ON CONFLICT (key) DO UPDATE`` (SQLite's INSERT OR REPLACE), a
 message already stored is kept (``DO NOTHING``: messages are immutable), and a session's
 delete raises the delivery mark from the rows it removes, as in SQLite.
@@ -40,6 +48,7 @@ from ._codec import COLUMNS, BadRecord, Row
 from .base import JOURNAL_FIELDS, Op, WriteBatch
 
 __all__ = [
+    "COPY_ALONE_ROWS",
     "COPY_JOURNAL",
     "COPY_ROWS",
     "INSERT_JOURNAL",
@@ -49,7 +58,8 @@ __all__ = [
     "plan",
 ]
 
-COPY_ROWS = 256  # journal rows from which a commit streams them with COPY
+COPY_ALONE_ROWS = 8  # journal rows from which a batch of nothing else is one COPY
+COPY_ROWS = 256  # journal rows from which a batch with other writes streams them with COPY
 
 
 def _insert(table: str) -> str:
