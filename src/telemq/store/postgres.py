@@ -90,7 +90,14 @@ from .postgres_connection import (
     take_lock,
 )
 from .postgres_schema import RAISE_MARK, ROW_KEYS, TABLES, migrate, next_ids, read_marks
-from .postgres_writes import COPY_ALONE_ROWS, COPY_JOURNAL, COPY_ROWS, INSERT_JOURNAL, Planned, plan
+from .postgres_writes import (
+    COPY_ALONE_ROWS,
+    COPY_JOURNAL,
+    INSERT_JOURNAL,
+    INSERT_JOURNAL_ROWS,
+    journal_columns,
+    plan,
+)
 
 __all__ = ["SYNCHRONOUS_COMMIT", "PostgresStore"]
 
@@ -318,18 +325,22 @@ class PostgresStore(Store):
         except (BadRecord, TypeError, ValueError, OverflowError) as exc:
             raise StoreError(f"commit failed, nothing applied: {exc}") from exc
         journal = planned.journal
-        alone = not planned.steps and not planned.raised
-        copying = len(journal) >= (COPY_ALONE_ROWS if alone else COPY_ROWS)
         try:
             cur = conn.cursor()
             syncing = time.perf_counter()
-            if copying and alone:
+            if len(journal) >= COPY_ALONE_ROWS and not planned.steps and not planned.raised:
                 _copy_journal(cur, journal)  # outside a transaction block: one of its own
             else:
-                self._pipeline(conn, cur, planned, copying)
-                if copying:
-                    _copy_journal(cur, journal)
-                    syncing = time.perf_counter()
+                with conn.pipeline():
+                    cur.execute("BEGIN")
+                    for sql, params in planned.steps:
+                        cur.executemany(sql, params)
+                    if planned.raised:
+                        cur.executemany(RAISE_MARK, [(v, k) for k, v in planned.raised.items()])
+                    if len(journal) == 1:
+                        cur.execute(INSERT_JOURNAL, journal[0])
+                    elif journal:
+                        cur.execute(INSERT_JOURNAL_ROWS, journal_columns(journal))
                     cur.execute("COMMIT")
             self.last_sync_seconds = time.perf_counter() - syncing
         except Exception as exc:
@@ -340,26 +351,6 @@ class PostgresStore(Store):
             self._rollback(conn)
             raise
         self._marks.update(planned.raised)
-
-    def _pipeline(
-        self,
-        conn: psycopg.Connection[Any],
-        cur: psycopg.Cursor[Any],
-        planned: Planned,
-        copying: bool,
-    ) -> None:
-        """``BEGIN``, the batch's statements and, unless its journal rows are `copying`,
-        those rows and ``COMMIT``, in one pipeline: one round trip."""
-        with conn.pipeline():
-            cur.execute("BEGIN")
-            for sql, params in planned.steps:
-                cur.executemany(sql, params)
-            if planned.raised:
-                cur.executemany(RAISE_MARK, [(v, k) for k, v in planned.raised.items()])
-            if not copying:
-                if planned.journal:
-                    cur.executemany(INSERT_JOURNAL, planned.journal)
-                cur.execute("COMMIT")
 
     @_serialized
     def read_journal(

@@ -13,20 +13,21 @@ server hears of it.
 
 The store then sends, in psycopg's pipeline mode (libpq queues the statements and the
 server runs them as they arrive, answering at the end): ``BEGIN``, every run, the
-high-water marks the batch raises (`RAISE_MARK`), the journal rows of a small batch as
-pipelined INSERTs, and ``COMMIT``. A batch with many journal rows (`COPY_ROWS` or more, the
-load of a busy broker) leaves ``COMMIT`` out of the pipeline and streams its journal rows
-with ``COPY`` (not allowed in a pipeline), then commits. An error anywhere makes the server
-skip the rest up to the pipeline's end; the store rolls back and nothing of the batch is
-applied.
+high-water marks the batch raises (`RAISE_MARK`), the journal rows, and ``COMMIT``: one
+round trip. The journal rows are one statement (`INSERT_JOURNAL_ROWS`: an array per
+column, sent in binary, ``unnest`` makes them rows again), not one INSERT per row: a
+pipelined INSERT costs about 15 us of the writer thread's time holding the GIL per row,
+and as much again in the server. An error anywhere makes the server skip the rest up to
+the pipeline's end; the store rolls back and nothing of the batch is applied.
 
 A batch of journal rows and nothing else (`COPY_ALONE_ROWS` or more: QoS 0 and 1
 publications to clean sessions, the bulk of a busy broker's batches) is one ``COPY`` sent
 outside a transaction block: a single statement is a transaction of its own, so it is
 applied whole or not at all, and committed under the session's ``synchronous_commit`` as
-``COMMIT`` would be. Two round trips and no ``BEGIN``; and per row it costs about a fifth
-of a pipelined INSERT, in the broker's writer thread (which holds the GIL while it builds
-each statement's messages) and in the server alike (docs/postgres.md, "Speed").
+``COMMIT`` would be. Two round trips and no ``BEGIN``; per row it costs about a fifth of a
+pipelined INSERT in the writer thread and in the server alike, half of the arrays
+(docs/postgres.md, "Speed"). (``COPY`` cannot run in a pipeline, so a batch with other
+writes would pay two more round trips for it: there the arrays win.)
 
 Upserts are ``INSERT ... ON CONFLICT (key) DO UPDATE`` (SQLite's INSERT OR REPLACE), a
 message already stored is kept (``DO NOTHING``: messages are immutable), and a session's
@@ -50,16 +51,16 @@ from .base import JOURNAL_FIELDS, Op, WriteBatch
 __all__ = [
     "COPY_ALONE_ROWS",
     "COPY_JOURNAL",
-    "COPY_ROWS",
     "INSERT_JOURNAL",
+    "INSERT_JOURNAL_ROWS",
     "PLAN",
     "Planned",
+    "journal_columns",
     "journal_rows",
     "plan",
 ]
 
 COPY_ALONE_ROWS = 8  # journal rows from which a batch of nothing else is one COPY
-COPY_ROWS = 256  # journal rows from which a batch with other writes streams them with COPY
 
 
 def _insert(table: str) -> str:
@@ -155,6 +156,26 @@ PLAN: dict[Op, Plan] = {
 
 INSERT_JOURNAL = _insert("journal")
 COPY_JOURNAL = f"COPY journal ({', '.join(COLUMNS['journal'])}) FROM STDIN"
+# The journal's column types, in `COLUMNS` order: an array of each is one column of rows.
+_JOURNAL_TYPES = [
+    "int8",
+    "int8",
+    "text",
+    "text",
+    "int4",
+    "int4",
+    "bytea",
+    "text",
+    "text",
+    "bytea",
+    "text",
+]
+# Many journal rows in one statement: one array per column, sent in binary.
+INSERT_JOURNAL_ROWS = (
+    f"INSERT INTO journal ({', '.join(COLUMNS['journal'])}) SELECT * FROM unnest("
+    + ", ".join(f"%b::{kind}[]" for kind in _JOURNAL_TYPES)
+    + ")"
+)
 
 
 class Planned(NamedTuple):
@@ -197,6 +218,11 @@ def journal_rows(batch: WriteBatch, origin: str | None) -> list[Row]:
     for foreign in batch.journal_foreign:
         append(_journal_row(foreign, foreign[JOURNAL_FIELDS]))
     return rows
+
+
+def journal_columns(rows: list[Row]) -> list[list[Any]]:
+    """`rows` as the parameters of `INSERT_JOURNAL_ROWS`: a list per column."""
+    return [list(column) for column in zip(*rows, strict=True)]
 
 
 def plan(batch: WriteBatch, marks: dict[str, int], origin: str | None) -> Planned:
