@@ -718,3 +718,47 @@ def test_batches_of_journal_rows_alone_land_whole_or_not_at_all(
     commit(harness.store, *[("append_journal", journal(seq)) for seq in fresh])
     assert [r.seq for r in harness.store.read_journal(0, 10 * rows)] == list(range(1, 2 * rows + 1))
     assert harness.reopen().load().next_seq == 2 * rows + 1
+
+
+def test_interleaved_runs_keep_each_tables_order(harness: Harness) -> None:
+    """A publication's "message, delivery", many times in one batch, with the same ids put
+    twice (a delivery: the last put stays; a message: the first), deleted and put again,
+    and expiry times as ints and floats (PostgreSQL writes such runs table by table, as one
+    statement over arrays each)."""
+    store = harness.store
+    commit(store, *[("put_message", message(i)) for i in (90, 91)])
+    steps: list[Step] = []
+    for i in range(1, 9):
+        expiring = StoredMessage(i, "t", b"m%d" % i, 1, False, "", "p", "u", i, b"", i + 0.5)
+        steps += [
+            ("put_message", expiring if i % 2 else message(i)),
+            ("put_delivery", delivery(i, "c", i)),
+            ("put_delivery", delivery(i, "c", i, packet_id=i)),  # replaces the one before
+        ]
+    steps += [
+        ("put_message", message(1, payload=b"ignored")),  # immutable: the first stays
+        ("delete_delivery", 2),
+        ("delete_message", 2),
+        ("delete_message", 90),
+        ("put_message", message(90, payload=b"again")),  # deleted, then put: the new one
+        ("delete_delivery", 3),
+        ("put_delivery", delivery(3, "d", 3)),
+        ("put_message", StoredMessage(20, "t", b"x", 1, False, "", "p", "u", 1, b"", 7)),
+        ("put_message", message(21)),
+        ("put_message", message(22)),
+        ("put_message", message(23)),
+        *[("put_delivery", delivery(30 + i, "e", i)) for i in (20, 21, 22, 23, 90, 91)],
+    ]
+    commit(store, *steps)
+    state = harness.reopen().load()
+    kept = [1, 3, 4, 5, 6, 7, 8]
+    assert [(d.delivery_id, d.client_id, d.packet_id) for d in state.deliveries][:7] == [
+        (i, "d" if i == 3 else "c", 0 if i == 3 else i) for i in kept
+    ]
+    assert sorted(state.messages) == [1, 3, 4, 5, 6, 7, 8, 20, 21, 22, 23, 90, 91]
+    assert state.messages[1].payload == b"m1" and state.messages[1].expiry_at == 1.5
+    assert state.messages[4].expiry_at == 0
+    assert state.messages[20].expiry_at == 7
+    assert state.messages[90].payload == b"again"
+    assert harness.store.stats().messages == 13
+    assert state.next_message_id == 92 and state.next_delivery_id == 122

@@ -4,12 +4,19 @@ Theory of operation
 -------------------
 A commit is one transaction, and in the common case one round trip to the server. `plan`
 first turns the batch into statements and their parameter rows, in Python, before anything
-is sent: each run of same-kind ops (the batch's order kept: `itertools.groupby` over the ops
-as they came) becomes one `executemany` of the op's statements (`PLAN`), with the rows built
-by the shared codec and checked by its CHECK twins (`_codec.check_*`: PostgreSQL would
-convert some values SQLite refuses, text into ``bytea`` for one, so both stores refuse them
-here as the memory store does). A row that fails its check fails the batch before the
-server hears of it.
+is sent. The ops are taken table by table (`_TABLE_OF`: ops on different tables commute;
+their order within each table is kept; a batch that deletes a session, which spans four
+tables, keeps its order as it is), and each run of same-kind ops (`itertools.groupby`)
+becomes one `executemany` of the op's statements (`PLAN`), with the rows built by the
+shared codec and checked by its CHECK twins (`_codec.check_*`: PostgreSQL would convert
+some values SQLite refuses, text into ``bytea`` for one, so both stores refuse them here as
+the memory store does). A row that fails its check fails the batch before the server hears
+of it. A run of `ARRAY_ROWS` or more messages or deliveries put or deleted (the broker's
+"message, delivery" per publication to a persistent session, and their deletes when
+acknowledged) is instead one statement over an array per column (`_ARRAYS`): an
+`executemany` costs the writer thread (holding the GIL) and the server some 15 us per row
+each, the arrays a fraction of that. One statement may not upsert a key twice, so a run of
+deliveries keeps the last row of each id, which is what the run would have left.
 
 The store then sends, in psycopg's pipeline mode (libpq queues the statements and the
 server runs them as they arrive, answering at the end): ``BEGIN``, every run, the
@@ -225,13 +232,93 @@ def journal_columns(rows: list[Row]) -> list[list[Any]]:
     return [list(column) for column in zip(*rows, strict=True)]
 
 
+# The table each op writes: a batch's ops on different tables commute (no foreign keys;
+# the only shared rows, the high-water marks, are only ever raised), so `plan` may write
+# them table by table, keeping their order within each table, as SQLite does
+# (sqlite_writes.py), and the broker's interleaved "message, delivery" per publication
+# becomes two long runs. A session's delete touches four tables: a batch with one keeps
+# its order as it is.
+_TABLE_OF = {
+    Op.PUT_SESSION: 0,
+    Op.PUT_SUBSCRIPTION: 1,
+    Op.DELETE_SUBSCRIPTION: 1,
+    Op.PUT_RETAINED: 2,
+    Op.DELETE_RETAINED: 2,
+    Op.PUT_MESSAGE: 3,
+    Op.DELETE_MESSAGE: 3,
+    Op.PUT_DELIVERY: 4,
+    Op.DELETE_DELIVERY: 4,
+    Op.PUT_INCOMING: 5,
+    Op.DELETE_INCOMING: 5,
+    Op.RELEASE_INCOMING: 5,
+}
+ARRAY_ROWS = 4  # a run of this many rows of an op in `_ARRAYS` is one statement over arrays
+
+
+def _unnest(table: str, types: str) -> str:
+    """INSERT of the rows that `unnest` makes of an array per column (binary)."""
+    arrays = ", ".join(f"%b::{kind}[]" for kind in types.split())
+    return f"INSERT INTO {table} ({', '.join(COLUMNS[table])}) SELECT * FROM unnest({arrays})"
+
+
+def _floats(column: tuple[Any, ...]) -> list[Any]:
+    """A REAL column as floats: an array holds one type, and ints are valid there."""
+    return [None if value is None else float(value) for value in column]
+
+
+def _message_columns(rows: list[Row]) -> list[list[Any]]:
+    columns = [list(column) for column in zip(*rows, strict=True)]
+    columns[10] = _floats(tuple(columns[10]))
+    return columns
+
+
+def _delivery_columns(rows: list[Row]) -> list[list[Any]]:
+    # One statement may not upsert a key twice: the last row of each key is the one a
+    # run of upserts would have left.
+    last = {row[0]: row for row in rows}
+    return [list(column) for column in zip(*last.values(), strict=True)]
+
+
+def _ids(rows: list[Row]) -> list[list[Any]]:
+    return [[row[0] for row in rows]]
+
+
+_MESSAGE_TYPES = "int8 text bytea int4 int4 text text text int8 bytea float8"
+_DELIVERY_TYPES = "int8 text int8 int4 int4 int4 int4 text"
+_DELIVERY_UPDATES = ", ".join(f"{c} = EXCLUDED.{c}" for c in COLUMNS["deliveries"][1:])
+# Op -> (one statement over arrays for a whole run, the run's rows as its parameters).
+_ARRAYS: dict[Op, tuple[str, Callable[[list[Row]], list[list[Any]]]]] = {
+    # Messages are immutable: of two rows with one id in a run, the first stays.
+    Op.PUT_MESSAGE: (
+        _unnest("messages", _MESSAGE_TYPES) + " ON CONFLICT (id) DO NOTHING",
+        _message_columns,
+    ),
+    Op.PUT_DELIVERY: (
+        _unnest("deliveries", _DELIVERY_TYPES)
+        + f" ON CONFLICT (delivery_id) DO UPDATE SET {_DELIVERY_UPDATES}",
+        _delivery_columns,
+    ),
+    Op.DELETE_MESSAGE: ("DELETE FROM messages WHERE id = ANY(%b::int8[])", _ids),
+    Op.DELETE_DELIVERY: ("DELETE FROM deliveries WHERE delivery_id = ANY(%b::int8[])", _ids),
+}
+
+
+def _by_table(ops: list[tuple[Op, Any]]) -> list[tuple[Op, Any]]:
+    """The ops table by table (see `_TABLE_OF`), or as they are if a session is deleted."""
+    for op, _ in ops:
+        if op == Op.DELETE_SESSION:
+            return ops
+    return sorted(ops, key=lambda entry: _TABLE_OF[entry[0]])  # stable: order kept per table
+
+
 def plan(batch: WriteBatch, marks: dict[str, int], origin: str | None) -> Planned:
     """The statements of `batch` (see the module docstring). `marks`: the high-water marks
     as the store last wrote them (only higher ones are raised). Raises BadRecord, or what
     the codec raises for a record it cannot encode (data that is not JSON)."""
     steps: list[tuple[str, list[Row]]] = []
     raised: dict[str, int] = {}
-    for op, run in groupby(batch.ops, itemgetter(0)):
+    ops = batch.ops if len(batch.ops) < 2 else _by_table(batch.ops)
+    for op, run in groupby(ops, itemgetter(0)):
         statements, build, check, mark = PLAN[op]
         if build is None:
             params: list[Row] = [args for _, args in run]
@@ -240,8 +327,13 @@ def plan(batch: WriteBatch, marks: dict[str, int], origin: str | None) -> Planne
             if check is not None:
                 for row in params:
                     check(row)
-        for sql in statements:
-            steps.append((sql, params))
+        arrays = _ARRAYS.get(op) if len(params) >= ARRAY_ROWS else None
+        if arrays is not None:
+            sql, columns = arrays
+            steps.append((sql, [tuple(columns(params))]))
+        else:
+            for sql in statements:
+                steps.append((sql, params))
         if mark is not None:
             key, column = mark
             top = max(map(itemgetter(column), params)) + 1
