@@ -748,6 +748,8 @@ def test_interleaved_runs_keep_each_tables_order(harness: Harness) -> None:
         ("put_message", message(22)),
         ("put_message", message(23)),
         *[("put_delivery", delivery(30 + i, "e", i)) for i in (20, 21, 22, 23, 90, 91)],
+        *[("put_retained", RetainedRecord("", f"r/{i % 3}", b"%d" % i, 1, i)) for i in range(7)],
+        ("put_retained", RetainedRecord("sp", "r/0", b"other", 0, local_only=True)),
     ]
     commit(store, *steps)
     state = harness.reopen().load()
@@ -761,4 +763,11 @@ def test_interleaved_runs_keep_each_tables_order(harness: Harness) -> None:
     assert state.messages[20].expiry_at == 7
     assert state.messages[90].payload == b"again"
     assert harness.store.stats().messages == 13
+    assert [(r.sub_point, r.topic, r.payload) for r in state.retained] == [
+        ("", "r/0", b"6"),
+        ("", "r/1", b"4"),
+        ("", "r/2", b"5"),
+        ("sp", "r/0", b"other"),
+    ]
+    assert state.retained[3].local_only
     assert state.next_message_id == 92 and state.next_delivery_id == 122

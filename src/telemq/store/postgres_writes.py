@@ -13,10 +13,11 @@ some values SQLite refuses, text into ``bytea`` for one, so both stores refuse t
 the memory store does). A row that fails its check fails the batch before the server hears
 of it. A run of `ARRAY_ROWS` or more messages or deliveries put or deleted (the broker's
 "message, delivery" per publication to a persistent session, and their deletes when
-acknowledged) is instead one statement over an array per column (`_ARRAYS`): an
-`executemany` costs the writer thread (holding the GIL) and the server some 15 us per row
-each, the arrays a fraction of that. One statement may not upsert a key twice, so a run of
-deliveries keeps the last row of each id, which is what the run would have left.
+acknowledged), or retained messages put, is instead one statement over an array per column
+(`_ARRAYS`): an `executemany` costs the writer thread (holding the GIL) and the server some
+15 us per row each, the arrays a fraction of that. One statement may not upsert a key
+twice, so a run of upserts keeps the last row of each key, which is what the run would have
+left.
 
 The store then sends, in psycopg's pipeline mode (libpq queues the statements and the
 server runs them as they arrive, answering at the end): ``BEGIN``, every run, the
@@ -279,6 +280,11 @@ def _delivery_columns(rows: list[Row]) -> list[list[Any]]:
     return [list(column) for column in zip(*last.values(), strict=True)]
 
 
+def _retained_columns(rows: list[Row]) -> list[list[Any]]:
+    last = {(row[0], row[1]): row for row in rows}  # as `_delivery_columns`
+    return [list(column) for column in zip(*last.values(), strict=True)]
+
+
 def _ids(rows: list[Row]) -> list[list[Any]]:
     return [[row[0] for row in rows]]
 
@@ -286,6 +292,8 @@ def _ids(rows: list[Row]) -> list[list[Any]]:
 _MESSAGE_TYPES = "int8 text bytea int4 int4 text text text int8 bytea float8"
 _DELIVERY_TYPES = "int8 text int8 int4 int4 int4 int4 text"
 _DELIVERY_UPDATES = ", ".join(f"{c} = EXCLUDED.{c}" for c in COLUMNS["deliveries"][1:])
+_RETAINED_TYPES = "text text bytea int4 int8 text bytea int4"
+_RETAINED_UPDATES = ", ".join(f"{c} = EXCLUDED.{c}" for c in COLUMNS["retained"][2:])
 # Op -> (one statement over arrays for a whole run, the run's rows as its parameters).
 _ARRAYS: dict[Op, tuple[str, Callable[[list[Row]], list[list[Any]]]]] = {
     # Messages are immutable: of two rows with one id in a run, the first stays.
@@ -297,6 +305,11 @@ _ARRAYS: dict[Op, tuple[str, Callable[[list[Row]], list[list[Any]]]]] = {
         _unnest("deliveries", _DELIVERY_TYPES)
         + f" ON CONFLICT (delivery_id) DO UPDATE SET {_DELIVERY_UPDATES}",
         _delivery_columns,
+    ),
+    Op.PUT_RETAINED: (
+        _unnest("retained", _RETAINED_TYPES)
+        + f" ON CONFLICT (sub_point, topic) DO UPDATE SET {_RETAINED_UPDATES}",
+        _retained_columns,
     ),
     Op.DELETE_MESSAGE: ("DELETE FROM messages WHERE id = ANY(%b::int8[])", _ids),
     Op.DELETE_DELIVERY: ("DELETE FROM deliveries WHERE delivery_id = ANY(%b::int8[])", _ids),
