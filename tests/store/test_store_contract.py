@@ -771,3 +771,47 @@ def test_interleaved_runs_keep_each_tables_order(harness: Harness) -> None:
     ]
     assert state.retained[3].local_only
     assert state.next_message_id == 92 and state.next_delivery_id == 122
+
+
+def test_held_messages_put_released_and_deleted_in_one_batch(harness: Harness) -> None:
+    """A QoS 2 flow's ops on held messages, interleaved in one batch as the broker makes
+    them, on keys already stored and new ones (PostgreSQL merges each key's ops and writes
+    the result as a few statements over arrays)."""
+    store = harness.store
+    commit(store, *[("put_incoming", incoming("c", pid, 100 + pid)) for pid in range(1, 5)])
+    commit(
+        store,
+        ("put_incoming", incoming("c", 10, 110)),
+        ("release_incoming", "c", 1),
+        ("put_incoming", incoming("c", 11, 500)),
+        ("delete_incoming", "c", 2),
+        ("release_incoming", "c", 10),
+        ("release_incoming", "c", 11),
+        ("put_incoming", incoming("c", 2, 202, payload=b"new")),
+        ("delete_incoming", "c", 3),
+        ("release_incoming", "c", 3),
+        ("delete_incoming", "c", 11),
+        ("release_incoming", "c", 4),
+        ("put_incoming", incoming("c", 4, 204, payload=b"replaced")),
+        ("release_incoming", "c", 99),
+        ("put_incoming", incoming("c", 12, 112, payload=b"first")),
+        ("put_incoming", incoming("c", 12, 113, payload=b"second")),
+        ("put_incoming", incoming("d", 1, 301)),
+        ("delete_incoming", "d", 1),
+        ("put_incoming", incoming("d", 1, 302, payload=b"back")),
+        ("release_incoming", "d", 1),
+    )
+    state = harness.reopen().load()
+    held = {
+        (r.client_id, r.packet_id): (r.message.id, r.message.payload, r.released)
+        for r in state.incoming
+    }
+    assert held == {
+        ("c", 1): (101, b"q2", True),
+        ("c", 2): (202, b"new", False),
+        ("c", 4): (204, b"replaced", False),
+        ("c", 10): (110, b"q2", True),
+        ("c", 12): (113, b"second", False),
+        ("d", 1): (302, b"back", True),
+    }
+    assert state.next_message_id == 501  # the put that was deleted in the batch counts too

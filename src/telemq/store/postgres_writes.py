@@ -324,6 +324,62 @@ def _by_table(ops: list[tuple[Op, Any]]) -> list[tuple[Op, Any]]:
     return sorted(ops, key=lambda entry: _TABLE_OF[entry[0]])  # stable: order kept per table
 
 
+_HELD_OPS = frozenset((Op.PUT_INCOMING, Op.RELEASE_INCOMING, Op.DELETE_INCOMING))
+_INCOMING_TYPES = "text int4 int8 text bytea int4 int4 text text text int8 bytea float8 int4"
+_INCOMING_UPDATES = ", ".join(f"{c} = EXCLUDED.{c}" for c in COLUMNS["incoming"][2:])
+_HELD_KEYS = (
+    "unnest(%b::text[], %b::int4[]) AS k (client_id, packet_id)"
+    " WHERE t.client_id = k.client_id AND t.packet_id = k.packet_id"
+)
+_PUT_HELD = (
+    _unnest("incoming", _INCOMING_TYPES)
+    + f" ON CONFLICT (client_id, packet_id) DO UPDATE SET {_INCOMING_UPDATES}"
+)
+_RELEASE_HELD = f"UPDATE incoming AS t SET released = 1 FROM {_HELD_KEYS}"
+_DELETE_HELD = f"DELETE FROM incoming AS t USING {_HELD_KEYS}"
+_PUT, _RELEASE, _DELETE = range(3)
+
+
+def _held_steps(runs: list[tuple[Op, list[Row]]]) -> list[tuple[str, list[Row]]]:
+    """A batch's held QoS 2 messages (`incoming`), merged key by key into what their ops
+    leave (a put then a release: the put, released; a delete after anything: the delete;
+    a put after anything: the put), then written as three statements over arrays at most.
+    Rows of different keys are independent, so their order does not matter."""
+    net: dict[Any, tuple[int, Row]] = {}
+    for op, params in runs:
+        if op == Op.PUT_INCOMING:
+            for row in params:
+                net[row[0], row[1]] = (_PUT, row)
+        elif op == Op.DELETE_INCOMING:
+            for key in params:
+                net[key] = (_DELETE, key)
+        else:
+            for key in params:
+                was = net.get(key)
+                if was is None:
+                    net[key] = (_RELEASE, key)
+                elif was[0] == _PUT:
+                    net[key] = (_PUT, (*was[1][:13], 1))
+    rows: tuple[list[Row], list[Row], list[Row]] = ([], [], [])
+    for what, row in net.values():
+        rows[what].append(row)
+    puts, releases, deletes = rows
+    steps: list[tuple[str, list[Row]]] = []
+    if deletes:
+        steps.append((_DELETE_HELD, [tuple(_ids_by_key(deletes))]))
+    if puts:
+        columns = [list(column) for column in zip(*puts, strict=True)]
+        columns[12] = _floats(tuple(columns[12]))
+        steps.append((_PUT_HELD, [tuple(columns)]))
+    if releases:
+        steps.append((_RELEASE_HELD, [tuple(_ids_by_key(releases))]))
+    return steps
+
+
+def _ids_by_key(keys: list[Row]) -> list[list[Any]]:
+    return [[key[0] for key in keys], [key[1] for key in keys]]
+
+
 def plan(batch: WriteBatch, marks: dict[str, int], origin: str | None) -> Planned:
     """The statements of `batch` (see the module docstring). `marks`: the high-water marks
     as the store last wrote them (only higher ones are raised). Raises BadRecord, or what
@@ -331,6 +387,7 @@ def plan(batch: WriteBatch, marks: dict[str, int], origin: str | None) -> Planne
     steps: list[tuple[str, list[Row]]] = []
     raised: dict[str, int] = {}
     ops = batch.ops if len(batch.ops) < 2 else _by_table(batch.ops)
+    held: list[tuple[Op, list[Row]]] = []
     for op, run in groupby(ops, itemgetter(0)):
         statements, build, check, mark = PLAN[op]
         if build is None:
@@ -340,6 +397,14 @@ def plan(batch: WriteBatch, marks: dict[str, int], origin: str | None) -> Planne
             if check is not None:
                 for row in params:
                     check(row)
+        if mark is not None:
+            key, column = mark
+            top = max(map(itemgetter(column), params)) + 1
+            if top > marks[key] and top > raised.get(key, 0):
+                raised[key] = top
+        if op in _HELD_OPS and ops is not batch.ops:
+            held.append((op, params))
+            continue
         arrays = _ARRAYS.get(op) if len(params) >= ARRAY_ROWS else None
         if arrays is not None:
             sql, columns = arrays
@@ -347,9 +412,10 @@ def plan(batch: WriteBatch, marks: dict[str, int], origin: str | None) -> Planne
         else:
             for sql in statements:
                 steps.append((sql, params))
-        if mark is not None:
-            key, column = mark
-            top = max(map(itemgetter(column), params)) + 1
-            if top > marks[key] and top > raised.get(key, 0):
-                raised[key] = top
+    if sum(len(params) for _, params in held) >= ARRAY_ROWS:
+        steps += _held_steps(held)
+    else:
+        for op, params in held:
+            for sql in PLAN[op].statements:
+                steps.append((sql, params))
     return Planned(steps, raised, journal_rows(batch, origin))
