@@ -17,7 +17,10 @@ acknowledged), or retained messages put, is instead one statement over an array 
 (`_ARRAYS`): an `executemany` costs the writer thread (holding the GIL) and the server some
 15 us per row each, the arrays a fraction of that. One statement may not upsert a key
 twice, so a run of upserts keeps the last row of each key, which is what the run would have
-left.
+left. Held QoS 2 messages (`incoming`) come interleaved (one publication's put, another's
+release, a third's delete), so their runs are short: when a batch has `ARRAY_ROWS` or more
+of those ops, they are merged key by key into what they leave (`_held_steps`) and written
+as at most three statements over arrays, deletes, puts and releases.
 
 The store then sends, in psycopg's pipeline mode (libpq queues the statements and the
 server runs them as they arrive, answering at the end): ``BEGIN``, every run, the
