@@ -2,7 +2,7 @@
 takeover time of an `[ha]` pair; or, with ``--commits``, a store's own commits/s.
 
 ``python bench/bench_store.py [--kinds sqlite,postgres] [--seconds 3] [--workloads ...]
-[--kills 5] [--inline-budget S]``
+[--rounds 1] [--kills 5] [--inline-budget S]``
 
 End to end, for each store kind a fresh ``telemq serve`` (``sync = "full"`` unless ``--sync``
 says otherwise, journal on) on a
@@ -23,6 +23,11 @@ over loopback by bench_broker.py's clients (telemq's own codec, every message ch
   CONNACK 0 from the new active member, median and p95.
 
 The last lines give postgres / sqlite per workload; the goal for ``qos1-w100`` is 0.5 or more.
+With ``--rounds N`` each workload runs N times per kind, the kinds alternately (the even
+rounds in reverse order), and the ratio is given as the median and range of the rounds'
+ratios; beside it the ratio of messages per CPU-second (the broker's, plus the PostgreSQL
+server's processes for PostgreSQL), which a loaded machine disturbs much less than the
+rates. Each line gives the machine's load average: compare figures of similar loads.
 
 ``--inline-budget S`` starts the brokers with the committer's `INLINE_BUDGET` set to S
 seconds (0: no commit on the event loop; 1: every small batch that several acknowledgements
@@ -55,7 +60,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from bench_broker import connect, run_load
+from bench_broker import broker_cpu_seconds, connect, run_load
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
@@ -398,26 +403,77 @@ def commits_table(args: argparse.Namespace, server: PostgresServer | None) -> No
 # -- main ------------------------------------------------------------------------------------
 
 
+def server_cpu_seconds(server: PostgresServer | None) -> float:
+    """CPU seconds of the PostgreSQL server: the postmaster and every process it started
+    (the broker's backend, the WAL writer, the checkpointer...); 0 without a server."""
+    if server is None:
+        return 0.0
+    postmaster = int((server.data / "postmaster.pid").read_text().split()[0])
+    total = broker_cpu_seconds(postmaster)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if parent == postmaster:
+                total += broker_cpu_seconds(int(entry.name))
+        except (OSError, ValueError):
+            continue  # a process that ended meanwhile
+    return total
+
+
+def spread(values: list[float]) -> str:
+    """Median and range: ``0.52 [0.47-0.58]``."""
+    return f"{statistics.median(values):.2f} [{min(values):.2f}-{max(values):.2f}]"
+
+
+def load_average() -> str:
+    return "load {:.1f} {:.1f} {:.1f}".format(*os.getloadavg())
+
+
 def end_to_end(args: argparse.Namespace, server: PostgresServer | None) -> None:
+    """Each workload `--rounds` times, the kinds alternately (ABBA: the second round runs
+    them in the reverse order), so that a change of the machine's load meets both."""
     kinds = args.kinds.split(",")
     workloads = [w for w in args.workloads.split(",") if w != "takeover"]
     budget = "default" if args.inline_budget is None else f"{args.inline_budget:g} s"
     print(
         f"telemq store benchmark, end to end: {', '.join(kinds)}; {args.seconds:g} s per run,"
-        f" sync = {SYNC}, journal on, INLINE_BUDGET {budget}"
+        f" {args.rounds} round(s), sync = {SYNC}, journal on, INLINE_BUDGET {budget};"
+        f" {load_average()}"
     )
-    rates: dict[tuple[str, str], float] = {}
+    # (workload, kind) -> per round: (rate, rate per CPU-second of broker + database server)
+    rates: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for name in workloads:
-        for kind in kinds:
-            with broker(kind, server, args.inline_budget) as process:
-                figures = run_workload(name, process.port, args.seconds)
-            rates[(name, kind)] = float(figures.split()[0].replace(",", ""))
-            print(f"{name:<11}{kind:<9}{figures}")
+        for round_ in range(args.rounds):
+            for kind in kinds if round_ % 2 == 0 else kinds[::-1]:
+                db = server if kind == "postgres" else None
+                with broker(kind, server, args.inline_budget) as process:
+                    assert process.proc is not None
+                    cpu = broker_cpu_seconds(process.proc.pid) + server_cpu_seconds(db)
+                    started = time.monotonic()
+                    figures = run_workload(name, process.port, args.seconds)
+                    elapsed = time.monotonic() - started
+                    cpu = broker_cpu_seconds(process.proc.pid) + server_cpu_seconds(db) - cpu
+                rate = float(figures.split()[0].replace(",", ""))
+                per_cpu = rate * elapsed / max(cpu, 1e-9)
+                rates.setdefault((name, kind), []).append((rate, per_cpu))
+                print(
+                    f"{name:<11}{kind:<9}{figures}; {per_cpu:,.0f} per CPU-second"
+                    f" (broker + database server); {load_average()}",
+                    flush=True,
+                )
     if "sqlite" in kinds and "postgres" in kinds:
         for name in workloads:
-            ratio = rates[(name, "postgres")] / max(rates[(name, "sqlite")], 1e-9)
+            pairs = list(zip(rates[(name, "postgres")], rates[(name, "sqlite")], strict=True))
+            ratios = [pg[0] / max(lite[0], 1e-9) for pg, lite in pairs]
+            cpu_ratios = [pg[1] / max(lite[1], 1e-9) for pg, lite in pairs]
             goal = "  (goal >= 0.5)" if name == "qos1-w100" else ""
-            print(f"{name:<11}postgres/sqlite {ratio:.2f}{goal}")
+            print(
+                f"{name:<11}postgres/sqlite {spread(ratios)}{goal};"
+                f" per CPU-second {spread(cpu_ratios)}"
+            )
+    print(f"end: {load_average()}")
     if "takeover" in args.workloads.split(",") and server is not None:
         times = takeovers(server, args.kills, args.inline_budget)
         print(
@@ -432,6 +488,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=3.0, help="run time per measurement")
     parser.add_argument("--kinds", default="sqlite,postgres", help="store kinds, end to end")
     parser.add_argument("--workloads", default=",".join((*WORKLOADS, "takeover")))
+    parser.add_argument("--rounds", type=int, default=1, help="runs per workload and kind")
     parser.add_argument("--kills", type=int, default=5, help="takeovers to time")
     parser.add_argument("--inline-budget", type=float, default=None, help="seconds; 0: off")
     parser.add_argument("--sync", choices=("full", "normal", "off"), default="full")

@@ -20,6 +20,7 @@ from test_message_properties import _SCHEMA_3
 from telemq.store import (
     JournalReader,
     JournalRecord,
+    SessionRecord,
     SqliteStore,
     StoreError,
     WriteBatch,
@@ -66,14 +67,18 @@ def test_properties_round_trip_and_none_reads_back_empty(harness: Harness) -> No
     assert [type(r.properties) for r in again] == [bytes] * 5  # b"", not None
 
 
-def test_sealed_chunks_and_runs_keep_each_rows_properties(harness: Harness) -> None:
-    """Multi-row statements of every size, NULLIF in each of their rows."""
+@pytest.mark.parametrize("alone", [True, False], ids=["journal-alone", "with-a-session"])
+def test_sealed_chunks_and_runs_keep_each_rows_properties(harness: Harness, alone: bool) -> None:
+    """Multi-row statements of every size, NULLIF in each of their rows; on PostgreSQL the
+    rows of a batch of journal rows alone go by COPY, the others by arrays."""
     total = JOURNAL_CHUNK_ROWS + 700
 
     def props(seq: int) -> bytes:
         return b"\x03\x00\x02" + (seq % 100).to_bytes(2, "big") if seq % 3 else b""
 
     batch = WriteBatch()
+    if not alone:
+        batch.put_session(SessionRecord("c"))
     for seq in range(1, total + 1):
         batch.append_journal(record(seq, props(seq)))
     batch.seal_journal()

@@ -696,3 +696,122 @@ def test_a_bad_journal_row_in_a_sealed_chunk_rolls_back_the_whole_batch(harness:
     state = harness.reopen().load()
     assert state.sessions == []
     assert [r.seq for r in harness.store.read_journal(0, 10**6)] == [5]
+
+
+@pytest.mark.parametrize("rows", [1, 7, 8, 9, 300])
+def test_batches_of_journal_rows_alone_land_whole_or_not_at_all(
+    harness: Harness, rows: int
+) -> None:
+    """A batch of nothing but journal rows (PostgreSQL: one COPY from a few rows on) lands
+    whole; one duplicate seq among them, first or last, and none of its rows land."""
+    commit(harness.store, *[("append_journal", journal(seq)) for seq in range(1, rows + 1)])
+    fresh = range(rows + 1, 2 * rows + 1)
+    for duplicate in {1, rows}:
+        steps = [("append_journal", journal(seq)) for seq in fresh]
+        where = 0 if duplicate == 1 else len(steps)
+        steps.insert(where, ("append_journal", journal(duplicate)))
+        with pytest.raises(StoreError):
+            commit(harness.store, *steps)
+    records = harness.reopen().read_journal(0, 10 * rows)
+    assert [r.seq for r in records] == list(range(1, rows + 1))
+    assert records[-1] == journal(rows)
+    commit(harness.store, *[("append_journal", journal(seq)) for seq in fresh])
+    assert [r.seq for r in harness.store.read_journal(0, 10 * rows)] == list(range(1, 2 * rows + 1))
+    assert harness.reopen().load().next_seq == 2 * rows + 1
+
+
+def test_interleaved_runs_keep_each_tables_order(harness: Harness) -> None:
+    """A publication's "message, delivery", many times in one batch, with the same ids put
+    twice (a delivery: the last put stays; a message: the first), deleted and put again,
+    and expiry times as ints and floats (PostgreSQL writes such runs table by table, as one
+    statement over arrays each)."""
+    store = harness.store
+    commit(store, *[("put_message", message(i)) for i in (90, 91)])
+    steps: list[Step] = []
+    for i in range(1, 9):
+        expiring = StoredMessage(i, "t", b"m%d" % i, 1, False, "", "p", "u", i, b"", i + 0.5)
+        steps += [
+            ("put_message", expiring if i % 2 else message(i)),
+            ("put_delivery", delivery(i, "c", i)),
+            ("put_delivery", delivery(i, "c", i, packet_id=i)),  # replaces the one before
+        ]
+    steps += [
+        ("put_message", message(1, payload=b"ignored")),  # immutable: the first stays
+        ("delete_delivery", 2),
+        ("delete_message", 2),
+        ("delete_message", 90),
+        ("put_message", message(90, payload=b"again")),  # deleted, then put: the new one
+        ("delete_delivery", 3),
+        ("put_delivery", delivery(3, "d", 3)),
+        ("put_message", StoredMessage(20, "t", b"x", 1, False, "", "p", "u", 1, b"", 7)),
+        ("put_message", message(21)),
+        ("put_message", message(22)),
+        ("put_message", message(23)),
+        *[("put_delivery", delivery(30 + i, "e", i)) for i in (20, 21, 22, 23, 90, 91)],
+        *[("put_retained", RetainedRecord("", f"r/{i % 3}", b"%d" % i, 1, i)) for i in range(7)],
+        ("put_retained", RetainedRecord("sp", "r/0", b"other", 0, local_only=True)),
+    ]
+    commit(store, *steps)
+    state = harness.reopen().load()
+    kept = [1, 3, 4, 5, 6, 7, 8]
+    assert [(d.delivery_id, d.client_id, d.packet_id) for d in state.deliveries][:7] == [
+        (i, "d" if i == 3 else "c", 0 if i == 3 else i) for i in kept
+    ]
+    assert sorted(state.messages) == [1, 3, 4, 5, 6, 7, 8, 20, 21, 22, 23, 90, 91]
+    assert state.messages[1].payload == b"m1" and state.messages[1].expiry_at == 1.5
+    assert state.messages[4].expiry_at == 0
+    assert state.messages[20].expiry_at == 7
+    assert state.messages[90].payload == b"again"
+    assert harness.store.stats().messages == 13
+    assert [(r.sub_point, r.topic, r.payload) for r in state.retained] == [
+        ("", "r/0", b"6"),
+        ("", "r/1", b"4"),
+        ("", "r/2", b"5"),
+        ("sp", "r/0", b"other"),
+    ]
+    assert state.retained[3].local_only
+    assert state.next_message_id == 92 and state.next_delivery_id == 122
+
+
+def test_held_messages_put_released_and_deleted_in_one_batch(harness: Harness) -> None:
+    """A QoS 2 flow's ops on held messages, interleaved in one batch as the broker makes
+    them, on keys already stored and new ones (PostgreSQL merges each key's ops and writes
+    the result as a few statements over arrays)."""
+    store = harness.store
+    commit(store, *[("put_incoming", incoming("c", pid, 100 + pid)) for pid in range(1, 5)])
+    commit(
+        store,
+        ("put_incoming", incoming("c", 10, 110)),
+        ("release_incoming", "c", 1),
+        ("put_incoming", incoming("c", 11, 500)),
+        ("delete_incoming", "c", 2),
+        ("release_incoming", "c", 10),
+        ("release_incoming", "c", 11),
+        ("put_incoming", incoming("c", 2, 202, payload=b"new")),
+        ("delete_incoming", "c", 3),
+        ("release_incoming", "c", 3),
+        ("delete_incoming", "c", 11),
+        ("release_incoming", "c", 4),
+        ("put_incoming", incoming("c", 4, 204, payload=b"replaced")),
+        ("release_incoming", "c", 99),
+        ("put_incoming", incoming("c", 12, 112, payload=b"first")),
+        ("put_incoming", incoming("c", 12, 113, payload=b"second")),
+        ("put_incoming", incoming("d", 1, 301)),
+        ("delete_incoming", "d", 1),
+        ("put_incoming", incoming("d", 1, 302, payload=b"back")),
+        ("release_incoming", "d", 1),
+    )
+    state = harness.reopen().load()
+    held = {
+        (r.client_id, r.packet_id): (r.message.id, r.message.payload, r.released)
+        for r in state.incoming
+    }
+    assert held == {
+        ("c", 1): (101, b"q2", True),
+        ("c", 2): (202, b"new", False),
+        ("c", 4): (204, b"replaced", False),
+        ("c", 10): (110, b"q2", True),
+        ("c", 12): (113, b"second", False),
+        ("d", 1): (302, b"back", True),
+    }
+    assert state.next_message_id == 501  # the put that was deleted in the batch counts too

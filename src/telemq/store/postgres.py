@@ -28,14 +28,14 @@ the TCP connection looks. `abandon` is the broker's side of the same lease: from
 without waiting for the call in progress, it shuts the connection's socket so that a call
 stuck on it fails, and the store is lost from then on.
 
-`commit` writes a batch in one transaction, in one round trip in the common case
-(postgres_writes.py), and returns when PostgreSQL reports the transaction committed. How
-durable that is comes from ``synchronous_commit``, which the store sets from `sync` for its
-own session: `full` is ``on`` (the commit's WAL is flushed to disk, and to the synchronous
-standbys the server names, before the commit returns: nothing acknowledged is lost);
-`normal` and `off` are ``off`` (the server acknowledges before the flush: a crash of the
-database server may lose the last commits, a crash of the broker never, as the server has
-them).
+`commit` writes a batch in one transaction, in one round trip in the common case, or as
+one ``COPY`` when it is only journal rows (postgres_writes.py), and returns when PostgreSQL
+reports the transaction committed. How durable that is comes from ``synchronous_commit``,
+which the store sets from `sync` for its own session: `full` is ``on`` (the commit's WAL
+is flushed to disk, and to the synchronous standbys the server names, before the commit
+returns: nothing acknowledged is lost); `normal` and `off` are ``off`` (the server
+acknowledges before the flush: a crash of the database server may lose the last commits,
+a crash of the broker never, as the server has them).
 
 `load` returns what `SqliteStore.load` returns for the same history: the rows are decoded by
 the shared codec in the same order (keys are ``COLLATE "C"``), deliveries whose message is
@@ -47,7 +47,8 @@ transaction.
 The store is used from the broker's writer thread, its event loop (small commits) and the
 journal service's worker threads; its public methods take turns on the one connection
 (`_serialized`), as a transaction spans several of psycopg's calls. `last_sync_seconds` is
-the wait for ``COMMIT``: in a batch sent in one round trip, that whole round trip.
+the wait for ``COMMIT``: in a batch sent in one round trip, that whole round trip; in a
+lone ``COPY``, the whole ``COPY``.
 
 Readers outside the broker (the journal service) open their own connections
 (postgres_reader.py); PostgreSQL's MVCC means neither waits for the other.
@@ -89,7 +90,14 @@ from .postgres_connection import (
     take_lock,
 )
 from .postgres_schema import RAISE_MARK, ROW_KEYS, TABLES, migrate, next_ids, read_marks
-from .postgres_writes import COPY_JOURNAL, COPY_ROWS, INSERT_JOURNAL, plan
+from .postgres_writes import (
+    COPY_ALONE_ROWS,
+    COPY_JOURNAL,
+    INSERT_JOURNAL,
+    INSERT_JOURNAL_ROWS,
+    journal_columns,
+    plan,
+)
 
 __all__ = ["SYNCHRONOUS_COMMIT", "PostgresStore"]
 
@@ -119,6 +127,14 @@ def _serialized(
             return method(self, *args, **kwargs)
 
     return run
+
+
+def _copy_journal(cur: psycopg.Cursor[Any], rows: list[Row]) -> None:
+    """Stream `rows` into the journal with ``COPY`` (postgres_writes.py)."""
+    with cur.copy(COPY_JOURNAL) as copy:
+        write_row = copy.write_row
+        for row in rows:
+            write_row(row)
 
 
 # An elected session's server-side TCP keepalives (a vanished broker's lock is released).
@@ -309,27 +325,23 @@ class PostgresStore(Store):
         except (BadRecord, TypeError, ValueError, OverflowError) as exc:
             raise StoreError(f"commit failed, nothing applied: {exc}") from exc
         journal = planned.journal
-        copying = len(journal) >= COPY_ROWS
         try:
             cur = conn.cursor()
             syncing = time.perf_counter()
-            with conn.pipeline():
-                cur.execute("BEGIN")
-                for sql, params in planned.steps:
-                    cur.executemany(sql, params)
-                if planned.raised:
-                    cur.executemany(RAISE_MARK, [(v, k) for k, v in planned.raised.items()])
-                if journal and not copying:
-                    cur.executemany(INSERT_JOURNAL, journal)
-                if not copying:
-                    syncing = time.perf_counter()
+            if len(journal) >= COPY_ALONE_ROWS and not planned.steps and not planned.raised:
+                _copy_journal(cur, journal)  # outside a transaction block: one of its own
+            else:
+                with conn.pipeline():
+                    cur.execute("BEGIN")
+                    for sql, params in planned.steps:
+                        cur.executemany(sql, params)
+                    if planned.raised:
+                        cur.executemany(RAISE_MARK, [(v, k) for k, v in planned.raised.items()])
+                    if len(journal) == 1:
+                        cur.execute(INSERT_JOURNAL, journal[0])
+                    elif journal:
+                        cur.execute(INSERT_JOURNAL_ROWS, journal_columns(journal))
                     cur.execute("COMMIT")
-            if copying:
-                with cur.copy(COPY_JOURNAL) as copy:
-                    for row in journal:
-                        copy.write_row(row)
-                syncing = time.perf_counter()
-                cur.execute("COMMIT")
             self.last_sync_seconds = time.perf_counter() - syncing
         except Exception as exc:
             self._rollback(conn)

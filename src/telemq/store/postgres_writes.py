@@ -4,21 +4,41 @@ Theory of operation
 -------------------
 A commit is one transaction, and in the common case one round trip to the server. `plan`
 first turns the batch into statements and their parameter rows, in Python, before anything
-is sent: each run of same-kind ops (the batch's order kept: `itertools.groupby` over the ops
-as they came) becomes one `executemany` of the op's statements (`PLAN`), with the rows built
-by the shared codec and checked by its CHECK twins (`_codec.check_*`: PostgreSQL would
-convert some values SQLite refuses, text into ``bytea`` for one, so both stores refuse them
-here as the memory store does). A row that fails its check fails the batch before the
-server hears of it.
+is sent. The ops are taken table by table (`_TABLE_OF`: ops on different tables commute;
+their order within each table is kept; a batch that deletes a session, which spans four
+tables, keeps its order as it is), and each run of same-kind ops (`itertools.groupby`)
+becomes one `executemany` of the op's statements (`PLAN`), with the rows built by the
+shared codec and checked by its CHECK twins (`_codec.check_*`: PostgreSQL would convert
+some values SQLite refuses, text into ``bytea`` for one, so both stores refuse them here as
+the memory store does). A row that fails its check fails the batch before the server hears
+of it. A run of `ARRAY_ROWS` or more messages or deliveries put or deleted (the broker's
+"message, delivery" per publication to a persistent session, and their deletes when
+acknowledged), or retained messages put, is instead one statement over an array per column
+(`_ARRAYS`): an `executemany` costs the writer thread (holding the GIL) and the server some
+15 us per row each, the arrays a fraction of that. One statement may not upsert a key
+twice, so a run of upserts keeps the last row of each key, which is what the run would have
+left. Held QoS 2 messages (`incoming`) come interleaved (one publication's put, another's
+release, a third's delete), so their runs are short: when a batch has `ARRAY_ROWS` or more
+of those ops, they are merged key by key into what they leave (`_held_steps`) and written
+as at most three statements over arrays, deletes, puts and releases.
 
 The store then sends, in psycopg's pipeline mode (libpq queues the statements and the
 server runs them as they arrive, answering at the end): ``BEGIN``, every run, the
-high-water marks the batch raises (`RAISE_MARK`), the journal rows of a small batch as
-pipelined INSERTs, and ``COMMIT``. A batch with many journal rows (`COPY_ROWS` or more, the
-load of a busy broker) leaves ``COMMIT`` out of the pipeline and streams its journal rows
-with ``COPY`` (not allowed in a pipeline), then commits. An error anywhere makes the server
-skip the rest up to the pipeline's end; the store rolls back and nothing of the batch is
-applied.
+high-water marks the batch raises (`RAISE_MARK`), the journal rows, and ``COMMIT``: one
+round trip. The journal rows are one statement (`INSERT_JOURNAL_ROWS`: an array per
+column, sent in binary, ``unnest`` makes them rows again), not one INSERT per row: a
+pipelined INSERT costs about 15 us of the writer thread's time holding the GIL per row,
+and as much again in the server. An error anywhere makes the server skip the rest up to
+the pipeline's end; the store rolls back and nothing of the batch is applied.
+
+A batch of journal rows and nothing else (`COPY_ALONE_ROWS` or more: QoS 0 and 1
+publications to clean sessions, the bulk of a busy broker's batches) is one ``COPY`` sent
+outside a transaction block: a single statement is a transaction of its own, so it is
+applied whole or not at all, and committed under the session's ``synchronous_commit`` as
+``COMMIT`` would be. Two round trips and no ``BEGIN``; per row it costs about a fifth of a
+pipelined INSERT in the writer thread and in the server alike, half of the arrays
+(docs/postgres.md, "Speed"). (``COPY`` cannot run in a pipeline, so a batch with other
+writes would pay two more round trips for it: there the arrays win.)
 
 Upserts are ``INSERT ... ON CONFLICT (key) DO UPDATE`` (SQLite's INSERT OR REPLACE), a
 message already stored is kept (``DO NOTHING``: messages are immutable), and a session's
@@ -40,16 +60,18 @@ from ._codec import COLUMNS, BadRecord, Row
 from .base import JOURNAL_FIELDS, Op, WriteBatch
 
 __all__ = [
+    "COPY_ALONE_ROWS",
     "COPY_JOURNAL",
-    "COPY_ROWS",
     "INSERT_JOURNAL",
+    "INSERT_JOURNAL_ROWS",
     "PLAN",
     "Planned",
+    "journal_columns",
     "journal_rows",
     "plan",
 ]
 
-COPY_ROWS = 256  # journal rows from which a commit streams them with COPY
+COPY_ALONE_ROWS = 8  # journal rows from which a batch of nothing else is one COPY
 
 
 def _insert(table: str) -> str:
@@ -145,6 +167,26 @@ PLAN: dict[Op, Plan] = {
 
 INSERT_JOURNAL = _insert("journal")
 COPY_JOURNAL = f"COPY journal ({', '.join(COLUMNS['journal'])}) FROM STDIN"
+# The journal's column types, in `COLUMNS` order: an array of each is one column of rows.
+_JOURNAL_TYPES = [
+    "int8",
+    "int8",
+    "text",
+    "text",
+    "int4",
+    "int4",
+    "bytea",
+    "text",
+    "text",
+    "bytea",
+    "text",
+]
+# Many journal rows in one statement: one array per column, sent in binary.
+INSERT_JOURNAL_ROWS = (
+    f"INSERT INTO journal ({', '.join(COLUMNS['journal'])}) SELECT * FROM unnest("
+    + ", ".join(f"%b::{kind}[]" for kind in _JOURNAL_TYPES)
+    + ")"
+)
 
 
 class Planned(NamedTuple):
@@ -189,13 +231,167 @@ def journal_rows(batch: WriteBatch, origin: str | None) -> list[Row]:
     return rows
 
 
+def journal_columns(rows: list[Row]) -> list[list[Any]]:
+    """`rows` as the parameters of `INSERT_JOURNAL_ROWS`: a list per column."""
+    return [list(column) for column in zip(*rows, strict=True)]
+
+
+# The table each op writes: a batch's ops on different tables commute (no foreign keys;
+# the only shared rows, the high-water marks, are only ever raised), so `plan` may write
+# them table by table, keeping their order within each table, as SQLite does
+# (sqlite_writes.py), and the broker's interleaved "message, delivery" per publication
+# becomes two long runs. A session's delete touches four tables: a batch with one keeps
+# its order as it is.
+_TABLE_OF = {
+    Op.PUT_SESSION: 0,
+    Op.PUT_SUBSCRIPTION: 1,
+    Op.DELETE_SUBSCRIPTION: 1,
+    Op.PUT_RETAINED: 2,
+    Op.DELETE_RETAINED: 2,
+    Op.PUT_MESSAGE: 3,
+    Op.DELETE_MESSAGE: 3,
+    Op.PUT_DELIVERY: 4,
+    Op.DELETE_DELIVERY: 4,
+    Op.PUT_INCOMING: 5,
+    Op.DELETE_INCOMING: 5,
+    Op.RELEASE_INCOMING: 5,
+}
+ARRAY_ROWS = 4  # a run of this many rows of an op in `_ARRAYS` is one statement over arrays
+
+
+def _unnest(table: str, types: str) -> str:
+    """INSERT of the rows that `unnest` makes of an array per column (binary)."""
+    arrays = ", ".join(f"%b::{kind}[]" for kind in types.split())
+    return f"INSERT INTO {table} ({', '.join(COLUMNS[table])}) SELECT * FROM unnest({arrays})"
+
+
+def _floats(column: tuple[Any, ...]) -> list[Any]:
+    """A REAL column as floats: an array holds one type, and ints are valid there."""
+    return [None if value is None else float(value) for value in column]
+
+
+def _message_columns(rows: list[Row]) -> list[list[Any]]:
+    columns = [list(column) for column in zip(*rows, strict=True)]
+    columns[10] = _floats(tuple(columns[10]))
+    return columns
+
+
+def _delivery_columns(rows: list[Row]) -> list[list[Any]]:
+    # One statement may not upsert a key twice: the last row of each key is the one a
+    # run of upserts would have left.
+    last = {row[0]: row for row in rows}
+    return [list(column) for column in zip(*last.values(), strict=True)]
+
+
+def _retained_columns(rows: list[Row]) -> list[list[Any]]:
+    last = {(row[0], row[1]): row for row in rows}  # as `_delivery_columns`
+    return [list(column) for column in zip(*last.values(), strict=True)]
+
+
+def _ids(rows: list[Row]) -> list[list[Any]]:
+    return [[row[0] for row in rows]]
+
+
+_MESSAGE_TYPES = "int8 text bytea int4 int4 text text text int8 bytea float8"
+_DELIVERY_TYPES = "int8 text int8 int4 int4 int4 int4 text"
+_DELIVERY_UPDATES = ", ".join(f"{c} = EXCLUDED.{c}" for c in COLUMNS["deliveries"][1:])
+_RETAINED_TYPES = "text text bytea int4 int8 text bytea int4"
+_RETAINED_UPDATES = ", ".join(f"{c} = EXCLUDED.{c}" for c in COLUMNS["retained"][2:])
+# Op -> (one statement over arrays for a whole run, the run's rows as its parameters).
+_ARRAYS: dict[Op, tuple[str, Callable[[list[Row]], list[list[Any]]]]] = {
+    # Messages are immutable: of two rows with one id in a run, the first stays.
+    Op.PUT_MESSAGE: (
+        _unnest("messages", _MESSAGE_TYPES) + " ON CONFLICT (id) DO NOTHING",
+        _message_columns,
+    ),
+    Op.PUT_DELIVERY: (
+        _unnest("deliveries", _DELIVERY_TYPES)
+        + f" ON CONFLICT (delivery_id) DO UPDATE SET {_DELIVERY_UPDATES}",
+        _delivery_columns,
+    ),
+    Op.PUT_RETAINED: (
+        _unnest("retained", _RETAINED_TYPES)
+        + f" ON CONFLICT (sub_point, topic) DO UPDATE SET {_RETAINED_UPDATES}",
+        _retained_columns,
+    ),
+    Op.DELETE_MESSAGE: ("DELETE FROM messages WHERE id = ANY(%b::int8[])", _ids),
+    Op.DELETE_DELIVERY: ("DELETE FROM deliveries WHERE delivery_id = ANY(%b::int8[])", _ids),
+}
+
+
+def _by_table(ops: list[tuple[Op, Any]]) -> list[tuple[Op, Any]]:
+    """The ops table by table (see `_TABLE_OF`), or as they are if a session is deleted."""
+    for op, _ in ops:
+        if op == Op.DELETE_SESSION:
+            return ops
+    return sorted(ops, key=lambda entry: _TABLE_OF[entry[0]])  # stable: order kept per table
+
+
+_HELD_OPS = frozenset((Op.PUT_INCOMING, Op.RELEASE_INCOMING, Op.DELETE_INCOMING))
+_INCOMING_TYPES = "text int4 int8 text bytea int4 int4 text text text int8 bytea float8 int4"
+_INCOMING_UPDATES = ", ".join(f"{c} = EXCLUDED.{c}" for c in COLUMNS["incoming"][2:])
+_HELD_KEYS = (
+    "unnest(%b::text[], %b::int4[]) AS k (client_id, packet_id)"
+    " WHERE t.client_id = k.client_id AND t.packet_id = k.packet_id"
+)
+_PUT_HELD = (
+    _unnest("incoming", _INCOMING_TYPES)
+    + f" ON CONFLICT (client_id, packet_id) DO UPDATE SET {_INCOMING_UPDATES}"
+)
+_RELEASE_HELD = f"UPDATE incoming AS t SET released = 1 FROM {_HELD_KEYS}"
+_DELETE_HELD = f"DELETE FROM incoming AS t USING {_HELD_KEYS}"
+_PUT, _RELEASE, _DELETE = range(3)
+
+
+def _held_steps(runs: list[tuple[Op, list[Row]]]) -> list[tuple[str, list[Row]]]:
+    """A batch's held QoS 2 messages (`incoming`), merged key by key into what their ops
+    leave (a put then a release: the put, released; a delete after anything: the delete;
+    a put after anything: the put), then written as three statements over arrays at most.
+    Rows of different keys are independent, so their order does not matter."""
+    net: dict[Any, tuple[int, Row]] = {}
+    for op, params in runs:
+        if op == Op.PUT_INCOMING:
+            for row in params:
+                net[row[0], row[1]] = (_PUT, row)
+        elif op == Op.DELETE_INCOMING:
+            for key in params:
+                net[key] = (_DELETE, key)
+        else:
+            for key in params:
+                was = net.get(key)
+                if was is None:
+                    net[key] = (_RELEASE, key)
+                elif was[0] == _PUT:
+                    net[key] = (_PUT, (*was[1][:13], 1))
+    rows: tuple[list[Row], list[Row], list[Row]] = ([], [], [])
+    for what, row in net.values():
+        rows[what].append(row)
+    puts, releases, deletes = rows
+    steps: list[tuple[str, list[Row]]] = []
+    if deletes:
+        steps.append((_DELETE_HELD, [tuple(_ids_by_key(deletes))]))
+    if puts:
+        columns = [list(column) for column in zip(*puts, strict=True)]
+        columns[12] = _floats(tuple(columns[12]))
+        steps.append((_PUT_HELD, [tuple(columns)]))
+    if releases:
+        steps.append((_RELEASE_HELD, [tuple(_ids_by_key(releases))]))
+    return steps
+
+
+def _ids_by_key(keys: list[Row]) -> list[list[Any]]:
+    return [[key[0] for key in keys], [key[1] for key in keys]]
+
+
 def plan(batch: WriteBatch, marks: dict[str, int], origin: str | None) -> Planned:
     """The statements of `batch` (see the module docstring). `marks`: the high-water marks
     as the store last wrote them (only higher ones are raised). Raises BadRecord, or what
     the codec raises for a record it cannot encode (data that is not JSON)."""
     steps: list[tuple[str, list[Row]]] = []
     raised: dict[str, int] = {}
-    for op, run in groupby(batch.ops, itemgetter(0)):
+    ops = batch.ops if len(batch.ops) < 2 else _by_table(batch.ops)
+    held: list[tuple[Op, list[Row]]] = []
+    for op, run in groupby(ops, itemgetter(0)):
         statements, build, check, mark = PLAN[op]
         if build is None:
             params: list[Row] = [args for _, args in run]
@@ -204,11 +400,25 @@ def plan(batch: WriteBatch, marks: dict[str, int], origin: str | None) -> Planne
             if check is not None:
                 for row in params:
                     check(row)
-        for sql in statements:
-            steps.append((sql, params))
         if mark is not None:
             key, column = mark
             top = max(map(itemgetter(column), params)) + 1
             if top > marks[key] and top > raised.get(key, 0):
                 raised[key] = top
+        if op in _HELD_OPS and ops is not batch.ops:
+            held.append((op, params))
+            continue
+        arrays = _ARRAYS.get(op) if len(params) >= ARRAY_ROWS else None
+        if arrays is not None:
+            sql, columns = arrays
+            steps.append((sql, [tuple(columns(params))]))
+        else:
+            for sql in statements:
+                steps.append((sql, params))
+    if sum(len(params) for _, params in held) >= ARRAY_ROWS:
+        steps += _held_steps(held)
+    else:
+        for op, params in held:
+            for sql in PLAN[op].statements:
+                steps.append((sql, params))
     return Planned(steps, raised, journal_rows(batch, origin))
