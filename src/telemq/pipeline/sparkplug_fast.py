@@ -24,13 +24,13 @@ from ..sparkplug import DataType, SparkplugTopic
 from ..sparkplug.datatypes import SIGNED_BITS, UNSIGNED_BITS
 from ..sparkplug.schema import PAYLOAD
 from .sparkplug_births import Birth, Births
-from .sparkplug_schema import Columns
+from .sparkplug_schema import CELL_INDEX, Columns
 
 LONG_MAX = (1 << 63) - 1
 _BAD = object()  # a value reader's "not this way"
 Reader = Callable[[int, Any], Any]
-# datatype code -> (name, target column, reader of (field number, raw value))
-Plan = tuple[str, str, Reader]
+# datatype code -> (name, target column in CELL_COLUMNS, reader of (field number, raw value))
+Plan = tuple[str, int, Reader]
 
 # field numbers of Metric's value oneof
 _INT, _LONG, _FLOAT, _DOUBLE, _BOOL, _STRING, _BYTES = 10, 11, 12, 13, 14, 15, 16
@@ -61,17 +61,18 @@ def _signed(bits: int) -> Reader:
     return read
 
 
+_INT_COLUMN = CELL_INDEX["int_value"]
 TYPE_PLANS: dict[int, Plan] = {
-    **{int(k): (k.name, "int_value", _signed(b)) for k, b in SIGNED_BITS.items()},
-    **{int(k): (k.name, "int_value", _unsigned(b)) for k, b in UNSIGNED_BITS.items()},
-    int(DataType.Float): ("Float", "double_value", _exact(_FLOAT)),
-    int(DataType.Double): ("Double", "double_value", _exact(_DOUBLE)),
-    int(DataType.Boolean): ("Boolean", "boolean_value", _exact(_BOOL)),
-    int(DataType.String): ("String", "string_value", _exact(_STRING)),
-    int(DataType.Text): ("Text", "string_value", _exact(_STRING)),
-    int(DataType.UUID): ("UUID", "string_value", _exact(_STRING)),
-    int(DataType.Bytes): ("Bytes", "bytes_value", _exact(_BYTES)),
-    int(DataType.File): ("File", "bytes_value", _exact(_BYTES)),
+    **{int(k): (k.name, _INT_COLUMN, _signed(b)) for k, b in SIGNED_BITS.items()},
+    **{int(k): (k.name, _INT_COLUMN, _unsigned(b)) for k, b in UNSIGNED_BITS.items()},
+    int(DataType.Float): ("Float", CELL_INDEX["double_value"], _exact(_FLOAT)),
+    int(DataType.Double): ("Double", CELL_INDEX["double_value"], _exact(_DOUBLE)),
+    int(DataType.Boolean): ("Boolean", CELL_INDEX["boolean_value"], _exact(_BOOL)),
+    int(DataType.String): ("String", CELL_INDEX["string_value"], _exact(_STRING)),
+    int(DataType.Text): ("Text", CELL_INDEX["string_value"], _exact(_STRING)),
+    int(DataType.UUID): ("UUID", CELL_INDEX["string_value"], _exact(_STRING)),
+    int(DataType.Bytes): ("Bytes", CELL_INDEX["bytes_value"], _exact(_BYTES)),
+    int(DataType.File): ("File", CELL_INDEX["bytes_value"], _exact(_BYTES)),
 }
 
 
@@ -172,36 +173,11 @@ class FastDecoder:
             )  # fmt: skip
 
         columns = self.columns
-        dense, sparse = columns.dense, columns.sparse
-        count = len(out)
-        for column, value in (
-            ("seq", seq),
-            ("ts", ts),
-            ("topic", topic),
-            ("group", where.group),
-            ("edge_node", where.edge_node),
-            ("device", where.device),
-            ("message_type", kind.value),
-            ("payload_ts", payload_ts),
-            ("payload_seq", payload_seq),
-        ):
-            dense[column].extend([value] * count)
-        row = columns.rows
-        for column, position in (
-            ("metric_index", 0),
-            ("name", 1),
-            ("alias", 2),
-            ("datatype", 3),
-            ("metric_ts", 4),
-            ("is_null", 5),
-            ("is_historical", 6),
-            ("is_transient", 7),
-        ):
-            dense[column].extend([item[position] for item in out])
-        for offset, item in enumerate(out):
-            if item[9] is not None:
-                rows, values = sparse[item[8]]
-                rows.append(row + offset)
-                values.append(item[9])
-        columns.rows += count
+        by_column = list(zip(*out, strict=True))  # the metrics' values, column by column
+        for column, cells in zip(columns.per_row, by_column, strict=False):
+            column.extend(cells)
+        columns.cell_targets.extend(by_column[8])
+        columns.cells.extend(by_column[9])
+        where_from = (seq, ts, topic, where.group, where.edge_node, where.device, kind.value)
+        columns.add_run((*where_from, payload_ts, payload_seq), len(out))
         return True
