@@ -4,13 +4,14 @@ protobuf into the output columns.
 Most of the journal is NDATA/DDATA of scalar metrics sent by alias. For those,
 `decode_fast` reads each metric's set fields with one ``ListFields()`` call, resolves the
 alias through a per-BIRTH plan (name, datatype, target column, value reader) made once per
-batch, and appends to the column lists of `Columns`: no dataclass, no dict per row. It
-handles only what it can decode exactly as the full decoder would (the `sparkplug.payload`
-rules, via `sparkplug_rows`'s slow path), and returns False for anything else: BIRTHs,
-STATE, messages without metrics, properties, metadata, arrays, DataSets, Templates, an
-unknown alias, a value that does not fit. The caller then decodes that message with the
-slow path, which gives the same rows or the quarantine's reasons. So the fast path changes
-the speed, never the result (tests/pipeline/test_sparkplug_rows.py compares both).
+batch, and appends a tuple per metric and one per message to `Columns`: no dataclass, no
+dict per row. It handles only what it can decode exactly as the full decoder would (the
+`sparkplug.payload` rules, via `sparkplug_rows`'s slow path), and returns False for
+anything else: BIRTHs, STATE, messages without metrics, properties, metadata, arrays,
+DataSets, Templates, an unknown alias, a value that does not fit. The caller then decodes
+that message with the slow path, which gives the same rows or the quarantine's reasons.
+So the fast path changes the speed, never the result (tests/pipeline/test_sparkplug_rows.py
+compares both).
 """
 
 from __future__ import annotations
@@ -173,11 +174,11 @@ class FastDecoder:
             )  # fmt: skip
 
         columns = self.columns
-        by_column = list(zip(*out, strict=True))  # the metrics' values, column by column
-        for column, cells in zip(columns.per_row, by_column, strict=False):
-            column.extend(cells)
-        columns.cell_targets.extend(by_column[8])
-        columns.cells.extend(by_column[9])
-        where_from = (seq, ts, topic, where.group, where.edge_node, where.device, kind.value)
-        columns.add_run((*where_from, payload_ts, payload_seq), len(out))
+        columns.metric_rows.extend(out)
+        columns.messages.append(
+            (seq, ts, topic, where.group, where.edge_node, where.device, kind.value,
+             payload_ts, payload_seq)
+        )  # fmt: skip
+        columns.rows += len(out)
+        columns.run_ends.append(columns.rows)
         return True

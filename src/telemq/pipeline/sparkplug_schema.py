@@ -3,12 +3,15 @@
 `metrics_schema`, `quarantine_schema` and `decoded_schema` (what ``mapInArrow`` emits: both
 kinds of row in one frame, told apart by ``reason``) are Spark `StructType`s made in Python,
 so that executors derive the matching Arrow schema without a JVM. `Columns` collects one
-Arrow batch of output column by column: the columns of the message (seq, topic, ...) once per
-message, repeated for its metrics by Arrow (run-end decoding); the columns every row has as
-Python lists, appended to in bulk by the decoder's fast path; the others (values, nested
-values, the quarantine's payload and reason) sparsely, as (row, value) pairs put in place by
-a mask, so a row pays only for the columns it fills. Timestamps travel as integers
-(microseconds) and become Arrow timestamps once per batch.
+Arrow batch of output: a tuple per message (seq, topic, ...: Arrow repeats it for the
+message's metrics, by run-end decoding) and a tuple per row (its metric's name, datatype,
+flags, and its one scalar value with the index of the column it goes to), which become
+columns once per batch, so the decoder's fast path appends a message with a few list calls;
+the other columns (arrays, nested values, the quarantine's payload and reason, any value of
+the slow path) sparsely, as (row, value) pairs, so a row pays only for the columns it fills.
+Values are put in their rows by masks (`pyarrow.compute.replace_with_mask`), not by Python
+lists of NULLs. Timestamps travel as integers (microseconds) and become Arrow timestamps
+once per batch.
 """
 
 from __future__ import annotations
@@ -178,49 +181,36 @@ CELL_INDEX = {name: index for index, name in enumerate(CELL_COLUMNS)}
 
 
 class Columns:
-    """One output batch being built (`rows` rows so far):
+    """One output batch being built, `rows` rows so far, kept as tuples that Arrow turns into
+    columns once per batch (one ``zip``), so appending a message costs two list calls:
 
-    - `messages`: the `PER_MESSAGE` columns, one value per run of rows that share it, the
-      runs ending at `run_ends` (a message's metrics are one run; Arrow repeats the values);
-    - `dense`: the `PER_ROW` columns, one value per row (`per_row`: the same lists, in
-      `PER_ROW` order, for appending in bulk);
-    - `cells` and `cell_targets`: one value per row and the index in `CELL_COLUMNS` of the
-      column it goes to (-1: none), for rows of one scalar value (the fast path's);
-    - `sparse`: (row, value) pairs for the other columns, so a row pays only for the
-      columns it fills."""
+    - `messages`: a `PER_MESSAGE` tuple per run of rows that share it, the runs ending at
+      `run_ends` (a message's metrics are one run; Arrow repeats the values);
+    - `metric_rows`: a tuple per row: its `PER_ROW` values, then the index in `CELL_COLUMNS`
+      of the column its one scalar value goes to (-1: none) and that value (the fast
+      path's rows);
+    - `sparse`: (row, value) pairs for the other columns (the slow path's values), so a row
+      pays only for the columns it fills."""
 
     def __init__(self) -> None:
-        self.messages: dict[str, list[Any]] = {name: [] for name in PER_MESSAGE}
+        self.messages: list[tuple[Any, ...]] = []
         self.run_ends: list[int] = []
-        self.dense: dict[str, list[Any]] = {name: [] for name in PER_ROW}
-        self.per_row = [self.dense[name] for name in PER_ROW]
-        self.cells: list[Any] = []
-        self.cell_targets: list[int] = []
+        self.metric_rows: list[tuple[Any, ...]] = []
         self.sparse: dict[str, tuple[list[int], list[Any]]] = {
             name: ([], []) for name in DECODED_NAMES if name not in DENSE
         }
         self.rows = 0
-        self._per_message = [self.messages[name] for name in PER_MESSAGE]
 
     def add(self, **values: Any) -> None:
         """One row from keyword values (timestamps in microseconds); the slow path."""
-        for name, column in self.dense.items():
-            column.append(values.get(name))
-        self.cells.append(None)
-        self.cell_targets.append(-1)
+        self.metric_rows.append((*(values.get(name) for name in PER_ROW), -1, None))
         for name, (rows, items) in self.sparse.items():
             value = values.get(name)
             if value is not None:
                 rows.append(self.rows)
                 items.append(value)
-        self.add_run(tuple(values.get(name) for name in PER_MESSAGE), 1)
-
-    def add_run(self, message: tuple[Any, ...], count: int) -> None:
-        """End a run of `count` rows (already in `dense` and `sparse`) whose `PER_MESSAGE`
-        values are `message`, in that order."""
-        for column, value in zip(self._per_message, message, strict=True):
-            column.append(value)
-        self.rows += count
+        self.messages.append(tuple(values.get(name) for name in PER_MESSAGE))
+        self.rows += 1
         self.run_ends.append(self.rows)
 
     def to_arrow(self) -> Any:
@@ -229,33 +219,34 @@ class Columns:
 
         schema = arrow_schema()
         run_ends = pa.array(self.run_ends, pa.int32())
-        arrays = []
-        targets = pa.array(self.cell_targets, pa.int8())
+        by_row = _transpose(self.metric_rows, len(PER_ROW) + 2)
+        per_row = dict(zip(PER_ROW, by_row, strict=False))
+        per_message = dict(
+            zip(PER_MESSAGE, _transpose(self.messages, len(PER_MESSAGE)), strict=True)
+        )
+        targets = pa.array(by_row[-2], pa.int8())
         filled = set(pc.unique(targets).to_pylist())
+        arrays = []
         for field in schema:
             name, kind = field.name, field.type
-            if name in self.messages:
-                values = self.messages[name]
+            values = per_message.get(name, per_row.get(name))
+            if values is not None:
                 if name in TIMESTAMPS:
-                    runs = pa.array(values, pa.int64()).cast(kind)
+                    array = pa.array(values, pa.int64()).cast(kind)
                 else:
-                    runs = pa.array(values, kind)
-                encoded = pa.RunEndEncodedArray.from_arrays(run_ends, runs)
-                arrays.append(pc.run_end_decode(encoded))
-            elif name in self.dense:
-                if name in TIMESTAMPS:
-                    arrays.append(pa.array(self.dense[name], pa.int64()).cast(kind))
-                else:
-                    arrays.append(pa.array(self.dense[name], kind))
-            else:
-                array = pa.nulls(self.rows, kind)
-                target = CELL_INDEX.get(name, -1)
-                if target in filled and target >= 0:
-                    array = self._cells(array, pc.equal(targets, target))
-                arrays.append(self._sparse(array, *self.sparse[name]))
+                    array = pa.array(values, kind)
+                if name in per_message:
+                    array = pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(run_ends, array))
+                arrays.append(array)
+                continue
+            array = pa.nulls(self.rows, kind)
+            target = CELL_INDEX.get(name, -1)
+            if target in filled and target >= 0:
+                array = self._cells(array, by_row[-1], pc.equal(targets, target))
+            arrays.append(self._sparse(array, *self.sparse[name]))
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
-    def _cells(self, array: Any, chosen: Any) -> Any:
+    def _cells(self, array: Any, cells: list[Any], chosen: Any) -> Any:
         """`array` with the `cells` of the rows `chosen` (a boolean array) put in place."""
         import itertools
 
@@ -263,7 +254,7 @@ class Columns:
         import pyarrow.compute as pc
 
         selected = chosen.cast(pa.uint8()).buffers()[1].to_pybytes()[: self.rows]
-        items = pa.array(list(itertools.compress(self.cells, selected)), array.type)
+        items = pa.array(list(itertools.compress(cells, selected)), array.type)
         return pc.replace_with_mask(array, chosen, items)
 
     def _sparse(self, array: Any, rows: list[int], items: list[Any]) -> Any:
@@ -284,6 +275,13 @@ class Columns:
         for row in rows:
             mask[row] = 1
         return _put(array, mask, pa.array(items, kind))
+
+
+def _transpose(rows: list[tuple[Any, ...]], width: int) -> list[list[Any]]:
+    """Tuples of `width` values as `width` lists (``zip(*rows)`` is slow for many rows)."""
+    from operator import itemgetter
+
+    return [list(map(itemgetter(index), rows)) for index in range(width)]
 
 
 def _put(array: Any, mask: bytes | bytearray, items: Any) -> Any:
