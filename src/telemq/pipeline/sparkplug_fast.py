@@ -4,13 +4,14 @@ protobuf into the output columns.
 Most of the journal is NDATA/DDATA of scalar metrics sent by alias. For those,
 `decode_fast` reads each metric's set fields with one ``ListFields()`` call, resolves the
 alias through a per-BIRTH plan (name, datatype, target column, value reader) made once per
-batch, and appends to the column lists of `Columns`: no dataclass, no dict per row. It
-handles only what it can decode exactly as the full decoder would (the `sparkplug.payload`
-rules, via `sparkplug_rows`'s slow path), and returns False for anything else: BIRTHs,
-STATE, messages without metrics, properties, metadata, arrays, DataSets, Templates, an
-unknown alias, a value that does not fit. The caller then decodes that message with the
-slow path, which gives the same rows or the quarantine's reasons. So the fast path changes
-the speed, never the result (tests/pipeline/test_sparkplug_rows.py compares both).
+batch, and appends a tuple per metric and one per message to `Columns`: no dataclass, no
+dict per row. It handles only what it can decode exactly as the full decoder would (the
+`sparkplug.payload` rules, via `sparkplug_rows`'s slow path), and returns False for
+anything else: BIRTHs, STATE, messages without metrics, properties, metadata, arrays,
+DataSets, Templates, an unknown alias, a value that does not fit. The caller then decodes
+that message with the slow path, which gives the same rows or the quarantine's reasons.
+So the fast path changes the speed, never the result (tests/pipeline/test_sparkplug_rows.py
+compares both).
 """
 
 from __future__ import annotations
@@ -24,13 +25,13 @@ from ..sparkplug import DataType, SparkplugTopic
 from ..sparkplug.datatypes import SIGNED_BITS, UNSIGNED_BITS
 from ..sparkplug.schema import PAYLOAD
 from .sparkplug_births import Birth, Births
-from .sparkplug_schema import Columns
+from .sparkplug_schema import CELL_INDEX, Columns
 
 LONG_MAX = (1 << 63) - 1
 _BAD = object()  # a value reader's "not this way"
 Reader = Callable[[int, Any], Any]
-# datatype code -> (name, target column, reader of (field number, raw value))
-Plan = tuple[str, str, Reader]
+# datatype code -> (name, target column in CELL_COLUMNS, reader of (field number, raw value))
+Plan = tuple[str, int, Reader]
 
 # field numbers of Metric's value oneof
 _INT, _LONG, _FLOAT, _DOUBLE, _BOOL, _STRING, _BYTES = 10, 11, 12, 13, 14, 15, 16
@@ -61,17 +62,18 @@ def _signed(bits: int) -> Reader:
     return read
 
 
+_INT_COLUMN = CELL_INDEX["int_value"]
 TYPE_PLANS: dict[int, Plan] = {
-    **{int(k): (k.name, "int_value", _signed(b)) for k, b in SIGNED_BITS.items()},
-    **{int(k): (k.name, "int_value", _unsigned(b)) for k, b in UNSIGNED_BITS.items()},
-    int(DataType.Float): ("Float", "double_value", _exact(_FLOAT)),
-    int(DataType.Double): ("Double", "double_value", _exact(_DOUBLE)),
-    int(DataType.Boolean): ("Boolean", "boolean_value", _exact(_BOOL)),
-    int(DataType.String): ("String", "string_value", _exact(_STRING)),
-    int(DataType.Text): ("Text", "string_value", _exact(_STRING)),
-    int(DataType.UUID): ("UUID", "string_value", _exact(_STRING)),
-    int(DataType.Bytes): ("Bytes", "bytes_value", _exact(_BYTES)),
-    int(DataType.File): ("File", "bytes_value", _exact(_BYTES)),
+    **{int(k): (k.name, _INT_COLUMN, _signed(b)) for k, b in SIGNED_BITS.items()},
+    **{int(k): (k.name, _INT_COLUMN, _unsigned(b)) for k, b in UNSIGNED_BITS.items()},
+    int(DataType.Float): ("Float", CELL_INDEX["double_value"], _exact(_FLOAT)),
+    int(DataType.Double): ("Double", CELL_INDEX["double_value"], _exact(_DOUBLE)),
+    int(DataType.Boolean): ("Boolean", CELL_INDEX["boolean_value"], _exact(_BOOL)),
+    int(DataType.String): ("String", CELL_INDEX["string_value"], _exact(_STRING)),
+    int(DataType.Text): ("Text", CELL_INDEX["string_value"], _exact(_STRING)),
+    int(DataType.UUID): ("UUID", CELL_INDEX["string_value"], _exact(_STRING)),
+    int(DataType.Bytes): ("Bytes", CELL_INDEX["bytes_value"], _exact(_BYTES)),
+    int(DataType.File): ("File", CELL_INDEX["bytes_value"], _exact(_BYTES)),
 }
 
 
@@ -172,36 +174,11 @@ class FastDecoder:
             )  # fmt: skip
 
         columns = self.columns
-        dense, sparse = columns.dense, columns.sparse
-        count = len(out)
-        for column, value in (
-            ("seq", seq),
-            ("ts", ts),
-            ("topic", topic),
-            ("group", where.group),
-            ("edge_node", where.edge_node),
-            ("device", where.device),
-            ("message_type", kind.value),
-            ("payload_ts", payload_ts),
-            ("payload_seq", payload_seq),
-        ):
-            dense[column].extend([value] * count)
-        row = columns.rows
-        for column, position in (
-            ("metric_index", 0),
-            ("name", 1),
-            ("alias", 2),
-            ("datatype", 3),
-            ("metric_ts", 4),
-            ("is_null", 5),
-            ("is_historical", 6),
-            ("is_transient", 7),
-        ):
-            dense[column].extend([item[position] for item in out])
-        for offset, item in enumerate(out):
-            if item[9] is not None:
-                rows, values = sparse[item[8]]
-                rows.append(row + offset)
-                values.append(item[9])
-        columns.rows += count
+        columns.metric_rows.extend(out)
+        columns.messages.append(
+            (seq, ts, topic, where.group, where.edge_node, where.device, kind.value,
+             payload_ts, payload_seq)
+        )  # fmt: skip
+        columns.rows += len(out)
+        columns.run_ends.append(columns.rows)
         return True

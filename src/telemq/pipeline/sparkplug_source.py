@@ -58,6 +58,9 @@ __all__ = [
 VIEWS = ("metrics", "quarantine")
 BIRTH_FILTERS = (f"{NAMESPACE}/+/NBIRTH/+", f"{NAMESPACE}/+/DBIRTH/+/+")
 _QUARANTINE_COLUMNS = ["seq", "ts", "topic", "payload", "metric_index", "reason"]
+# Journal rows decoded at a time (about 20,000 metric rows of 10-metric messages): the
+# decoder's lists stay small (a third faster than 50,000-row chunks), one Arrow batch each.
+DECODE_ROWS = 2048
 
 
 def view_schema(view: str) -> Any:
@@ -144,12 +147,19 @@ def read_view(
     if not isinstance(partition, SparkplugRange):
         return
     names = METRIC_COLUMNS if view == "metrics" else _QUARANTINE_COLUMNS
-    for journal in options.read(partition):
-        decoded = decode_batch(journal, partition.births)
-        reasons = decoded.column("reason")
-        kept = decoded.filter(pc.is_null(reasons) if view == "metrics" else pc.is_valid(reasons))
-        if kept.num_rows:
-            yield pa.RecordBatch.from_arrays([kept.column(n) for n in names], names=names)
+    for chunk in options.read(partition):
+        for start in range(0, chunk.num_rows, DECODE_ROWS):
+            decoded = decode_batch(chunk.slice(start, DECODE_ROWS), partition.births)
+            reasons = decoded.column("reason")
+            if reasons.null_count == decoded.num_rows:  # no quarantine: the usual batch
+                if view == "quarantine":
+                    continue
+                kept = decoded
+            else:
+                keep = pc.is_null(reasons) if view == "metrics" else pc.is_valid(reasons)
+                kept = decoded.filter(keep)
+            if kept.num_rows:
+                yield pa.RecordBatch.from_arrays([kept.column(n) for n in names], names=names)
 
 
 class SparkplugBatchReader(JournalBatchReader):
