@@ -16,7 +16,7 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 
 from telemq.cli.main import main
-from telemq.pipeline import ingest
+from telemq.pipeline import ingest, parquet_table
 from telemq.pipeline.ingest import BatchCommitter, consumer_name, journal_table, lake_stats
 from telemq.pipeline.lakefs import LakeFileSystem
 from telemq.pipeline.location import locate
@@ -125,8 +125,12 @@ def test_a_stop_ends_the_ingest_while_the_journal_keeps_growing(spark: Any, tmp_
     assert seqs[-1] >= at_stop
 
 
-def test_a_batch_committed_twice_lands_once(spark: Any, tmp_path: Path) -> None:
+def test_a_batch_committed_twice_lands_once(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     data, table = tmp_path / "data", tmp_path / "lake" / "journal"
+    # Spark's executors write it (not the driver, as for a batch this small): three files.
+    monkeypatch.setattr(parquet_table, "DRIVER_WRITE_MAX_ROWS", 0)
     records = append_journal(data, telemetry(500))
     fs = LakeFileSystem.for_uri(spark, str(tmp_path))
     committer = BatchCommitter(fs, f"file:{table}", f"file:{tmp_path / 'staging'}")

@@ -46,7 +46,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from .lakefs import LakeFileSystem, join, lake_uri
-from .parquet_table import refuse_other_format, table_uri, utc_date
+from .parquet_table import refuse_other_format, table_uri, utc_date, write_on_driver
 from .table_format import LAKE_EXTRA, BatchStats, LakeError, LakeStats, pause_before_commit
 from .typed_columns import SCHEMA_PROPERTY as SCHEMA
 
@@ -156,8 +156,11 @@ class DeltaLakeTable:
         return stats
 
     def _write(self, dated: DataFrame, stage: str) -> None:
-        """Spark writes the batch's files, timestamps as microseconds (Delta's own unit; Spark's
-        default, INT96, is a legacy type)."""
+        """The batch's files, by the driver if it is small (`parquet_table.write_on_driver`),
+        else by Spark; timestamps as microseconds (Delta's own unit; Spark's default, INT96,
+        is a legacy type)."""
+        if write_on_driver(dated, stage, "TIMESTAMP_MICROS"):
+            return
         conf = dated.sparkSession.conf
         before = conf.get(_TIMESTAMPS)
         conf.set(_TIMESTAMPS, "TIMESTAMP_MICROS")
