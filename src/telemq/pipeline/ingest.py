@@ -308,7 +308,7 @@ def run_ingest(
                     break
                 query.awaitTermination(1)
             if query.isActive:
-                _drain(query, location.bounds()[1])
+                _drain(query, location.bounds()[1], trigger_seconds)
         else:
             query.awaitTermination()
         error = query.exception()
@@ -334,16 +334,19 @@ def run_ingest(
     )
 
 
-def _drain(query: StreamingQuery, target: int) -> None:
+def _drain(query: StreamingQuery, target: int, trigger_seconds: float) -> None:
     """Wait until `query` has committed the journal up to seq `target` (its end when the
-    ingest was asked to stop), has nothing more to read, or has ended. Not Spark's
-    ``processAllAvailable``: that waits for a trigger that finds no new data, which never
-    comes while a broker keeps taking publications."""
+    ingest was asked to stop), or has ended, or its triggers since have found nothing to
+    read (a query that starts at the journal's end). Not Spark's ``processAllAvailable``:
+    that waits for a trigger that finds no new data, which never comes while a broker keeps
+    taking publications."""
+    settled = time.monotonic() + 2 * trigger_seconds + 0.5  # a trigger has looked since
     while query.isActive:
         if _committed_seq(query) >= target:
             return
         status = query.status
-        if not status["isDataAvailable"] and not status["isTriggerActive"]:
+        idle = not status["isDataAvailable"] and not status["isTriggerActive"]
+        if idle and time.monotonic() > settled:
             return
         time.sleep(0.1)  # awaitTermination takes whole seconds
 
