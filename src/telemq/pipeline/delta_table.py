@@ -104,15 +104,22 @@ class DeltaLakeTable:
         self.staging = join(self.lake, "_staging", query_id or "delta")
         self._swept = False  # this query's uncommitted files of earlier runs deleted
         self._schema_ddl: str | None = None  # to record when the first commit makes the table
+        self._table: Any | None = None  # the DeltaTable, once there is one (`_open`)
 
     # -- the log -------------------------------------------------------------------------
 
     def _open(self) -> Any | None:
-        """The table's current version, or None when there is no table yet."""
-        if not self.delta.DeltaTable.is_deltatable(self.location):
-            return None
+        """The table's current version, or None when there is no table yet. Opened once,
+        then brought up to date by reading only the log entries added since (a continuous
+        ingest looks twice per micro-batch: not the whole log each time)."""
         try:
-            return self.delta.DeltaTable(self.location)
+            if self._table is not None:
+                self._table.update_incremental()
+                return self._table
+            if not self.delta.DeltaTable.is_deltatable(self.location):
+                return None
+            self._table = self.delta.DeltaTable(self.location)
+            return self._table
         except Exception as error:  # delta-rs raises its own exception types
             raise LakeError(f"{self.table}: not a readable Delta table ({error})") from error
 
