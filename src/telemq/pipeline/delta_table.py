@@ -6,9 +6,10 @@ For each micro-batch of ingest:
 1. the driver reads the table's application transaction version for the ingest query
    (``txn`` action, app id = the query's `ingest.consumer_name`); a batch at or below it is
    already in the table and adds nothing;
-2. Spark's executors write the batch's Parquet files (partitioned by the UTC ``date`` of
-   ``ts``, the journal's columns, timestamps as microseconds) into
-   ``<lake>/_staging/<query>/<batch id>``, as for the ``parquet`` format;
+2. Spark's executors (or the driver, for a small batch: `parquet_table.write_on_driver`)
+   write the batch's Parquet files (partitioned by the UTC ``date`` of ``ts``, the journal's
+   columns, timestamps as microseconds) into ``<lake>/_staging/<query>/<batch id>``, as for
+   the ``parquet`` format;
 3. files an earlier, uncommitted attempt of the same query left in the table are deleted (their
    names carry the query and the batch id, and no version of the table ever listed them);
 4. the staged files are renamed into the table's date directories as

@@ -11,8 +11,9 @@ How exactly-once works without a table log. Spark may run a micro-batch again af
 with the same batch id and, from the `telemq` source, the same rows. `BatchCommitter` makes
 that harmless:
 
-1. Spark's executors write the batch's Parquet files into ``_staging/<query>/<batch id>``
-   (emptied first), on the table's file system, so that step 3 is a rename;
+1. Spark's executors (or the driver, for a small batch: below) write the batch's Parquet files
+   into ``_staging/<query>/<batch id>`` (emptied first), on the table's file system, so that
+   step 3 is a rename;
 2. files a previous attempt of the same batch left in the table are deleted (their names
    start with the batch id);
 3. each staged file is renamed into its date directory as ``batch-<id>-<k>.parquet``.
