@@ -19,6 +19,12 @@ ingest's JVM started and the first rows seen, then `--warmup` seconds), the publ
 the ingest used over that window (each process with its children: the ingest's JVM and
 Python workers), from /proc (Linux).
 
+``--in-process`` runs the ingest in this process instead (`ingest.run_ingest` in a thread, on
+a Spark session of its own; ``main(argv, spark=session)`` uses a session the caller has, as
+the test suite's smoke test does, with no JVM to start): the same query and commits, but the
+ingest's Python driver then shares this process, and the CPU figures split as "ingest" =
+the JVM with its Python workers, "bench" = this process (publisher, reader and driver).
+
 Run from a checkout: ``python bench/bench_freshness.py --format delta --rate 1000
 --duration 30`` (``--format all`` runs each format in turn; ``--report FILE`` writes the
 figures as JSON). The goal on the project's 2-core machine: median <= 1 s, p99 <= 2 s at
@@ -108,6 +114,11 @@ def start_broker(
             raise RuntimeError(f"the broker did not start (see {work / 'broker.log'})")
         time.sleep(0.05)
     return broker, json.loads(ready.read_text())
+
+
+def children_cpu_seconds() -> float:
+    """CPU seconds of this process's descendants (an in-process ingest's JVM and workers)."""
+    return tree_cpu_seconds(os.getpid()) - sum(os.times()[:2])
 
 
 def stop(process: subprocess.Popen[bytes], signum: int, timeout: float) -> None:
@@ -251,6 +262,90 @@ def publish(port: int, rate: float, published: Published, done: threading.Event)
         client.disconnect()
 
 
+# -- the ingest ----------------------------------------------------------------------------
+
+
+class IngestProcess:
+    """``telemq pipeline ingest --continuous`` in a process of its own."""
+
+    def __init__(self, args: argparse.Namespace, source: list[str], lake: Path, work: Path):
+        table_format = args.format_now
+        command = [
+            sys.executable, "-m", "telemq", "pipeline", "ingest", *source,
+            "--lake", str(lake), "--format", table_format, "--continuous",
+            "--trigger", f"{args.trigger:g}", "--master", args.master,
+            "--spark-log", str(work / "spark.log"),
+        ]  # fmt: skip
+        if args.max_rows_per_batch:
+            command += ["--max-rows-per-batch", str(args.max_rows_per_batch)]
+        for setting in args.conf:
+            command += ["--conf", setting]
+        self.log = work / f"ingest-{table_format}.log"
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=package_env()
+            )
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def cpu_seconds(self) -> float:
+        return tree_cpu_seconds(self.process.pid)
+
+    def stop(self) -> None:
+        stop(self.process, signal.SIGTERM, 120)
+
+    def batch_seconds(self) -> list[float]:
+        return _batch_seconds(self.log)
+
+
+class IngestThread:
+    """`ingest.run_ingest` (continuous) in a thread of this process, on `spark`."""
+
+    def __init__(self, spark: Any, args: argparse.Namespace, data: Path, lake: Path) -> None:
+        from telemq.pipeline.ingest import IngestResult, run_ingest
+
+        self.log = f"the ingest thread of {lake}"
+        self.done = threading.Event()
+        self.result: IngestResult | None = None
+        self.error: BaseException | None = None
+
+        def ingest() -> None:
+            try:
+                self.result = run_ingest(
+                    spark,
+                    data,
+                    lake,
+                    continuous=True,
+                    trigger_seconds=args.trigger,
+                    max_rows_per_batch=args.max_rows_per_batch,
+                    stop=self.done,
+                    table_format=args.format_now,
+                )
+            except BaseException as error:  # reported by stop()
+                self.error = error
+
+        self.thread = threading.Thread(target=ingest, name="bench-ingest")
+        self.thread.start()
+
+    def alive(self) -> bool:
+        return self.thread.is_alive()
+
+    def cpu_seconds(self) -> float:
+        return children_cpu_seconds()
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join(120)
+        error, self.error = self.error, None
+        if error is not None:
+            raise RuntimeError(f"the ingest failed: {error}") from error
+
+    def batch_seconds(self) -> list[float]:
+        batches = self.result.batches if self.result is not None else []
+        return [b.seconds for b in batches if b.rows]
+
+
 # -- one run -------------------------------------------------------------------------------
 
 
@@ -278,38 +373,31 @@ class Result:
     batches: int
     mean_batch_s: float
     reader_error: str | None
+    load_average: float  # the machine's 1-minute load average at the end of the window
 
 
-def run_format(args: argparse.Namespace, table_format: str, work: Path) -> Result:
+def run_format(
+    args: argparse.Namespace, table_format: str, work: Path, spark: Any = None
+) -> Result:
     work.mkdir(parents=True, exist_ok=True)
     data, lake = work / "data", work / "lake"
     shutil.rmtree(data, ignore_errors=True)
     shutil.rmtree(lake, ignore_errors=True)
+    args.format_now = table_format
     broker, ready = start_broker(data, work, http=args.journal_service)
-    ingest: subprocess.Popen[bytes] | None = None
+    ingest: IngestProcess | IngestThread | None = None
     done, seen_done = threading.Event(), threading.Event()
     threads: list[threading.Thread] = []
     try:
         port = int(ready["listeners"][0]["ports"][0])
-        if args.journal_service:
-            source = ["--journal", f"http://127.0.0.1:{ready['http'][0]}"]
+        if spark is not None:
+            ingest = IngestThread(spark, args, data, lake)
         else:
-            source = ["--data-dir", str(data)]
-        command = [
-            sys.executable, "-m", "telemq", "pipeline", "ingest", *source,
-            "--lake", str(lake), "--format", table_format, "--continuous",
-            "--trigger", f"{args.trigger:g}", "--master", args.master,
-            "--spark-log", str(work / "spark.log"),
-        ]  # fmt: skip
-        if args.max_rows_per_batch:
-            command += ["--max-rows-per-batch", str(args.max_rows_per_batch)]
-        for setting in args.conf:
-            command += ["--conf", setting]
-        progress = work / f"ingest-{table_format}.log"
-        with progress.open("wb") as log:
-            ingest = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=package_env()
-            )
+            if args.journal_service:
+                source = ["--journal", f"http://127.0.0.1:{ready['http'][0]}"]
+            else:
+                source = ["--data-dir", str(data)]
+            ingest = IngestProcess(args, source, lake, work)
         published, watch = Published(), Watch()
         threads = [
             threading.Thread(target=publish, args=(port, args.rate, published, done)),
@@ -322,17 +410,18 @@ def run_format(args: argparse.Namespace, table_format: str, work: Path) -> Resul
             thread.start()
         deadline = time.monotonic() + args.start_timeout
         while not watch.first_seen():  # the ingest's JVM is up and committing
-            if ingest.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"no rows reached the lake (see {progress})")
+            if not ingest.alive() or time.monotonic() > deadline:
+                ingest.stop()  # raises the in-process ingest's error, if any
+                raise RuntimeError(f"no rows reached the lake (see {ingest.log})")
             time.sleep(0.1)
         time.sleep(args.warmup)
-        cpu = [tree_cpu_seconds(broker.pid), tree_cpu_seconds(ingest.pid)]
+        cpu = [tree_cpu_seconds(broker.pid), ingest.cpu_seconds()]
         bench_cpu = time.process_time()
         first = len(published.times)
         window_start = time.monotonic()
         time.sleep(args.duration)
         window = time.monotonic() - window_start
-        cpu = [tree_cpu_seconds(broker.pid) - cpu[0], tree_cpu_seconds(ingest.pid) - cpu[1]]
+        cpu = [tree_cpu_seconds(broker.pid) - cpu[0], ingest.cpu_seconds() - cpu[1]]
         bench_cpu = time.process_time() - bench_cpu
         last = len(published.times)
         done.set()
@@ -344,7 +433,8 @@ def run_format(args: argparse.Namespace, table_format: str, work: Path) -> Resul
         for thread in threads:
             thread.join(30)
         latencies = [watch.seen[n][1] - watch.seen[n][0] for n in wanted if n in watch.seen]
-        batches = _batch_seconds(progress)
+        ingest.stop()
+        batches = ingest.batch_seconds()
         return Result(
             format=table_format,
             rate=args.rate,
@@ -363,15 +453,18 @@ def run_format(args: argparse.Namespace, table_format: str, work: Path) -> Resul
             batches=len(batches),
             mean_batch_s=sum(batches) / len(batches) if batches else float("nan"),
             reader_error=watch.error,
+            load_average=os.getloadavg()[0],
         )
     finally:
         done.set()
         seen_done.set()
         for thread in threads:
             thread.join(30)
-        if ingest is not None:
-            stop(ingest, signal.SIGTERM, 120)
-        stop(broker, signal.SIGTERM, 30)
+        try:
+            if ingest is not None:
+                ingest.stop()
+        finally:
+            stop(broker, signal.SIGTERM, 30)
 
 
 def _batch_seconds(progress: Path) -> list[float]:
@@ -405,6 +498,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     parser.add_argument("--conf", action="append", default=[], help="a Spark KEY=VALUE")
     parser.add_argument("--journal-service", action="store_true", help="ingest over HTTP")
+    parser.add_argument(
+        "--in-process", action="store_true", help="run the ingest in this process (a thread)"
+    )
     parser.add_argument("--workdir", help="work here (default: a temporary directory)")
     parser.add_argument("--report", help="write the figures to this JSON file")
     parser.add_argument("--start-timeout", type=float, default=180.0, help=argparse.SUPPRESS)
@@ -415,15 +511,34 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def print_result(result: Result) -> None:
+    print(
+        f"  {result.format:<8} {result.readable:>6,}/{result.published:<7,}"
+        f" {result.median_s:7.3f}s {result.p99_s:7.3f}s {result.max_s:7.3f}s"
+        f"  {result.broker_cpu:6.0%} {result.ingest_cpu:6.0%} {result.bench_cpu:5.0%}"
+        f"  {result.batches} of {result.mean_batch_s:.3f}s",
+        flush=True,
+    )
+    if result.reader_error:
+        print(f"    (the reader retried after: {result.reader_error})")
+
+
+def main(argv: Sequence[str] | None = None, spark: Any = None) -> int:
+    """Run the benchmark; with `spark` (a session the caller has), the ingest runs in this
+    process on it (``--in-process`` with a session made here otherwise)."""
     args = parse_args(argv)
+    if spark is not None:
+        args.in_process = True
+    if args.in_process and args.journal_service:
+        raise SystemExit("--in-process reads the data directory: drop --journal-service")
     work = Path(args.workdir or tempfile.mkdtemp(prefix="telemq-freshness-"))
     work.mkdir(parents=True, exist_ok=True)
     formats = FORMATS if args.format == "all" else (args.format,)
     results = []
+    where = "journal service" if args.journal_service else "data directory"
     print(
         f"{args.rate:,.0f} msg/s for {args.duration:g}s, ingest --trigger {args.trigger:g}"
-        f" ({'journal service' if args.journal_service else 'data directory'}),"
+        f" ({where}{', in this process' if args.in_process else ''}),"
         f" a new reader every {args.poll:g}s; load average {os.getloadavg()[0]:.2f}",
         flush=True,
     )
@@ -432,21 +547,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"  {'broker':>7} {'ingest':>7} {'bench':>6}  batches",
         flush=True,
     )
-    for table_format in formats:
-        result = run_format(args, table_format, work / table_format)
-        results.append(result)
-        print(
-            f"  {result.format:<8} {result.readable:>6,}/{result.published:<7,}"
-            f" {result.median_s:7.3f}s {result.p99_s:7.3f}s {result.max_s:7.3f}s"
-            f"  {result.broker_cpu:6.0%} {result.ingest_cpu:6.0%} {result.bench_cpu:5.0%}"
-            f"  {result.batches} of {result.mean_batch_s:.3f}s",
-            flush=True,
+    owned = None
+    if args.in_process and spark is None:
+        from telemq.pipeline.spark import spark_session
+
+        settings = dict(c.split("=", 1) for c in args.conf)
+        log = work / "spark.log"
+        spark = owned = spark_session(
+            args.master, "telemq-bench-freshness", conf=settings, log_file=log
         )
-        if result.reader_error:
-            print(f"    (the reader retried after: {result.reader_error})")
+    try:
+        for table_format in formats:
+            result = run_format(args, table_format, work / table_format, spark)
+            results.append(result)
+            print_result(result)
+    finally:
+        if owned is not None:
+            owned.stop()
     print("  CPU: share of one core over the measured window (broker, ingest with its JVM")
     print("  and Python workers, this process's publisher and reader); goal: median <= 1 s,")
-    print("  p99 <= 2 s")
+    print(f"  p99 <= 2 s; load average {os.getloadavg()[0]:.2f} at the end")
     if args.report:
         Path(args.report).write_text(json.dumps([asdict(r) for r in results], indent=2))
     if not args.workdir:

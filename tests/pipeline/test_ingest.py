@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -15,9 +16,10 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 
 from telemq.cli.main import main
-from telemq.pipeline import ingest
+from telemq.pipeline import ingest, parquet_table
 from telemq.pipeline.ingest import BatchCommitter, consumer_name, journal_table, lake_stats
 from telemq.pipeline.lakefs import LakeFileSystem
+from telemq.pipeline.location import locate
 from telemq.pipeline.source import read_journal
 from telemq.store import consumers
 
@@ -81,8 +83,54 @@ def test_ingest_is_exactly_once_across_a_killed_run(spark: Any, tmp_path: Path) 
     assert lake_seqs(lake) == [r.seq for r in records + more]
 
 
-def test_a_batch_committed_twice_lands_once(spark: Any, tmp_path: Path) -> None:
+def test_a_stop_ends_the_ingest_while_the_journal_keeps_growing(spark: Any, tmp_path: Path) -> None:
+    """Asked to stop, a continuous ingest commits what the journal held at that moment and
+    returns, though rows keep coming (as they do while a broker serves publishers): it does
+    not wait for a trigger that finds nothing new."""
+    data, lake = tmp_path / "data", tmp_path / "lake"
+    append_journal(data, telemetry(50))
+    stop, quiet, batches = threading.Event(), threading.Event(), threading.Semaphore(0)
+
+    def keep_appending() -> None:
+        seed = 2
+        while not quiet.wait(0.02):
+            append_journal(data, telemetry(10, seed=seed))
+            seed += 1
+
+    def run() -> None:
+        ingest.run_ingest(
+            spark, data, lake, continuous=True, trigger_seconds=0.1, stop=stop,
+            table_format="parquet", progress=lambda line: batches.release(),
+        )  # fmt: skip
+
+    writer = threading.Thread(target=keep_appending)
+    job = threading.Thread(target=run)
+    writer.start()
+    job.start()
+    try:
+        for _ in range(2):  # the query runs and the journal grows under it
+            assert batches.acquire(timeout=120), "the ingest committed nothing in time"
+        at_stop = locate(str(data)).bounds()[1]
+        stop.set()
+        job.join(120)
+        stopped = not job.is_alive()
+    finally:
+        quiet.set()
+        writer.join()
+        stop.set()
+        job.join()
+    assert stopped, "the ingest kept running after the stop while the journal grew"
+    seqs = lake_seqs(lake)
+    assert seqs == list(range(1, len(seqs) + 1))  # each once, none skipped
+    assert seqs[-1] >= at_stop
+
+
+def test_a_batch_committed_twice_lands_once(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     data, table = tmp_path / "data", tmp_path / "lake" / "journal"
+    # Spark's executors write it (not the driver, as for a batch this small): three files.
+    monkeypatch.setattr(parquet_table, "DRIVER_WRITE_MAX_ROWS", 0)
     records = append_journal(data, telemetry(500))
     fs = LakeFileSystem.for_uri(spark, str(tmp_path))
     committer = BatchCommitter(fs, f"file:{table}", f"file:{tmp_path / 'staging'}")

@@ -222,6 +222,7 @@ def test_parquet_stats_match_pyarrows_footer(
     assert any(pq.read_metadata(f).num_row_groups >= 2 for f in files)
     results = [lfs.parquet_stats(at(f)) for f in files]
     assert results == [arrow_stats(f) for f in files]
+    assert results == [lfs.hadoop_parquet_stats(at(f)) for f in files]  # other file systems
     assert sum(rows for rows, _, _ in results) == 20_000
     assert min(low for _, low, _ in results if low is not None) == 1_000_000_000_000
     assert max(high for _, _, high in results if high is not None) == 1_000_000_059_997
@@ -239,19 +240,22 @@ def test_parquet_stats_without_seq_values(
     for name, rows in [("no_seq", 5), ("null_seq", 4), ("empty", 0)]:
         (file,) = (tmp_path / name).glob("*.parquet")
         assert lfs.parquet_stats(at(file)) == (rows, None, None) == arrow_stats(file)
+        assert lfs.hadoop_parquet_stats(at(file)) == (rows, None, None)
 
 
 def test_parquet_stats_of_a_missing_broken_or_textual_file(
     spark: Any, lfs: LakeFileSystem, tmp_path: Path, at: At
 ) -> None:
-    with pytest.raises(FileNotFoundError, match=r"missing\.parquet: .*FileNotFound"):
-        lfs.parquet_stats(at(tmp_path / "missing.parquet"))
     (tmp_path / "broken.parquet").write_bytes(b"not parquet at all")
-    with pytest.raises(OSError, match=r"broken\.parquet: .*not a Parquet file"):
-        lfs.parquet_stats(at(tmp_path / "broken.parquet"))
+    for stats in (lfs.parquet_stats, lfs.hadoop_parquet_stats):
+        with pytest.raises(FileNotFoundError, match=r"missing\.parquet: .*FileNotFound"):
+            stats(at(tmp_path / "missing.parquet"))
+        with pytest.raises(OSError, match=r"(?i)broken\.parquet: .*not a Parquet file"):
+            stats(at(tmp_path / "broken.parquet"))
     spark.range(3).selectExpr("CAST(id AS STRING) AS seq").coalesce(1).write.parquet(
         lake_uri(tmp_path / "text_seq")
     )
     (file,) = (tmp_path / "text_seq").glob("*.parquet")
-    with pytest.raises(TypeError, match=r"text_seq/.*: seq min: expected an integer"):
-        lfs.parquet_stats(at(file))
+    for stats in (lfs.parquet_stats, lfs.hadoop_parquet_stats):
+        with pytest.raises(TypeError, match=r"text_seq/.*: seq min: expected an integer"):
+            stats(at(file))

@@ -6,9 +6,10 @@ For each micro-batch of ingest:
 1. the driver reads the table's application transaction version for the ingest query
    (``txn`` action, app id = the query's `ingest.consumer_name`); a batch at or below it is
    already in the table and adds nothing;
-2. Spark's executors write the batch's Parquet files (partitioned by the UTC ``date`` of
-   ``ts``, the journal's columns, timestamps as microseconds) into
-   ``<lake>/_staging/<query>/<batch id>``, as for the ``parquet`` format;
+2. Spark's executors (or the driver, for a small batch: `parquet_table.write_on_driver`)
+   write the batch's Parquet files (partitioned by the UTC ``date`` of ``ts``, the journal's
+   columns, timestamps as microseconds) into ``<lake>/_staging/<query>/<batch id>``, as for
+   the ``parquet`` format;
 3. files an earlier, uncommitted attempt of the same query left in the table are deleted (their
    names carry the query and the batch id, and no version of the table ever listed them);
 4. the staged files are renamed into the table's date directories as
@@ -55,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa  # type: ignore[import-untyped]
 
 from .lakefs import LakeFileSystem, join, lake_uri
-from .parquet_table import refuse_other_format, table_uri, utc_date
+from .parquet_table import refuse_other_format, table_uri, utc_date, write_on_driver
 from .table_format import LAKE_EXTRA, BatchStats, LakeError, LakeStats, pause_before_commit
 from .typed_columns import SCHEMA_PROPERTY as SCHEMA
 
@@ -113,15 +114,22 @@ class DeltaLakeTable:
         self.staging = join(self.lake, "_staging", query_id or "delta")
         self._swept = False  # this query's uncommitted files of earlier runs deleted
         self._schema_ddl: str | None = None  # to record when the first commit makes the table
+        self._table: Any | None = None  # the DeltaTable, once there is one (`_open`)
 
     # -- the log -------------------------------------------------------------------------
 
     def _open(self) -> Any | None:
-        """The table's current version, or None when there is no table yet."""
-        if not self.delta.DeltaTable.is_deltatable(self.location):
-            return None
+        """The table's current version, or None when there is no table yet. Opened once,
+        then brought up to date by reading only the log entries added since (a continuous
+        ingest looks twice per micro-batch: not the whole log each time)."""
         try:
-            return self.delta.DeltaTable(self.location)
+            if self._table is not None:
+                self._table.update_incremental()
+                return self._table
+            if not self.delta.DeltaTable.is_deltatable(self.location):
+                return None
+            self._table = self.delta.DeltaTable(self.location)
+            return self._table
         except Exception as error:  # delta-rs raises its own exception types
             raise LakeError(f"{self.table}: not a readable Delta table ({error})") from error
 
@@ -165,8 +173,11 @@ class DeltaLakeTable:
         return stats
 
     def _write(self, dated: DataFrame, stage: str) -> None:
-        """Spark writes the batch's files, timestamps as microseconds (Delta's own unit; Spark's
-        default, INT96, is a legacy type)."""
+        """The batch's files, by the driver if it is small (`parquet_table.write_on_driver`),
+        else by Spark; timestamps as microseconds (Delta's own unit; Spark's default, INT96,
+        is a legacy type)."""
+        if write_on_driver(dated, stage, "TIMESTAMP_MICROS"):
+            return
         conf = dated.sparkSession.conf
         before = conf.get(_TIMESTAMPS)
         conf.set(_TIMESTAMPS, "TIMESTAMP_MICROS")

@@ -75,6 +75,7 @@ from .typed_columns import PayloadSchema, resolve_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
 
 __all__ = [
     "BatchCommitter",
@@ -193,7 +194,8 @@ def run_ingest(
     Once (default): everything in the journal now, in batches of at most
     `max_rows_per_batch` rows, then return. Continuous: a micro-batch every
     `trigger_seconds` until `stop` is set or `duration` seconds pass; what the journal holds
-    at that moment is processed before returning.
+    at that moment is processed before returning (what comes after is left to the next
+    run, so a stop ends even while the broker keeps taking publications).
 
     `table_format` is the journal table's format (`table_format.FORMATS`); `catalog` and
     `table_name` are Iceberg's. A table of another format at the lake is a `LakeError`,
@@ -306,7 +308,7 @@ def run_ingest(
                     break
                 query.awaitTermination(1)
             if query.isActive:
-                query.processAllAvailable()
+                _drain(query, location.bounds()[1], trigger_seconds)
         else:
             query.awaitTermination()
         error = query.exception()
@@ -330,6 +332,36 @@ def run_ingest(
         sum(quarantined),
         None if decoder is None else decoder.totals,
     )
+
+
+def _drain(query: StreamingQuery, target: int, trigger_seconds: float) -> None:
+    """Wait until `query` has committed the journal up to seq `target` (its end when the
+    ingest was asked to stop), or has ended, or its triggers since have found nothing to
+    read (a query that starts at the journal's end). Not Spark's ``processAllAvailable``:
+    that waits for a trigger that finds no new data, which never comes while a broker keeps
+    taking publications."""
+    settled = time.monotonic() + 2 * trigger_seconds + 0.5  # a trigger has looked since
+    while query.isActive:
+        if _committed_seq(query) >= target:
+            return
+        status = query.status
+        idle = not status["isDataAvailable"] and not status["isTriggerActive"]
+        if idle and time.monotonic() > settled:
+            return
+        time.sleep(0.1)  # awaitTermination takes whole seconds
+
+
+def _committed_seq(query: StreamingQuery) -> int:
+    """The source offset (seq) of the query's last completed batch; 0 before any."""
+    progress = query.lastProgress
+    if not progress or not progress["sources"]:
+        return 0
+    end = progress["sources"][0]["endOffset"]
+    try:
+        offset = json.loads(end) if isinstance(end, str) else end
+        return int(offset["seq"])
+    except (ValueError, TypeError, KeyError):
+        return 0
 
 
 def _run_schema(

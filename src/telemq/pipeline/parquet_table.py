@@ -11,8 +11,9 @@ How exactly-once works without a table log. Spark may run a micro-batch again af
 with the same batch id and, from the `telemq` source, the same rows. `BatchCommitter` makes
 that harmless:
 
-1. Spark's executors write the batch's Parquet files into ``_staging/<query>/<batch id>``
-   (emptied first), on the table's file system, so that step 3 is a rename;
+1. Spark's executors (or the driver, for a small batch: below) write the batch's Parquet files
+   into ``_staging/<query>/<batch id>`` (emptied first), on the table's file system, so that
+   step 3 is a rename;
 2. files a previous attempt of the same batch left in the table are deleted (their names
    start with the batch id);
 3. each staged file is renamed into its date directory as ``batch-<id>-<k>.parquet``.
@@ -28,6 +29,16 @@ object still appears whole, but for a moment a file may be both staged and in th
 the table alone never holds a row twice, and the next run completes the batch. The table
 never holds Spark's ``_spark_metadata`` and needs none: any Parquet reader reads it.
 
+Small batches on a local lake (`write_on_driver`). Spark's file writer costs a micro-batch a fixed
+half second or more on a busy 2-core machine (its commit protocol's directories and renames,
+the writer's set-up), which is most of a small batch's time and so of a continuous ingest's
+freshness. A batch of at most `DRIVER_WRITE_MAX_ROWS` rows, on a ``local`` master with the lake
+a ``file:`` URI, is therefore fetched to the driver as Arrow (one Spark job, the same rows) and
+written there by pyarrow, in the same layout (a ``date=`` directory per UTC date, sorted by
+seq, the session's timestamp type and codec), into the same staging directory: the steps
+after it, and so exactly-once, are the same for every format. Larger batches, and every
+batch on a cluster or another file system, are written by Spark's executors.
+
 `ParquetTable` is this format behind the `table_format.LakeTable` seam. It cannot compact:
 without a log, rewriting files in place would show a reader rows twice or not at all.
 """
@@ -36,9 +47,10 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .lakefs import LakeFileSystem, join, lake_uri
 from .table_format import BatchStats, LakeError, LakeStats
@@ -55,9 +67,12 @@ __all__ = [
     "lake_stats",
     "table_uri",
     "utc_date",
+    "write_on_driver",
 ]
 
 Progress = Callable[[str], None]
+DRIVER_WRITE_MAX_ROWS = 50_000  # a batch this small, on a local lake, is written by the driver
+TIMESTAMP_TYPE = "spark.sql.parquet.outputTimestampType"
 PAYLOAD_SCHEMA_FILE = "_payload_schema"  # the table's payload schema (DDL), beside its files
 COMPACT_REFUSED = (
     "compact needs a table format with a log (--format delta or iceberg): rewriting"
@@ -80,6 +95,56 @@ def utc_date(ts: str = "ts") -> Column:
     from pyspark.sql import functions as F
 
     return F.date_from_unix_date(F.floor(F.unix_micros(F.col(ts)) / 86_400_000_000).cast("int"))
+
+
+def write_on_driver(dated: DataFrame, where: str, timestamps: str | None = None) -> bool:
+    """Write a batch with its ``date`` column as Parquet files under `where` on the driver,
+    if it is small, `where` local and Spark's master too (see the module docstring): one
+    ``date=<day>`` directory per UTC date, sorted by seq. `timestamps` is Spark's
+    ``outputTimestampType`` to write (default: the session's). False: nothing written,
+    Spark's executors must."""
+    local = str(dated.sparkSession.sparkContext.master).startswith("local")
+    if not (local and where.startswith("file:")):
+        return False
+    batch = dated.limit(DRIVER_WRITE_MAX_ROWS + 1).toArrow()
+    if batch.num_rows > DRIVER_WRITE_MAX_ROWS:
+        return False
+    conf = dated.sparkSession.conf
+    kind = timestamps or conf.get(TIMESTAMP_TYPE, None) or "INT96"
+    codec = conf.get("spark.sql.parquet.compression.codec", None) or "snappy"
+    _write_arrow(batch, where, kind, codec)
+    return True
+
+
+def _write_arrow(batch: Any, where: str, timestamps: str, codec: str) -> None:
+    """`write_on_driver`'s writing: the layout and types Spark's writer gives. Every column
+    nullable, as Spark writes them; INT96 or INT64 timestamps as Spark's setting says; no
+    Arrow schema in the footer, so readers see the Parquet types alone, as with Spark's."""
+    import pyarrow as pa  # type: ignore[import-untyped]
+    import pyarrow.compute as pc  # type: ignore[import-untyped]
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
+    if not batch.num_rows:
+        return
+    batch = batch.cast(pa.schema([field.with_nullable(True) for field in batch.schema]))
+    directory = "/" + where.removeprefix("file:").lstrip("/")
+    int96 = timestamps.upper() == "INT96"
+    unit = "ms" if timestamps.upper() == "TIMESTAMP_MILLIS" else "us"
+    compression = "none" if codec.lower() in ("none", "uncompressed") else codec.lower()
+    name = f"part-00000-{uuid.uuid4()}.{compression}.parquet"
+    for day in pc.unique(batch.column("date")).to_pylist():
+        rows = batch.filter(pc.equal(batch.column("date"), day))
+        rows = rows.drop_columns(["date"]).sort_by("seq")
+        os.makedirs(f"{directory}/date={day.isoformat()}", exist_ok=True)
+        pq.write_table(
+            rows,
+            f"{directory}/date={day.isoformat()}/{name}",
+            compression=compression,
+            use_deprecated_int96_timestamps=int96,
+            coerce_timestamps=None if int96 else unit,
+            allow_truncated_timestamps=True,
+            store_schema=False,
+        )
 
 
 def found_format(fs: LakeFileSystem, table: str) -> str | None:
@@ -136,12 +201,9 @@ class BatchCommitter:
         fs = self.fs
         stage = join(self.staging, str(batch_id))
         fs.delete(stage, recursive=True)
-        (
-            frame.withColumn("date", utc_date())
-            .sortWithinPartitions("date", "seq")
-            .write.partitionBy("date")
-            .parquet(stage)
-        )
+        dated = frame.withColumn("date", utc_date())
+        if not write_on_driver(dated, stage):
+            dated.sortWithinPartitions("date", "seq").write.partitionBy("date").parquet(stage)
         prefix = f"batch-{batch_id:012d}-"
         for old in fs.glob(join(self.table, "date=*", f"{prefix}*.parquet")):
             fs.delete(old.uri)  # a previous attempt of this batch: replaced below
