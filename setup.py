@@ -73,11 +73,6 @@ class OptionalBuildExt(build_ext):
     All or nothing: the compiled modules share one library, so none is kept if any failed.
     """
 
-    def finalize_options(self) -> None:
-        super().finalize_options()
-        if self.parallel is None:  # one C file per module: compile them on every core
-            self.parallel = os.cpu_count() or 1
-
     def run(self) -> None:
         try:
             super().run()
@@ -105,11 +100,7 @@ def compiled_extensions() -> list[Any]:
     # their types but not checked here: their libraries (aiohttp, pyarrow) are not in the
     # build's environment, and `mypy --strict` checks them in the test suite.
     options = ["--follow-imports=silent"]
-    # One C file per module (multi_file), compiled on every core (`OptionalBuildExt`): the
-    # install's longest step was gcc -O3 on one file of all the modules, on one core. The
-    # instruction counts of bench/bench_connection.py and of in-process routing under
-    # callgrind are the same in both layouts (docs/performance.md).
-    return list(mypycify(options + COMPILED, opt_level="3", group_name="telemq", multi_file=True))
+    return list(mypycify(options + COMPILED, opt_level="3", group_name="telemq"))
 
 
 setup(ext_modules=compiled_extensions(), cmdclass={"build_ext": OptionalBuildExt})
