@@ -61,11 +61,10 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # -- processes -----------------------------------------------------------------------------
 
 
-def tree_cpu_seconds(root: int) -> float:
-    """CPU seconds (user + system) of `root` and its live descendants, with the children
-    each has reaped (Linux /proc)."""
-    parents: dict[int, int] = {}
-    times: dict[int, float] = {}
+def proc_times() -> dict[int, tuple[int, float, float]]:
+    """pid -> (parent, own CPU seconds, CPU seconds of the children it reaped), of every
+    process (Linux /proc)."""
+    found: dict[int, tuple[int, float, float]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -74,13 +73,22 @@ def tree_cpu_seconds(root: int) -> float:
         except OSError:
             continue
         fields = text[text.rindex(")") + 2 :].split()
-        parents[int(entry.name)] = int(fields[1])
-        times[int(entry.name)] = sum(int(v) for v in fields[11:15]) / CLOCK_TICKS
+        own = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        reaped = (int(fields[13]) + int(fields[14])) / CLOCK_TICKS
+        found[int(entry.name)] = (int(fields[1]), own, reaped)
+    return found
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """CPU seconds (user + system) of `root` and its live descendants, with the children
+    each has reaped."""
+    times = proc_times()
     total, todo = 0.0, [root]
     while todo:
         pid = todo.pop()
-        total += times.get(pid, 0.0)
-        todo.extend(child for child, parent in parents.items() if parent == pid)
+        _, own, reaped = times.get(pid, (0, 0.0, 0.0))
+        total += own + reaped
+        todo.extend(child for child, (parent, _, _) in times.items() if parent == pid)
     return total
 
 

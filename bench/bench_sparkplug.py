@@ -162,7 +162,6 @@ def spark_run(birth: bytes, data: list[bytes], metrics: int) -> None:
 
 # -- the Spark source (--source) ------------------------------------------------------------
 
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 NODE_TOPIC = "spBv1.0/G/{}/E"
 
 
@@ -187,23 +186,6 @@ def write_journal(data_dir: Path, birth: bytes, data: list[bytes]) -> Path:
     return data_dir
 
 
-def _proc_times() -> dict[int, tuple[int, float, float]]:
-    """pid -> (parent, own CPU seconds, CPU seconds of the children it reaped)."""
-    found: dict[int, tuple[int, float, float]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            text = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = text[text.rindex(")") + 2 :].split()
-        own = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-        reaped = (int(fields[13]) + int(fields[14])) / CLOCK_TICKS
-        found[int(entry.name)] = (int(fields[1]), own, reaped)
-    return found
-
-
 @dataclass(frozen=True, slots=True)
 class TreeCpu:
     """CPU seconds of this process's tree: the driver, the JVM, everything else (the
@@ -215,7 +197,9 @@ class TreeCpu:
 
     @classmethod
     def now(cls) -> TreeCpu:
-        times, root = _proc_times(), os.getpid()
+        from bench_freshness import proc_times  # bench/, beside this script
+
+        times, root = proc_times(), os.getpid()
         total, jvm, todo = 0.0, 0.0, [root]
         while todo:
             pid = todo.pop()

@@ -244,3 +244,27 @@ def read_lake_table(table_format: str, lake: Path, name: str) -> Any:
     dataset = ds.dataset(lake / name, format="parquet", partitioning="hive")
     schemas = [ds.dataset(f, format="parquet").schema for f in dataset.files]
     return ds.dataset(dataset.files, schema=pa.unify_schemas(schemas)).to_table()
+
+
+def run_stream(
+    spark: Any, where: Path | str, checkpoint: Path, **options: object
+) -> dict[int, list[Any]]:
+    """Run the source to the end of the journal (Trigger.AvailableNow) with `options`; the
+    rows of each micro-batch, by batch id."""
+    from telemq.pipeline.source import stream_journal
+
+    batches: dict[int, list[Any]] = {}
+
+    def keep(frame: Any, batch_id: int) -> None:
+        batches[batch_id] = frame.collect()
+
+    query = (
+        stream_journal(spark, str(where), options=options)
+        .writeStream.foreachBatch(keep)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    assert query.exception() is None
+    return batches

@@ -9,34 +9,22 @@ and the publications real MQTT messages, as in the benchmark's own runs.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
+from testsupport.bench import load_bench
+
 pytestmark = pytest.mark.spark
-
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench_freshness.py"
-
-
-def load_bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_freshness", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_rows_arrive_and_figures_are_reported(
     spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    bench = load_bench()
+    bench = load_bench("bench_freshness")
     report = tmp_path / "report.json"
     argv = ["--format", "delta", "--rate", "50", "--duration", "2", "--warmup", "0"]
     argv += ["--workdir", str(tmp_path / "work"), "--report", str(report)]

@@ -5,31 +5,19 @@ metric (the aggregate it reads sums the value columns)."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
+from testsupport.bench import load_bench
+
 pytestmark = pytest.mark.spark
-
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench_sparkplug.py"
-
-
-def load_bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_sparkplug", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_the_source_benchmark_reads_every_metric(spark: Any, tmp_path: Path) -> None:
-    bench = load_bench()
+    bench = load_bench("bench_sparkplug")
     messages, metrics = 30, 4  # Float, Int32, Boolean, String, each once per message
     birth, data = bench.payloads(messages, metrics)
     where = bench.write_journal(tmp_path / "data", birth, data)

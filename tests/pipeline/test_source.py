@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from telemq.filters import compile_filter
-from telemq.pipeline.source import SeqRange, SourceOptions, read_journal, register, stream_journal
+from telemq.pipeline.source import SeqRange, SourceOptions, read_journal, register
 from telemq.store import SqliteStore, consumers
 
-from .helpers import Pub, append_journal, frame_rows, journal_rows, telemetry
+from .helpers import Pub, append_journal, frame_rows, journal_rows, run_stream, telemetry
 
 pytestmark = pytest.mark.spark
 
@@ -112,27 +112,6 @@ def test_filter_option_equals_the_python_evaluator(spark: Any, tmp_path: Path) -
         assert frame_rows(in_reader.collect()) == expected, text
 
 
-def _run_stream(
-    spark: Any, data: Path, checkpoint: Path, **options: object
-) -> dict[int, list[Any]]:
-    """Run the source to the end of the journal (Trigger.AvailableNow); rows per batch id."""
-    batches: dict[int, list[Any]] = {}
-
-    def keep(frame: Any, batch_id: int) -> None:
-        batches[batch_id] = frame.collect()
-
-    query = (
-        stream_journal(spark, str(data), options=options)
-        .writeStream.foreachBatch(keep)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    assert query.exception() is None
-    return batches
-
-
 def _consumer_after_stop(data: Path, name: str) -> consumers.ConsumerRecord:
     """The consumer record of `name` once its query is over (Spark ends the process running
     the source's offset methods asynchronously after the query stops)."""
@@ -148,7 +127,7 @@ def _consumer_after_stop(data: Path, name: str) -> consumers.ConsumerRecord:
 def test_stream_read_and_restart_from_checkpoint(spark: Any, tmp_path: Path) -> None:
     data, checkpoint = tmp_path / "data", tmp_path / "ckpt"
     records = append_journal(data, telemetry(700))
-    first = _run_stream(spark, data, checkpoint, maxRowsPerBatch=200, consumer="t1")
+    first = run_stream(spark, data, checkpoint, maxRowsPerBatch=200, consumer="t1")
     assert len(first) == 4  # 700 rows in batches of at most 200
     assert frame_rows(r for rows in first.values() for r in rows) == journal_rows(records)
     # The source learns of a batch's end one batch late: the record never runs ahead.
@@ -157,7 +136,7 @@ def test_stream_read_and_restart_from_checkpoint(spark: Any, tmp_path: Path) -> 
     assert consumers.retention_floor(data) is None  # a query that ended holds nothing back
 
     more = append_journal(data, telemetry(250, seed=2))
-    second = _run_stream(spark, data, checkpoint, maxRowsPerBatch=200, consumer="t1")
+    second = run_stream(spark, data, checkpoint, maxRowsPerBatch=200, consumer="t1")
     assert min(second) == max(first) + 1  # continues, no batch rerun
     assert frame_rows(r for rows in second.values() for r in rows) == journal_rows(more)
 
@@ -165,7 +144,7 @@ def test_stream_read_and_restart_from_checkpoint(spark: Any, tmp_path: Path) -> 
     last = max(second)
     for name in (str(last), f".{last}.crc"):
         (checkpoint / "commits" / name).unlink(missing_ok=True)
-    replay = _run_stream(spark, data, checkpoint, maxRowsPerBatch=200, consumer="t1")
+    replay = run_stream(spark, data, checkpoint, maxRowsPerBatch=200, consumer="t1")
     assert list(replay) == [last]
     assert frame_rows(replay[last]) == frame_rows(second[last])
 
@@ -173,16 +152,16 @@ def test_stream_read_and_restart_from_checkpoint(spark: Any, tmp_path: Path) -> 
 def test_stream_fails_when_retention_deleted_unread_rows(spark: Any, tmp_path: Path) -> None:
     data, checkpoint = tmp_path / "data", tmp_path / "ckpt"
     append_journal(data, telemetry(100))
-    _run_stream(spark, data, checkpoint)
+    run_stream(spark, data, checkpoint)
     append_journal(data, telemetry(100))
     store = SqliteStore(data / "telemq.db", "off")
     store.load()
     store.trim_journal(150)  # rows 101..149 were never read by the query
     store.close()
     with pytest.raises(Exception, match="deleted by retention"):
-        _run_stream(spark, data, checkpoint)
+        run_stream(spark, data, checkpoint)
     shutil.rmtree(checkpoint)
-    got = _run_stream(spark, data, checkpoint, startingSeq="earliest")
+    got = run_stream(spark, data, checkpoint, startingSeq="earliest")
     assert sorted(r["seq"] for rows in got.values() for r in rows) == list(range(150, 201))
 
 

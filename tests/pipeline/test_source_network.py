@@ -26,8 +26,7 @@ from telemq.pipeline.source import read_journal
 from telemq.store import consumers
 from testsupport.process import users_and_acl
 
-from .helpers import frame_rows, journal_service, telemetry
-from .test_source import _run_stream
+from .helpers import frame_rows, journal_service, run_stream, telemetry
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
@@ -95,9 +94,9 @@ def test_stream_offsets_are_kept_by_the_broker(
     spark: Any, served: tuple[Path, str, list[Any]], tmp_path: Path
 ) -> None:
     data, url, _ = served
-    got = _run_stream(
+    got = run_stream(
         spark, url, tmp_path / "ckpt", maxRowsPerBatch=1000, consumer="net-stream", **SPARK
-    )  # type: ignore[arg-type]
+    )
     assert len(got) == 3
     assert sorted(r["seq"] for batch in got.values() for r in batch) == list(range(1, 2501))
     client = JournalClient(url, **SPARK)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from telemq.pipeline.source import SourceOptions, read_journal, register, stream_journal
+from telemq.pipeline.source import SourceOptions, read_journal, register
 from telemq.pipeline.sparkplug_rows import decode_batch, decode_sparkplug
 from telemq.pipeline.sparkplug_schema import METRIC_COLUMNS, quarantine_schema
 from telemq.pipeline.sparkplug_source import (
@@ -27,7 +27,7 @@ from telemq.pipeline.sparkplug_source import (
 from telemq.sparkplug import Metric
 from testsupport.process import users_and_acl
 
-from .helpers import Pub, append_journal, journal_service
+from .helpers import Pub, append_journal, journal_service, run_stream
 from .test_sparkplug_rows import NBIRTH, NDATA, NODE, data, journal
 
 PLANT = "spBv1.0/Plant/#"
@@ -128,23 +128,7 @@ def test_a_stream_resolves_aliases_across_micro_batches_and_a_restart(
     data_dir, checkpoint = tmp_path / "data", tmp_path / "checkpoint"
     unknown = data(9, Metric(alias=7, value=1.0, wire_field="double_value"))
     append_journal(data_dir, [Pub(NODE.format("NBIRTH"), NBIRTH), Pub(NODE.format("NDATA"), NDATA)])
-    seen: dict[int, list[Any]] = {}
-
-    def run(**options: object) -> None:
-        def keep(frame: Any, batch_id: int) -> None:
-            seen[batch_id] = frame.collect()
-
-        query = (
-            stream_journal(spark, str(data_dir), options={"sparkplug": "metrics", **options})
-            .writeStream.foreachBatch(keep)
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination()
-        assert query.exception() is None
-
-    run(maxRowsPerBatch=1)
+    seen = run_stream(spark, data_dir, checkpoint, sparkplug="metrics", maxRowsPerBatch=1)
     assert {b: [(r.seq, r.name) for r in rows] for b, rows in seen.items()} == {
         0: [(1, "bdSeq"), (1, "Pressure"), (1, "Label")],
         1: [(2, "Pressure")],
@@ -152,8 +136,8 @@ def test_a_stream_resolves_aliases_across_micro_batches_and_a_restart(
     assert seen[1][0].double_value == 3.75
     more = data(2, Metric(alias=1, value=4.5, wire_field="float_value"))
     append_journal(data_dir, [Pub(NODE.format("NDATA"), more), Pub(NODE.format("NDATA"), unknown)])
-    seen.clear()
-    run()  # the same checkpoint: the new rows, aliases from the BIRTH at seq 1; seq 4 held
+    # The same checkpoint: the new rows, aliases from the BIRTH at seq 1; seq 4 held.
+    seen = run_stream(spark, data_dir, checkpoint, sparkplug="metrics")
     assert {b: [(r.seq, r.name, r.double_value) for r in rows] for b, rows in seen.items()} == {
         2: [(3, "Pressure", 4.5)]
     }
