@@ -3,10 +3,10 @@
 # the whole suite against the installed, compiled build, then every test but the Spark ones
 # against the source. Arguments go to pytest (after ours: `-n 0` runs in one process).
 #
-# Each pass runs on three pytest-xdist workers per core: the tests spend most of their time
-# waiting on brokers, Spark and sockets (one worker per core kept the cores 40% busy, two
-# per core about as busy: a compiled pass of 17 minutes of wall time used 14 minutes of CPU
-# on two cores, at the end of November 2026). Each
+# Each pass runs on two pytest-xdist workers per core: the tests spend much of their time
+# waiting on brokers, Spark and sockets (one worker per core kept the cores 40% busy); three
+# per core made the compiled pass slower (922 s against 839 s: the Spark tests, which start
+# first, then fight for the two cores). Each
 # test file runs on one worker (`--dist loadgroup`, a group per file made in
 # tests/conftest.py: a module's shared brokers start once; the Spark cluster tests have
 # groups of their own). The longest groups start first, in the order tests/conftest.py sorts
@@ -18,13 +18,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh --test
 cores=$(nproc 2>/dev/null || echo 1)
-workers=$((3 * cores))
+workers=$((2 * cores))
 parallel=(-n "$workers" --dist loadgroup --no-loadscope-reorder)
 echo "== the compiled build" >&2
 # --durations: the slowest tests at the end of each pass, to keep the whole run short
-# (about 21.5 minutes with the install on 2 cores at the end of November 2026: the install
-# about 3, the compiled pass 13.5, the pure-Python pass 4.5 to 5; the Spark cluster tests,
-# in two groups, are the compiled pass's longest).
+# (about 22 minutes with the install on 2 cores at the end of November 2026: the install
+# about 3.5, the compiled pass 14, the pure-Python pass 4.5; the Spark cluster tests, in two
+# groups, are the compiled pass's longest).
 TELEMQ_EXPECT_BUILD=compiled python3 -m pytest "${parallel[@]}" --durations=15 "$@"
 echo "== pure Python, from the source" >&2
 # The source as pure Python is what an install without a C compiler runs: the tests of what

@@ -336,17 +336,22 @@ def run_ingest(
 
 def _drain(query: StreamingQuery, target: int, trigger_seconds: float) -> None:
     """Wait until `query` has committed the journal up to seq `target` (its end when the
-    ingest was asked to stop), or has ended, or its triggers since have found nothing to
-    read (a query that starts at the journal's end). Not Spark's ``processAllAvailable``:
-    that waits for a trigger that finds no new data, which never comes while a broker keeps
-    taking publications."""
-    settled = time.monotonic() + 2 * trigger_seconds + 0.5  # a trigger has looked since
+    ingest was asked to stop), or has ended, or its triggers have found nothing to read for
+    two trigger intervals since it last ran one (a query that starts at the journal's end).
+    Not Spark's ``processAllAvailable``: that waits for a trigger that finds no new data,
+    which never comes while a broker keeps taking publications. A query that has not run a
+    trigger yet (a stop asked for while it starts) is waited for, not taken for idle."""
+    idle_since: float | None = None
     while query.isActive:
         if _committed_seq(query) >= target:
             return
         status = query.status
         idle = not status["isDataAvailable"] and not status["isTriggerActive"]
-        if idle and time.monotonic() > settled:
+        if not idle or query.lastProgress is None:
+            idle_since = None
+        elif idle_since is None:
+            idle_since = time.monotonic()
+        elif time.monotonic() - idle_since > 2 * trigger_seconds + 0.5:
             return
         time.sleep(0.1)  # awaitTermination takes whole seconds
 
