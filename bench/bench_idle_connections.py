@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 
@@ -100,26 +101,29 @@ def accepted(data: bytes) -> bool:
 # -- a client process --------------------------------------------------------------------
 
 
-def client_process(
-    control: Connection,
-    port: int,
-    count: int,
-    source: str,
-    prefix: str,
-    protocol: int,
-    keepalive: int,
-    concurrency: int,
-) -> None:
-    """Holds `count` connections; answers the commands "connect", "ping", "close"."""
+@dataclass(frozen=True, slots=True)
+class ConnectionPlan:
+    """What one client process opens: `count` connections to `port` from `source`, client
+    ids `<prefix>-<n>`, `concurrency` handshakes at a time."""
+
+    port: int
+    count: int
+    source: str
+    prefix: str
+    protocol: int
+    keepalive: int
+    concurrency: int
+
+
+def client_process(control: Connection, plan: ConnectionPlan) -> None:
+    """Holds `plan.count` connections; answers the commands "connect", "ping", "close"."""
     raise_fd_limit()
     sockets: list[socket.socket] = []
     while True:
         command = control.recv()
         if command == "connect":
             started = time.perf_counter()
-            failed = open_connections(
-                sockets, port, count, source, prefix, protocol, keepalive, concurrency
-            )
+            failed = open_connections(sockets, plan)
             control.send((len(sockets), failed, time.perf_counter() - started))
         elif command == "ping":
             started = time.perf_counter()
@@ -133,17 +137,9 @@ def client_process(
             return
 
 
-def open_connections(
-    done: list[socket.socket],
-    port: int,
-    count: int,
-    source: str,
-    prefix: str,
-    protocol: int,
-    keepalive: int,
-    concurrency: int,
-) -> int:
-    """Opens `count` connections, `concurrency` handshakes at a time; returns the failures."""
+def open_connections(done: list[socket.socket], plan: ConnectionPlan) -> int:
+    """Opens the plan's connections, `concurrency` handshakes at a time; returns the failures."""
+    port, count, concurrency = plan.port, plan.count, plan.concurrency
     selector = selectors.DefaultSelector()
     started = failed = in_flight = 0
     deadline = time.monotonic() + 120
@@ -151,10 +147,10 @@ def open_connections(
         while started < count and in_flight < concurrency:
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             sock.setsockopt(socket.IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, 1)
-            sock.bind((source, 0))
+            sock.bind((plan.source, 0))
             sock.setblocking(False)
             sock.connect_ex((HOST, port))
-            packet = connect_packet(f"{prefix}-{started}", protocol, keepalive)
+            packet = connect_packet(f"{plan.prefix}-{started}", plan.protocol, plan.keepalive)
             selector.register(sock, selectors.EVENT_WRITE, packet)
             started += 1
             in_flight += 1
@@ -275,13 +271,15 @@ def measure(name: str, protocol: int, args: argparse.Namespace, count: int) -> d
                     target=client_process,
                     args=(
                         theirs,
-                        port,
-                        share_here,
-                        f"127.0.0.{2 + index}",
-                        f"idle{protocol}-{index}",
-                        protocol,
-                        args.keepalive,
-                        args.concurrency,
+                        ConnectionPlan(
+                            port,
+                            share_here,
+                            f"127.0.0.{2 + index}",
+                            f"idle{protocol}-{index}",
+                            protocol,
+                            args.keepalive,
+                            args.concurrency,
+                        ),
                     ),
                     daemon=True,
                 )
