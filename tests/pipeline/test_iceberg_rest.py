@@ -222,3 +222,20 @@ def test_a_rest_catalog_that_cannot_be_used_is_one_line(
     with pytest.raises(LakeError, match="not in lake"):
         elsewhere.check()
     assert not lake.exists()
+
+
+def test_the_rest_catalog_takes_pyiceberg_configuration(
+    spark: Any, rest_lake: RestLake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Properties of the catalog named ``telemq`` in pyiceberg's configuration reach the
+    REST client: here the warehouse, which a REST catalog is asked its configuration for."""
+    import pyiceberg.catalog
+    from pyiceberg.utils.config import Config
+
+    monkeypatch.setenv("PYICEBERG_CATALOG__TELEMQ__WAREHOUSE", "lakes")
+    monkeypatch.setattr(pyiceberg.catalog, "_ENV_CONFIG", Config())  # read at import
+    table = IcebergTable(
+        spark, str(rest_lake.lake), catalog=rest_lake.server.url, table=None, query_id=None
+    )
+    table.check()
+    assert rest_lake.server.requests[-2:] == ["GET /v1/config?warehouse=lakes", f"GET {TABLE_PATH}"]

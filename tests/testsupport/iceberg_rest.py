@@ -18,7 +18,7 @@ Anything else is a 500, and is kept in `failures` for the test to fail on.
 
 The server runs on an event loop in a thread of the test process, on a loopback port the
 system picks as it binds (port 0), unless the test gives one. `requests` lists each request
-as ``"METHOD /path"``, so a test can tell the catalog was used; `refused`, the requests
+as ``"METHOD /path?query"``, so a test can tell the catalog was used; `refused`, the requests
 answered with an error of the spec, with its status and type.
 """
 
@@ -158,7 +158,7 @@ class IcebergRestServer:
 
     @web.middleware
     async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        self.requests.append(f"{request.method} {request.path}")
+        self.requests.append(f"{request.method} {request.path_qs}")
         try:
             return await handler(request)
         except web.HTTPException:
