@@ -17,7 +17,9 @@ when a commit's requirement fails (the client maps these to the exceptions telem
 Anything else is a 500, and is kept in `failures` for the test to fail on.
 
 The server runs on an event loop in a thread of the test process, on a loopback port the
-system picks as it binds (port 0), unless the test gives one. `requests` lists each request
+system picks as it binds (port 0), unless the test gives one. It answers one request at a
+time (the SQL catalog is called on the loop); a commit's compare-and-swap is the SQL
+catalog's own either way. `requests` lists each request
 as ``"METHOD /path?query"``, so a test can tell the catalog was used; `refused`, the requests
 answered with an error of the spec, with its status and type.
 """
@@ -30,7 +32,6 @@ import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
 
 from aiohttp import web
 from pydantic import ValidationError
@@ -90,11 +91,12 @@ def _json(model: IcebergBaseModel | dict[str, Any], status: int = 200) -> web.Re
 
 
 def _namespace(request: web.Request) -> Identifier:
-    return tuple(unquote(request.match_info["namespace"]).split(SEPARATOR))
+    """The path's namespace (aiohttp has decoded the client's percent-encoding)."""
+    return tuple(request.match_info["namespace"].split(SEPARATOR))
 
 
 def _table(request: web.Request) -> Identifier:
-    return (*_namespace(request), unquote(request.match_info["table"]))
+    return (*_namespace(request), request.match_info["table"])
 
 
 def _loaded(table: Table) -> TableResponse:
@@ -151,9 +153,7 @@ class IcebergRestServer:
         await self._runner.setup()
         site = web.TCPSite(self._runner, HOST, self.port)
         await site.start()
-        server = site._server
-        assert isinstance(server, asyncio.Server)
-        port: int = server.sockets[0].getsockname()[1]
+        port: int = self._runner.addresses[0][1]
         return port
 
     @web.middleware
