@@ -2,17 +2,34 @@
 
 `spark`: one local Spark session for the test run, created on first request (so test runs
 that need no Spark never start a JVM) and stopped at the end. Tests that use it carry
-``@pytest.mark.spark``.
+``@pytest.mark.spark``. Every Spark JVM the run starts, this one and those of the jobs tests
+start as subprocesses, runs with the options of `testsupport.spark_jvm` (less CPU for short
+jobs).
 """
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import telemq
+from testsupport import spark_jvm
+
+_spark_conf_dir: Path | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _spark_conf_dir
+    _spark_conf_dir = spark_jvm.configure_this_process()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _spark_conf_dir is not None:
+        shutil.rmtree(_spark_conf_dir, ignore_errors=True)
 
 
 @pytest.hookimpl(tryfirst=True)

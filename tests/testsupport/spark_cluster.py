@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from testsupport import spark_jvm
 from testsupport.process import HOST, free_port, wait_until
 from testsupport.requirements import require
 
@@ -215,11 +216,13 @@ def require_private_mounts() -> None:
 
 def daemon_env(tmp_dir: Path) -> dict[str, str]:
     """The environment of the daemons and of a driver subprocess: this machine's, without
-    its Spark settings (a SPARK_HOME, a conf dir, SPARK_MASTER_PORT...), plus the harness's."""
+    its Spark settings (a SPARK_HOME, a conf dir, SPARK_MASTER_PORT...), plus the harness's:
+    the suite's JVM options (`spark_jvm`) for the daemons, drivers and executors."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK_"))}
-    conf_dir = tmp_dir / "conf"  # empty: no spark-env.sh, no spark-defaults.conf
-    conf_dir.mkdir(parents=True, exist_ok=True)
+    conf_dir = tmp_dir / "conf"  # no spark-env.sh; spark-defaults.conf: the JVM options only
+    spark_jvm.write_spark_defaults(conf_dir)
     env.update(
+        SPARK_DAEMON_JAVA_OPTS=spark_jvm.DAEMON_JAVA_OPTIONS,
         SPARK_HOME=str(spark_home()),
         SPARK_CONF_DIR=str(conf_dir),
         SPARK_LOCAL_IP=HOST,
