@@ -91,25 +91,34 @@ npm_ci() {
 # The dashboard's Chart.js and MQTT.js, served from node_modules (src/telemq/dashboard):
 # before pip, whose build packages them.
 npm_ci src/telemq/dashboard "the dashboard's Chart.js and MQTT.js"
+# The test tools below come from the network and the disk, telemq's build (pip, below) from
+# the compiler on one core: they run at the same time, and the script waits for them all.
+helpers=()
 if [ "$want_test" = 1 ]; then
     # MQTT.js for the interop tests (tests/testsupport/node.py).
-    npm_ci tests/interop/node "MQTT.js for the interop tests"
+    npm_ci tests/interop/node "MQTT.js for the interop tests" &
+    helpers+=($!)
     # playwright-core, which drives Debian's Chromium in the dashboard test (no browser download).
-    npm_ci tests/dashboard "playwright-core for the dashboard test"
-fi
-if [ "$want_test" = 1 ]; then
+    npm_ci tests/dashboard "playwright-core for the dashboard test" &
+    helpers+=($!)
     # The Sparkplug edge nodes and host applications of tests/sparkplug: pysparkplug needs
     # paho-mqtt < 2, the test suite paho-mqtt 2, so it has a virtual environment of its own.
-    [ -x .venv-sparkplug/bin/python ] || "$PYTHON" -m venv .venv-sparkplug
-    .venv-sparkplug/bin/python -c \
-        'import importlib.metadata as m; assert m.version("pysparkplug") == "0.6.1"' \
-        2>/dev/null ||
-        .venv-sparkplug/bin/python -m pip install -q --disable-pip-version-check \
-            "pysparkplug==0.6.1"
+    (
+        [ -x .venv-sparkplug/bin/python ] || "$PYTHON" -m venv .venv-sparkplug
+        .venv-sparkplug/bin/python -c \
+            'import importlib.metadata as m; assert m.version("pysparkplug") == "0.6.1"' \
+            2>/dev/null ||
+            .venv-sparkplug/bin/python -m pip install -q --disable-pip-version-check \
+                "pysparkplug==0.6.1"
+    ) &
+    helpers+=($!)
 fi
 if [ "$want_test" = 1 ]; then
     "$PYTHON" -m pip install -q --disable-pip-version-check ".[test,fast,spark,postgres,lake]"
 else
     "$PYTHON" -m pip install -q --disable-pip-version-check ".[fast,spark,postgres,lake]"
 fi
+for helper in "${helpers[@]}"; do
+    wait "$helper" # its exit status: a failed one stops the script (set -e)
+done
 "$PYTHON" -m telemq --version

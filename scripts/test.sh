@@ -10,8 +10,11 @@
 # test file runs on one worker (`--dist loadgroup`, a group per file made in
 # tests/conftest.py: a module's shared brokers start once; the Spark cluster tests have
 # groups of their own). The longest groups start first, in the order tests/conftest.py sorts
-# them (`--no-loadscope-reorder`: xdist would otherwise order them by their number of tests,
-# and the cluster tests, few and long, would start last). Workers share
+# them by the seconds tests/group_durations.txt recorded (`--no-loadscope-reorder`: xdist
+# would otherwise order them by their number of tests, and the cluster tests, few and long,
+# would start last; a long test alone in its file, too). After adding or slowing down a
+# long test, record the durations again: `bash scripts/test.sh --record-durations
+# tests/group_durations.txt`. Workers share
 # nothing: each has its own temporary directories, Spark session and slice of ports
 # (tests/testsupport/process.py, `free_port`).
 set -euo pipefail

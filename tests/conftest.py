@@ -68,28 +68,90 @@ BUILD_INDEPENDENT = (
 )
 
 
+# How long each group took in a run of the whole suite (seconds, then the group, a line each):
+# the order in which groups start. Written by `--record-durations FILE` (below).
+GROUP_DURATIONS = Path(__file__).with_name("group_durations.txt")
+
+
+def xdist_group_of(item: pytest.Item) -> str:
+    """The group pytest-xdist gives the item: its `xdist_group` names, sorted, joined by
+    ``_`` (xdist's own rule, which also suffixes each test id with ``@`` and the group)."""
+    names = {str(m.args[0]) for m in item.iter_markers("xdist_group") if m.args}
+    return "_".join(sorted(names))
+
+
+def recorded_durations(path: Path = GROUP_DURATIONS) -> dict[str, float]:
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return {}
+    durations: dict[str, float] = {}
+    for line in lines:
+        if line.strip() and not line.startswith("#"):
+            seconds, group = line.split(maxsplit=1)
+            durations[group] = float(seconds)
+    return durations
+
+
 def _start_longest_groups_first(items: list[pytest.Item]) -> None:
     """The longest groups first, so that no worker is left alone with one at the end: the
     Spark cluster groups, then the groups with other Spark tests, then the rest, each kind
-    by its number of tests, most first. A group keeps its tests in their order.
+    by how long it took when last recorded (`GROUP_DURATIONS`), then by its number of
+    tests, most first. A group keeps its tests in their order.
 
     xdist hands groups out in collection order only with ``--no-loadscope-reorder``
     (scripts/test.sh); by default it orders them by their number of tests alone, which put
-    the cluster groups, few tests of minutes each, at the very end."""
-
-    def group(item: pytest.Item) -> str:
-        marker = item.get_closest_marker("xdist_group")
-        return str(marker.args[0]) if marker is not None and marker.args else ""
-
+    the cluster groups, few tests of minutes each, at the very end, and a file with one
+    test of a minute (a flapping link, a crash soak) starts last by size alone."""
+    durations = recorded_durations()
     rank: dict[str, int] = {}
     size: dict[str, int] = {}
     for item in items:
-        name = group(item)
+        name = xdist_group_of(item)
         cluster = name.startswith("spark-cluster")
         weight = 0 if cluster else 1 if item.get_closest_marker("spark") else 2
         rank[name] = min(rank.get(name, 2), weight)
         size[name] = size.get(name, 0) + 1
-    items.sort(key=lambda item: (rank[group(item)], -size[group(item)]))
+
+    def order(item: pytest.Item) -> tuple[int, float, int]:
+        name = xdist_group_of(item)
+        return rank[name], -durations.get(name, 0.0), -size[name]
+
+    items.sort(key=order)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--record-durations",
+        metavar="FILE",
+        help="write how long each test group took into FILE (tests/group_durations.txt "
+        "orders the groups of the next runs); groups this run did not run keep their line",
+    )
+
+
+_group_seconds: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Under xdist, on the controller, which sees every worker's reports, each with its
+    worker (`node`) and with its group after the test id's last ``@``."""
+    if getattr(report, "node", None) is not None:
+        group = report.nodeid.rpartition("@")[2]
+    else:
+        group = report.nodeid.split("::", 1)[0]
+    _group_seconds[group] = _group_seconds.get(group, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    target = session.config.getoption("--record-durations")
+    if not target or hasattr(session.config, "workerinput"):  # a worker: the controller writes
+        return
+    path = Path(target)
+    durations = {**recorded_durations(path), **_group_seconds}
+    lines = [f"{seconds:.1f} {group}" for group, seconds in durations.items() if seconds >= 1]
+    lines.sort(key=lambda line: -float(line.split()[0]))
+    header = "# seconds group: written by pytest --record-durations (tests/conftest.py)\n"
+    path.write_text(header + "\n".join(lines) + "\n")
 
 
 def _skip_pure_python(items: list[pytest.Item]) -> None:
