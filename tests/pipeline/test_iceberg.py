@@ -232,6 +232,11 @@ def test_lakes_that_cannot_be_iceberg_are_one_line_errors(
     assert refused(lake, catalog=rest).startswith(f"iceberg catalog {rest}: cannot be used")
     nowhere = f"sqlite:///{tmp_path}/missing/dir/catalog.db"
     assert "cannot be used" in refused(lake, catalog=nowhere)
+    # A database that does not answer: its password never shows in the line.
+    database = f"postgresql+psycopg://telemq:s3cret-pw@127.0.0.1:{free_port()}/lake"
+    shown = refused(lake, catalog=database)
+    assert shown.startswith("iceberg catalog postgresql+psycopg://telemq:***@127.0.0.1:"), shown
+    assert "cannot be used" in shown and "s3cret-pw" not in shown
     assert not lake.exists() and not (tmp_path / "missing").exists()
     with pytest.raises(LakeError, match=r"expected namespace\.name"):
         IcebergTable(spark, str(lake), catalog=None, table="journal", query_id="q")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -99,6 +100,17 @@ def back_off(attempt_no: int) -> None:
     """Wait a little before committing again after a conflict (none before the first)."""
     if attempt_no:
         time.sleep(random.uniform(0.5, 1.0) * min(2.0, 0.05 * 2**attempt_no))
+
+
+def without_password(text: str, uri: str) -> str:
+    """`text` (a catalog's URL, or an error that quotes it) with the password of `uri`'s user
+    part shown as ``***``: a URL such as ``postgresql+psycopg://user:secret@host/db`` goes
+    into error lines and logs."""
+    try:
+        password = urllib.parse.urlsplit(uri).password
+    except ValueError:  # not a URL with a valid port: no user part to read
+        return text
+    return text.replace(f":{password}@", ":***@") if password else text
 
 
 def first_line(error: BaseException) -> str:

@@ -67,6 +67,7 @@ from .iceberg_support import (
     require_pyiceberg,
     schema_of,
     widen,
+    without_password,
 )
 from .ingest import utc_date
 from .journal import JOURNAL_DDL
@@ -214,7 +215,8 @@ class IcebergTable:
         return catalog
 
     def _unusable(self, error: BaseException) -> LakeError:
-        return LakeError(f"iceberg catalog {self.catalog_uri}: cannot be used: {first_line(error)}")
+        message = f"iceberg catalog {self.catalog_uri}: cannot be used: {first_line(error)}"
+        return LakeError(without_password(message, self.catalog_uri))
 
     def _load(self, *, create: bool) -> Table | None:
         """The table, made first if `create`; None if there is none (and not `create`)."""
@@ -288,7 +290,8 @@ class IcebergTable:
         made_later = self.default_catalog or sqlite is None or sqlite.parent.is_dir()
         if not made_later and sqlite is not None and not sqlite.exists():
             message = f"cannot be used: no directory {sqlite.parent}"
-            raise LakeError(f"iceberg catalog {self.catalog_uri}: {message}")
+            message = f"iceberg catalog {self.catalog_uri}: {message}"
+            raise LakeError(without_password(message, self.catalog_uri))
         table = self._load(create=False)
         if table is not None:
             self._check_schema(table)
