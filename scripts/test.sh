@@ -13,8 +13,8 @@
 # them by the seconds tests/group_durations.txt recorded (`--no-loadscope-reorder`: xdist
 # would otherwise order them by their number of tests, and the cluster tests, few and long,
 # would start last; a long test alone in its file, too). After adding or slowing down a
-# long test, record the durations again: `bash scripts/test.sh --record-durations
-# tests/group_durations.txt`. Workers share
+# long test, record the durations again:
+# `TELEMQ_RECORD_DURATIONS=tests/group_durations.txt bash scripts/test.sh`. Workers share
 # nothing: each has its own temporary directories, Spark session and slice of ports
 # (tests/testsupport/process.py, `free_port`).
 set -euo pipefail

@@ -9,6 +9,7 @@ jobs).
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -69,7 +70,10 @@ BUILD_INDEPENDENT = (
 
 
 # How long each group took in a run of the whole suite (seconds, then the group, a line each):
-# the order in which groups start. Written by `--record-durations FILE` (below).
+# the order in which groups start. Written by a run with ``TELEMQ_RECORD_DURATIONS=FILE`` in
+# its environment (an environment variable rather than an option: both passes of
+# scripts/test.sh take it, and pytest reads options before it finds this file). Groups the
+# run did not run keep their line.
 GROUP_DURATIONS = Path(__file__).with_name("group_durations.txt")
 
 
@@ -120,15 +124,6 @@ def _start_longest_groups_first(items: list[pytest.Item]) -> None:
     items.sort(key=order)
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption(
-        "--record-durations",
-        metavar="FILE",
-        help="write how long each test group took into FILE (tests/group_durations.txt "
-        "orders the groups of the next runs); groups this run did not run keep their line",
-    )
-
-
 _group_seconds: dict[str, float] = {}
 
 
@@ -143,14 +138,14 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    target = session.config.getoption("--record-durations")
+    target = os.environ.get("TELEMQ_RECORD_DURATIONS")
     if not target or hasattr(session.config, "workerinput"):  # a worker: the controller writes
         return
     path = Path(target)
     durations = {**recorded_durations(path), **_group_seconds}
     lines = [f"{seconds:.1f} {group}" for group, seconds in durations.items() if seconds >= 1]
     lines.sort(key=lambda line: -float(line.split()[0]))
-    header = "# seconds group: written by pytest --record-durations (tests/conftest.py)\n"
+    header = "# seconds group: written by TELEMQ_RECORD_DURATIONS=FILE pytest (tests/conftest.py)\n"
     path.write_text(header + "\n".join(lines) + "\n")
 
 
