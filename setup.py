@@ -88,8 +88,16 @@ class OptionalBuildExt(build_ext):
         self.extensions = []
 
 
+# Commands that only write the project's metadata: pip runs `egg_info` and `dist_info`, each
+# in a process of its own, before `bdist_wheel`, and mypyc's type check and C generation
+# (half a minute each) would run in all three.
+METADATA_ONLY = {"egg_info", "dist_info", "sdist", "clean"}
+
+
 def compiled_extensions() -> list[Any]:
     if os.environ.get("TELEMQ_PURE_PYTHON") == "1":
+        return []
+    if len(sys.argv) > 1 and sys.argv[1] in METADATA_ONLY:
         return []
     try:
         from mypyc.build import mypycify
