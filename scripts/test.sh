@@ -25,9 +25,10 @@ workers=$((2 * cores))
 parallel=(-n "$workers" --dist loadgroup --no-loadscope-reorder)
 echo "== the compiled build" >&2
 # --durations: the slowest tests at the end of each pass, to keep the whole run short
-# (about 22 minutes with the install on 2 cores at the end of November 2026: the install
-# about 3.5, the compiled pass 14, the pure-Python pass 4.5; the Spark cluster tests, in two
-# groups, are the compiled pass's longest).
+# (about 17.5 minutes with the install on 2 cores at the end of November 2026: the install
+# about 2.5, the compiled pass 11, the pure-Python pass 4; the Spark cluster tests, in two
+# groups, are the compiled pass's longest; every Spark JVM runs with the options of
+# tests/testsupport/spark_jvm.py, which cut the Spark tests' CPU by a third).
 TELEMQ_EXPECT_BUILD=compiled python3 -m pytest "${parallel[@]}" --durations=15 "$@"
 echo "== pure Python, from the source" >&2
 # The source as pure Python is what an install without a C compiler runs: the tests of what

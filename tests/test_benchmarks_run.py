@@ -20,6 +20,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
     [
         ("bench_connection.py", ["--messages", "300"]),
         ("bench_filters.py", ["--seconds", "0.05"]),
+        ("bench_fsync.py", ["--count", "20"]),
         ("bench_filter_budget.py", ["--users", "1", "--payload", "200", "--publications", "5"]),
         ("bench_retained.py", ["--retained", "200", "--filters", "5"]),
         ("bench_routing.py", ["--subscriptions", "20", "--seconds", "0.05"]),
