@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+from testsupport.bench import BENCH
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ For each micro-batch of ingest:
 1. the driver reads the table's application transaction version for the ingest query
    (``txn`` action, app id = the query's `ingest.consumer_name`); a batch at or below it is
    already in the table and adds nothing;
-2. Spark's executors (or the driver, for a small batch: `parquet_table.write_on_driver`)
+2. Spark's executors (or the driver, for a small batch: `parquet_table.write_batch`)
    write the batch's Parquet files (partitioned by the UTC ``date`` of ``ts``, the journal's
    columns, timestamps as microseconds) into ``<lake>/_staging/<query>/<batch id>``, as for
    the ``parquet`` format;
@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa  # type: ignore[import-untyped]
 
 from .lakefs import LakeFileSystem, join, lake_uri
-from .parquet_table import refuse_other_format, table_uri, utc_date, write_on_driver
+from .parquet_table import refuse_other_format, table_uri, utc_date, write_batch
 from .table_format import LAKE_EXTRA, BatchStats, LakeError, LakeStats, pause_before_commit
 from .typed_columns import SCHEMA_PROPERTY as SCHEMA
 
@@ -66,7 +66,6 @@ if TYPE_CHECKING:
 __all__ = ["DeltaLakeTable", "delta_location"]
 
 Progress = Callable[[str], None]
-_TIMESTAMPS = "spark.sql.parquet.outputTimestampType"
 
 
 def _deltalake() -> Any:
@@ -162,7 +161,7 @@ class DeltaLakeTable:
         stage = join(self.staging, str(batch_id))
         self.fs.delete(stage, recursive=True)
         dated = frame.withColumn("date", utc_date())
-        self._write(dated, stage)
+        write_batch(dated, stage, micros=True)  # microseconds: Delta's timestamp unit
         self._remove_uncommitted(done, only=batch_id)
         adds, stats = self._move_in(stage, batch_id)
         self.fs.delete(stage, recursive=True)
@@ -171,23 +170,6 @@ class DeltaLakeTable:
             self._commit(adds, dated, batch_id)
         stats.seconds = time.monotonic() - started
         return stats
-
-    def _write(self, dated: DataFrame, stage: str) -> None:
-        """The batch's files, by the driver if it is small (`parquet_table.write_on_driver`),
-        else by Spark; timestamps as microseconds (Delta's own unit; Spark's default, INT96,
-        is a legacy type)."""
-        if write_on_driver(dated, stage, "TIMESTAMP_MICROS"):
-            return
-        conf = dated.sparkSession.conf
-        before = conf.get(_TIMESTAMPS)
-        conf.set(_TIMESTAMPS, "TIMESTAMP_MICROS")
-        try:
-            dated.sortWithinPartitions("date", "seq").write.partitionBy("date").parquet(stage)
-        finally:
-            if before is None:
-                conf.unset(_TIMESTAMPS)
-            else:
-                conf.set(_TIMESTAMPS, before)
 
     def _move_in(self, stage: str, batch_id: int) -> tuple[list[Any], BatchStats]:
         """Rename the staged files into the table; their add actions and the batch's figures."""

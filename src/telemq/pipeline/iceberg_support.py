@@ -11,11 +11,8 @@ again afterwards, counted per session because several writes may be under way at
 from __future__ import annotations
 
 import random
-import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from .table_format import LakeError
@@ -23,7 +20,7 @@ from .table_format import LakeError
 if TYPE_CHECKING:
     from pyiceberg.schema import Schema
     from pyiceberg.table import Table
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
 
 __all__ = [
@@ -33,7 +30,6 @@ __all__ = [
     "file_key",
     "first_line",
     "journal_schema",
-    "micros_timestamps",
     "quarantine_schema",
     "read_schema",
     "require_pyiceberg",
@@ -116,35 +112,6 @@ def without_password(text: str, uri: str) -> str:
 def first_line(error: BaseException) -> str:
     lines = str(error).strip().splitlines()
     return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
-
-
-_TIMESTAMP_TYPE = "spark.sql.parquet.outputTimestampType"
-_writers_lock = threading.Lock()
-_writers: dict[int, tuple[int, str | None]] = {}  # per session: writes under way, the old value
-
-
-@contextmanager
-def micros_timestamps(spark: SparkSession) -> Iterator[None]:
-    """Spark writes timestamps as INT96 unless told otherwise, Iceberg wants microseconds:
-    set for the writes under way on a session, the session's own value back after the last."""
-    key = id(spark)
-    with _writers_lock:
-        count, before = _writers.get(key, (0, None))
-        if count == 0:
-            before = spark.conf.get(_TIMESTAMP_TYPE, None)
-            spark.conf.set(_TIMESTAMP_TYPE, "TIMESTAMP_MICROS")
-        _writers[key] = (count + 1, before)
-    try:
-        yield
-    finally:
-        with _writers_lock:
-            count, before = _writers.pop(key)
-            if count > 1:
-                _writers[key] = (count - 1, before)
-            elif before is None:
-                spark.conf.unset(_TIMESTAMP_TYPE)
-            else:
-                spark.conf.set(_TIMESTAMP_TYPE, before)
 
 
 def schema_of(columns: StructType) -> Schema:

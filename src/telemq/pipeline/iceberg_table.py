@@ -61,7 +61,6 @@ from .iceberg_support import (
     file_key,
     first_line,
     journal_schema,
-    micros_timestamps,
     quarantine_schema,
     read_schema,
     require_pyiceberg,
@@ -72,7 +71,7 @@ from .iceberg_support import (
 from .ingest import utc_date
 from .journal import JOURNAL_DDL
 from .lakefs import FileInfo, LakeFileSystem, join, lake_uri
-from .parquet_table import write_on_driver
+from .parquet_table import micros_timestamps, write_batch
 from .table_format import (
     QUARANTINE,
     BatchStats,
@@ -362,10 +361,7 @@ class IcebergTable:
         attempt = f"{batch_id:012d}-{int(time.time() * 1000):013d}-{uuid.uuid4().hex[:8]}"
         where = join(self.location, "data", self.query_id, attempt)
         columns = [f.name for f in table.schema().fields if f.name in frame.columns]
-        dated = frame.select(*columns).withColumn("date", utc_date())
-        if not write_on_driver(dated, where, "TIMESTAMP_MICROS"):
-            with micros_timestamps(frame.sparkSession):
-                dated.sortWithinPartitions("date", "seq").write.partitionBy("date").parquet(where)
+        write_batch(frame.select(*columns).withColumn("date", utc_date()), where, micros=True)
         files = self.fs.glob(join(where, "date=*", "*.parquet"))
         summary = {SUMMARY_QUERY: self.query_id, SUMMARY_BATCH: str(batch_id)}
         pause_before_commit(batch_id)

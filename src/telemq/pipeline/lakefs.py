@@ -140,7 +140,8 @@ def _local_parquet_stats(uri: str) -> tuple[int, int | None, int | None]:
         stats = footer.row_group(group).column(column).statistics
         if stats is None or not stats.has_min_max:
             continue
-        least, most = _python_int(stats.min, f"{uri}: seq min"), _python_int(stats.max, uri)
+        least = _python_int(stats.min, f"{uri}: seq min")
+        most = _python_int(stats.max, f"{uri}: seq max")
         low = least if low is None else min(low, least)
         high = most if high is None else max(high, most)
     return int(footer.num_rows), low, high

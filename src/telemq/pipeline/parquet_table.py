@@ -29,7 +29,7 @@ object still appears whole, but for a moment a file may be both staged and in th
 the table alone never holds a row twice, and the next run completes the batch. The table
 never holds Spark's ``_spark_metadata`` and needs none: any Parquet reader reads it.
 
-Small batches on a local lake (`write_on_driver`). Spark's file writer costs a micro-batch a fixed
+Small batches on a local lake (`write_batch`). Spark's file writer costs a micro-batch a fixed
 half second or more on a busy 2-core machine (its commit protocol's directories and renames,
 the writer's set-up), which is most of a small batch's time and so of a continuous ingest's
 freshness. A batch of at most `DRIVER_WRITE_MAX_ROWS` rows, on a ``local`` master with the lake
@@ -45,10 +45,12 @@ without a log, rewriting files in place would show a reader rows twice or not at
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -65,9 +67,10 @@ __all__ = [
     "found_local_format",
     "journal_table",
     "lake_stats",
+    "micros_timestamps",
     "table_uri",
     "utc_date",
-    "write_on_driver",
+    "write_batch",
 ]
 
 Progress = Callable[[str], None]
@@ -97,12 +100,52 @@ def utc_date(ts: str = "ts") -> Column:
     return F.date_from_unix_date(F.floor(F.unix_micros(F.col(ts)) / 86_400_000_000).cast("int"))
 
 
-def write_on_driver(dated: DataFrame, where: str, timestamps: str | None = None) -> bool:
-    """Write a batch with its ``date`` column as Parquet files under `where` on the driver,
-    if it is small, `where` local and Spark's master too (see the module docstring): one
-    ``date=<day>`` directory per UTC date, sorted by seq. `timestamps` is Spark's
-    ``outputTimestampType`` to write (default: the session's). False: nothing written,
-    Spark's executors must."""
+def write_batch(dated: DataFrame, where: str, *, micros: bool = False) -> None:
+    """Write a batch with its ``date`` column as Parquet files under `where`: one
+    ``date=<day>`` directory per UTC date, sorted by seq; by the driver when the batch is
+    small and both the lake and Spark's master are local (see the module docstring), else by
+    Spark's executors. `micros`: timestamps as INT64 microseconds (Delta's and Iceberg's
+    unit) instead of the session's type (Spark's default, INT96, is a legacy type)."""
+    if _write_on_driver(dated, where, "TIMESTAMP_MICROS" if micros else None):
+        return
+    setting = micros_timestamps(dated.sparkSession) if micros else contextlib.nullcontext()
+    with setting:
+        dated.sortWithinPartitions("date", "seq").write.partitionBy("date").parquet(where)
+
+
+_writers_lock = threading.Lock()
+_writers: dict[int, tuple[int, str | None]] = {}  # per session: writes under way, the old value
+
+
+@contextlib.contextmanager
+def micros_timestamps(spark: SparkSession) -> Iterator[None]:
+    """Spark writes timestamps as INT96 unless told otherwise, Delta and Iceberg want
+    microseconds: set for the writes under way on a session, the session's own value back
+    after the last."""
+    key = id(spark)
+    with _writers_lock:
+        count, before = _writers.get(key, (0, None))
+        if count == 0:
+            before = spark.conf.get(TIMESTAMP_TYPE, None)
+            spark.conf.set(TIMESTAMP_TYPE, "TIMESTAMP_MICROS")
+        _writers[key] = (count + 1, before)
+    try:
+        yield
+    finally:
+        with _writers_lock:
+            count, before = _writers.pop(key)
+            if count > 1:
+                _writers[key] = (count - 1, before)
+            elif before is None:
+                spark.conf.unset(TIMESTAMP_TYPE)
+            else:
+                spark.conf.set(TIMESTAMP_TYPE, before)
+
+
+def _write_on_driver(dated: DataFrame, where: str, timestamps: str | None) -> bool:
+    """`write_batch` by the driver, if the batch is small, `where` local and Spark's master
+    too. `timestamps` is Spark's ``outputTimestampType`` to write (None: the session's).
+    False: nothing written, Spark's executors must."""
     local = str(dated.sparkSession.sparkContext.master).startswith("local")
     if not (local and where.startswith("file:")):
         return False
@@ -117,7 +160,7 @@ def write_on_driver(dated: DataFrame, where: str, timestamps: str | None = None)
 
 
 def _write_arrow(batch: Any, where: str, timestamps: str, codec: str) -> None:
-    """`write_on_driver`'s writing: the layout and types Spark's writer gives. Every column
+    """`_write_on_driver`'s writing: the layout and types Spark's writer gives. Every column
     nullable, as Spark writes them; INT96 or INT64 timestamps as Spark's setting says; no
     Arrow schema in the footer, so readers see the Parquet types alone, as with Spark's."""
     import pyarrow as pa  # type: ignore[import-untyped]
@@ -201,9 +244,7 @@ class BatchCommitter:
         fs = self.fs
         stage = join(self.staging, str(batch_id))
         fs.delete(stage, recursive=True)
-        dated = frame.withColumn("date", utc_date())
-        if not write_on_driver(dated, stage):
-            dated.sortWithinPartitions("date", "seq").write.partitionBy("date").parquet(stage)
+        write_batch(frame.withColumn("date", utc_date()), stage)
         prefix = f"batch-{batch_id:012d}-"
         for old in fs.glob(join(self.table, "date=*", f"{prefix}*.parquet")):
             fs.delete(old.uri)  # a previous attempt of this batch: replaced below

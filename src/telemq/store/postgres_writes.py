@@ -167,26 +167,17 @@ PLAN: dict[Op, Plan] = {
 
 INSERT_JOURNAL = _insert("journal")
 COPY_JOURNAL = f"COPY journal ({', '.join(COLUMNS['journal'])}) FROM STDIN"
-# The journal's column types, in `COLUMNS` order: an array of each is one column of rows.
-_JOURNAL_TYPES = [
-    "int8",
-    "int8",
-    "text",
-    "text",
-    "int4",
-    "int4",
-    "bytea",
-    "text",
-    "text",
-    "bytea",
-    "text",
-]
+
+
+def _unnest(table: str, types: str) -> str:
+    """INSERT of the rows that `unnest` makes of an array per column (binary); `types`: the
+    columns' types, in `COLUMNS` order."""
+    arrays = ", ".join(f"%b::{kind}[]" for kind in types.split())
+    return f"INSERT INTO {table} ({', '.join(COLUMNS[table])}) SELECT * FROM unnest({arrays})"
+
+
 # Many journal rows in one statement: one array per column, sent in binary.
-INSERT_JOURNAL_ROWS = (
-    f"INSERT INTO journal ({', '.join(COLUMNS['journal'])}) SELECT * FROM unnest("
-    + ", ".join(f"%b::{kind}[]" for kind in _JOURNAL_TYPES)
-    + ")"
-)
+INSERT_JOURNAL_ROWS = _unnest("journal", "int8 int8 text text int4 int4 bytea text text bytea text")
 
 
 class Planned(NamedTuple):
@@ -259,12 +250,6 @@ _TABLE_OF = {
 ARRAY_ROWS = 4  # a run of this many rows of an op in `_ARRAYS` is one statement over arrays
 
 
-def _unnest(table: str, types: str) -> str:
-    """INSERT of the rows that `unnest` makes of an array per column (binary)."""
-    arrays = ", ".join(f"%b::{kind}[]" for kind in types.split())
-    return f"INSERT INTO {table} ({', '.join(COLUMNS[table])}) SELECT * FROM unnest({arrays})"
-
-
 def _floats(column: tuple[Any, ...]) -> list[Any]:
     """A REAL column as floats: an array holds one type, and ints are valid there."""
     return [None if value is None else float(value) for value in column]
@@ -276,16 +261,16 @@ def _message_columns(rows: list[Row]) -> list[list[Any]]:
     return columns
 
 
-def _delivery_columns(rows: list[Row]) -> list[list[Any]]:
-    # One statement may not upsert a key twice: the last row of each key is the one a
-    # run of upserts would have left.
-    last = {row[0]: row for row in rows}
-    return [list(column) for column in zip(*last.values(), strict=True)]
+def _last_per_key(key_columns: int) -> Callable[[list[Row]], list[list[Any]]]:
+    """The columns of a run of upserts keyed by its first `key_columns` columns. One
+    statement may not upsert a key twice: the last row of each key is the one a run of
+    upserts would have left."""
 
+    def columns(rows: list[Row]) -> list[list[Any]]:
+        last = {row[:key_columns]: row for row in rows}
+        return [list(column) for column in zip(*last.values(), strict=True)]
 
-def _retained_columns(rows: list[Row]) -> list[list[Any]]:
-    last = {(row[0], row[1]): row for row in rows}  # as `_delivery_columns`
-    return [list(column) for column in zip(*last.values(), strict=True)]
+    return columns
 
 
 def _ids(rows: list[Row]) -> list[list[Any]]:
@@ -307,12 +292,12 @@ _ARRAYS: dict[Op, tuple[str, Callable[[list[Row]], list[list[Any]]]]] = {
     Op.PUT_DELIVERY: (
         _unnest("deliveries", _DELIVERY_TYPES)
         + f" ON CONFLICT (delivery_id) DO UPDATE SET {_DELIVERY_UPDATES}",
-        _delivery_columns,
+        _last_per_key(1),
     ),
     Op.PUT_RETAINED: (
         _unnest("retained", _RETAINED_TYPES)
         + f" ON CONFLICT (sub_point, topic) DO UPDATE SET {_RETAINED_UPDATES}",
-        _retained_columns,
+        _last_per_key(2),
     ),
     Op.DELETE_MESSAGE: ("DELETE FROM messages WHERE id = ANY(%b::int8[])", _ids),
     Op.DELETE_DELIVERY: ("DELETE FROM deliveries WHERE delivery_id = ANY(%b::int8[])", _ids),
