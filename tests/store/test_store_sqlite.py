@@ -17,9 +17,11 @@ import pytest
 import telemq
 from telemq.store import (
     DeliveryRecord,
+    DeliveryState,
     IncomingRecord,
     JournalReader,
     JournalRecord,
+    RetainedRecord,
     SessionRecord,
     SqliteStore,
     StoredMessage,
@@ -27,6 +29,7 @@ from telemq.store import (
     SubscriptionRecord,
     SyncMode,
     WriteBatch,
+    _codec,
     open_journal_reader,
 )
 from telemq.store.sqlite_schema import SCHEMA_VERSION
@@ -609,3 +612,64 @@ def test_the_journal_reader_reads_ranges_packed_and_row_by_row(tmp_path: Path) -
         assert (row.client_id, row.key) == ("q1", "7") and '"a/#"' in row.data
     with pytest.raises(StoreError, match="no store file"):
         JournalReader(tmp_path / "nowhere")
+
+
+@pytest.mark.parametrize("with_options", [False, True])
+def test_the_rows_bound_for_speed_store_what_the_codec_rows_say(
+    tmp_path: Path, with_options: bool
+) -> None:
+    """The per-message tables bind blobs as bytearrays and NULLs as 0 (`sqlite_writes`):
+    every column must still hold what `_codec`'s row (the other stores' rows) holds, with
+    the same SQL type: a blob, NULL where the row has None."""
+    properties = b"\x01\x01" if with_options else b""
+    expiry = 1_900_000_000.5 if with_options else 0.0
+    message = StoredMessage(
+        7, "a/b", b"payload", 2, True, "sp", "c1", "u1", 123, properties, expiry
+    )
+    incoming = IncomingRecord("c1", 9, message, with_options)
+    delivery = DeliveryRecord(
+        4, "c1", 7, 1, DeliveryState.INFLIGHT, 3, True, {"x": 1} if with_options else {}
+    )
+    retained = RetainedRecord(
+        "sp",
+        "r/t",
+        b"kept",
+        1,
+        55,
+        {"client_id": 'c\u00e9"1', "user_id": "", "expiry_at": expiry},
+        properties,
+        with_options,
+    )
+    path = tmp_path / "telemq.db"
+    store = SqliteStore(path)
+    batch = WriteBatch()
+    batch.put_message(message)
+    batch.put_incoming(incoming)
+    batch.put_delivery(delivery)
+    batch.put_retained(retained)
+    store.commit(batch)
+    store.close()
+    expected = {
+        "messages": _codec.message_row(message),
+        "incoming": _codec.incoming_row(incoming),
+        "deliveries": _codec.delivery_row(delivery),
+        "retained": _codec.retained_row(retained),
+    }
+    conn = sqlite3.connect(path)
+    try:
+        for table, row in expected.items():
+            columns = _codec.COLUMNS[table]
+            typed = ", ".join(f"{c}, typeof({c})" for c in columns)
+            stored = conn.execute(f"SELECT {typed} FROM {table}").fetchall()
+            assert len(stored) == 1, table
+            values, types = stored[0][0::2], stored[0][1::2]
+            assert values == row, table
+            for column, value, sql_type in zip(columns, row, types, strict=True):
+                if value is None:
+                    assert sql_type == "null", (table, column)
+                elif isinstance(value, bytes):
+                    assert sql_type == "blob", (table, column)
+    finally:
+        conn.close()
+    # And `publisher_json` writes the encoder's text for a retained publisher.
+    assert _codec.publisher_json(retained.data) == _codec.encode_json(retained.data)

@@ -57,7 +57,30 @@ COLUMNS: dict[str, tuple[str, ...]] = {
 
 # `data` as compact, strict JSON (no NaN/Infinity: other readers of the file must parse it);
 # builders skip the encoder for the common empty dict and store NULL.
-_encode_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+encode_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+_encode_text = json.encoder.encode_basestring  # a str as JSON text (ensure_ascii=False)
+
+
+def publisher_json(data: dict[str, Any]) -> str:
+    """`encode_json(data)` for the `data` of a retained message, which names its publisher:
+    the same object, written by a template when it has the one shape the broker gives every
+    retained publication (client_id, user_id, a finite expiry_at), 0.3 us against the
+    encoder's 1.6 (a new encoder object per call), once per retained publication."""
+    if len(data) == 3:
+        client_id = data.get("client_id")
+        user_id = data.get("user_id")
+        expiry = data.get("expiry_at")
+        if (
+            type(client_id) is str
+            and type(user_id) is str
+            and type(expiry) is float
+            and expiry - expiry == 0.0  # finite: NaN and infinities are refused as before
+        ):
+            return (
+                f'{{"client_id":{_encode_text(client_id)},"user_id":{_encode_text(user_id)},'
+                f'"expiry_at":{expiry!r}}}'
+            )
+    return encode_json(data)
 
 
 class BadRecord(ValueError):
@@ -74,19 +97,19 @@ class BadRecord(ValueError):
 # SQLite would bind the float as NULL (never expires), where the memory store's CHECK twin
 # refuses it; as text, both refuse it like a negative value (a file whose column predates
 # the CHECK keeps it and quarantines the row at load, as it does a negative value).
-_NAN = "NaN"
+NAN_TEXT = "NaN"
 
 
 def session_row(r: SessionRecord) -> Row:
-    return (r.client_id, _encode_json(r.data) if r.data else None)
+    return (r.client_id, encode_json(r.data) if r.data else None)
 
 
 def subscription_row(r: SubscriptionRecord) -> Row:
-    return (r.client_id, r.key, _encode_json(r.data) if r.data else None)
+    return (r.client_id, r.key, encode_json(r.data) if r.data else None)
 
 
 def retained_row(r: RetainedRecord) -> Row:
-    data = _encode_json(r.data) if r.data else None
+    data = publisher_json(r.data) if r.data else None
     local = 1 if r.local_only else None  # NULL: every broker's (as in rows before schema 7)
     return (r.sub_point, r.topic, r.payload, r.qos, r.ts_us, data, r.properties or None, local)
 
@@ -104,7 +127,7 @@ def message_row(m: StoredMessage) -> Row:
         m.user_id,
         m.ts_us,
         m.properties or None,
-        (expiry or None) if expiry == expiry else _NAN,
+        (expiry or None) if expiry == expiry else NAN_TEXT,
     )
 
 
@@ -117,7 +140,7 @@ def delivery_row(r: DeliveryRecord) -> Row:
         int(r.state),
         r.packet_id,
         1 if r.retain else 0,
-        _encode_json(r.data) if r.data else None,
+        encode_json(r.data) if r.data else None,
     )
 
 

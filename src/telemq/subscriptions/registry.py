@@ -31,7 +31,7 @@ import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from time import perf_counter
-from typing import cast
+from typing import Final, cast
 
 from ..filters import FilterSet
 from ..filters import Message as FilterMessage
@@ -71,6 +71,10 @@ class Route:
     # Position in `filtered` -> the subscription's owner, when they have more than one
     # (`filtered` is then sorted by owner); None: one owner, one filter time budget.
     owners: dict[int, str] | None = None
+
+
+# The route of every topic no subscription matches (read only, as every cached `Route`).
+NO_MATCH: Final = Route({}, [])
 
 
 class Registry:
@@ -251,9 +255,12 @@ class Registry:
             matching.append(subscription)
             if "Local" in subscription.options:
                 local = True
-        route = self._build_route(matching)
-        if local:  # publications from other brokers skip the Local subscriptions
-            route.network = self._build_route([s for s in matching if "Local" not in s.options])
+        if not matching:
+            route = NO_MATCH  # most topics of a fleet of publishers: no Route of their own
+        else:
+            route = self._build_route(matching)
+            if local:  # publications from other brokers skip the Local subscriptions
+                route.network = self._build_route([s for s in matching if "Local" not in s.options])
         size = self._routes_bytes + len(topic)
         limit = self._cache_limit
         if len(self._routes) > 16384 or (limit and size > limit):

@@ -159,10 +159,17 @@ class RetainedMessages:
         self._count = 0  # outside $SYS/
         self.bytes = 0  # topic and payload bytes outside $SYS/
 
-    def _fits(self, message: Message) -> str | None:
-        """None when retaining `message` stays within the quotas; else which one it passes."""
-        retained = self._by_point.get(message.sub_point)
-        old = None if retained is None else retained.get(message.topic)
+    def _point(self, sub_point: str) -> dict[str, Message]:
+        """The topic -> message map of `sub_point`, made (with its index) when first used."""
+        retained = self._by_point.get(sub_point)
+        if retained is None:
+            retained = self._by_point[sub_point] = {}
+            self._indexes[sub_point] = TopicIndex()
+        return retained
+
+    def _fits(self, message: Message, old: Message | None) -> str | None:
+        """None when retaining `message` in place of `old` (the topic's message, if any)
+        stays within the quotas; else which one it passes."""
         if old is None and self._max_messages and self._count >= self._max_messages:
             return f"limits.max_retained_messages ({self._max_messages})"
         grown = self.bytes + message.size - (0 if old is None else old.size)
@@ -170,12 +177,8 @@ class RetainedMessages:
             return f"limits.max_retained_bytes ({self._max_bytes})"
         return None
 
-    def _store(self, message: Message) -> None:
-        retained = self._by_point.get(message.sub_point)
-        if retained is None:
-            retained = self._by_point[message.sub_point] = {}
-            self._indexes[message.sub_point] = TopicIndex()
-        old = retained.get(message.topic)
+    def _store(self, message: Message, retained: dict[str, Message], old: Message | None) -> None:
+        """Keep `message` in its point's map `retained`, in place of `old`."""
         if old is None:
             self._indexes[message.sub_point].add(message.topic)
         retained[message.topic] = message
@@ -206,8 +209,10 @@ class RetainedMessages:
             if self._drop(message.sub_point, message.topic) and durable:
                 pending.delete_retained(message.sub_point, message.topic)
             return
+        retained = self._point(message.sub_point)
+        old = retained.get(message.topic)
         if durable:
-            beyond = self._fits(message)
+            beyond = self._fits(message, old)
             if beyond is not None:
                 stats = self._stats
                 stats.retained_refused += 1
@@ -219,7 +224,7 @@ class RetainedMessages:
                         stats.retained_refused,
                     )
                 return
-        self._store(message)
+        self._store(message, retained, old)
         if durable:
             pending.put_retained(
                 RetainedRecord(
@@ -237,9 +242,11 @@ class RetainedMessages:
     def restore(self, message: Message) -> str | None:
         """A retained message loaded from the store (nothing to write). Beyond the quotas
         it is not kept: returns which quota, for restore.py to quarantine it."""
-        beyond = self._fits(message)
+        retained = self._point(message.sub_point)
+        old = retained.get(message.topic)
+        beyond = self._fits(message, old)
         if beyond is None:
-            self._store(message)
+            self._store(message, retained, old)
         return beyond
 
     def delete(self, sub_point: str, topic: str) -> bool:

@@ -120,6 +120,7 @@ class Router:
         "_journal_exclude",
         "_journal_on",
         "_on_accepted",
+        "_plain_excluded",
         "_publish_checked",
         "_read_clock",
         "_registry",
@@ -171,6 +172,10 @@ class Router:
         self.commands = commands
         self._journal_on = journal.enabled
         self._journal_exclude = list(journal.exclude)
+        # Only a filter that starts with "$" can match a topic that does (and only such a
+        # topic: wildcards do not match "$" topics [MQTT-4.7.2-1]). With the default
+        # exclusion, `$SYS/#`, every other topic is journaled without a lookup.
+        self._plain_excluded = any(not f.startswith("$") for f in journal.exclude)
         self._journal_cache: dict[str, bool] = {}
         self.cache_bytes = 0  # characters of the topic names in the journal cache
         self._read_clock = read_clock  # the hub's: when the read being handled arrived
@@ -374,9 +379,13 @@ class Router:
         if message.retain:
             self._retained.keep(message)
         if journal and self._journal_on:
-            journaled = self._journal_cache.get(message.topic)
-            if journaled is None:
-                journaled = self._journaled(message.topic)
+            topic = message.topic
+            if self._plain_excluded or topic.startswith("$"):
+                journaled = self._journal_cache.get(topic)
+                if journaled is None:
+                    journaled = self._journaled(topic)
+            else:
+                journaled = True
             if journaled:
                 seq = self.next_seq
                 self.next_seq = seq + 1
