@@ -156,6 +156,6 @@ def test_topic_name_caches_keep_bounded_bytes() -> None:
             assert await publisher.next() == PubAck(n + 1)
             await reader.next()
         values = await sys.refresh()
-        assert 0 < int(values["topic cache/bytes"]) <= 2 * 100_000  # two caches
+        assert 0 < int(values["topic cache/bytes"]) <= 2 * 100_000  # each cache bounded
 
     run_with(configure, test)

@@ -248,7 +248,7 @@ class Registry:
         by_id = self._by_id
         matching: list[Subscription] = []
         local = False
-        for subscription_id in tree.match(topic):
+        for subscription_id in tree.walk(topic):  # the route is the cache
             subscription = by_id.get(cast(int, subscription_id))
             if subscription is None or "PubOnReqOnly" in subscription.options:
                 continue

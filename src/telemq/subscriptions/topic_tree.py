@@ -95,6 +95,20 @@ class SubscriptionTree:
         cached = self._cache.get(topic)
         if cached is not None:
             return cached
+        result = self.walk(topic)
+        size = self.cache_bytes + len(topic)
+        limit = self._cache_limit
+        if len(self._cache) >= _CACHE_LIMIT or (limit and size > limit):
+            self._cache.clear()
+            size = len(topic)
+        self.cache_bytes = size
+        self._cache[topic] = result
+        return result
+
+    def walk(self, topic: str) -> dict[Hashable, int]:
+        """`match` without its cache, for an owner that caches what it makes of the answer
+        (the registry's routes): a second cache of every topic would cost each new topic
+        name an entry, and a fleet's distinct topics would only churn it."""
         result: dict[Hashable, int] = {}
         levels = topic.split("/")
         last = len(levels)
@@ -134,13 +148,6 @@ class SubscriptionTree:
                             _merge(result, tail.subscribers)
                     else:
                         stack.append((single, index + 1))
-        size = self.cache_bytes + len(topic)
-        limit = self._cache_limit
-        if len(self._cache) >= _CACHE_LIMIT or (limit and size > limit):
-            self._cache.clear()
-            size = len(topic)
-        self.cache_bytes = size
-        self._cache[topic] = result
         return result
 
     def filters_of(self, key: Hashable) -> Iterator[str]:

@@ -25,7 +25,7 @@ it had. Refusals are counted in `$SYS` and logged the first time and every 1,000
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from ...store import RetainedRecord
 from .committer import Committer
@@ -45,8 +45,13 @@ class _Level:
     __slots__ = ("children", "order")
 
     def __init__(self) -> None:
-        self.children: dict[str, _Level] = {}
+        # Most levels are a topic's last (a leaf): they share one empty map, which only
+        # `TopicIndex.add` replaces (never adds to), so a retained topic costs no dict.
+        self.children: dict[str, _Level] = NO_CHILDREN
         self.order = 0  # > 0: a topic ends here, retained first as the order-th of its tree
+
+
+NO_CHILDREN: Final[dict[str, _Level]] = {}
 
 
 class TopicIndex:
@@ -61,9 +66,12 @@ class TopicIndex:
     def add(self, topic: str) -> None:
         level = self._root
         for name in topic.split("/"):
-            child = level.children.get(name)
+            children = level.children
+            child = children.get(name)
             if child is None:
-                child = level.children[name] = _Level()
+                if children is NO_CHILDREN:
+                    children = level.children = {}
+                child = children[name] = _Level()
             level = child
         if not level.order:
             level.order = self._next_order
