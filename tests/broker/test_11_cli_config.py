@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import resource
 import signal
 import subprocess
 import sys
@@ -11,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from telemq.broker.tuning import RESERVED_DESCRIPTORS
 
 from .helpers import (
     HOST,
@@ -384,3 +387,40 @@ def test_bad_paths_and_values_are_one_line_errors(tmp_path: Path, setup: str, me
     assert result.returncode == 2, result.stderr
     assert message in result.stderr, result.stderr
     assert "Traceback" not in result.stderr, result.stderr
+
+
+def _descriptor_table_size(status: str) -> int:
+    """FDSize of a /proc/PID/status text: the entries of the process's descriptor table."""
+    for line in status.splitlines():
+        if line.startswith("FDSize:"):
+            return int(line.split()[1])
+    raise AssertionError("no FDSize in the status")
+
+
+def test_serve_grows_its_descriptor_table_before_clients_come(
+    broker_factory: BrokerFactory,
+) -> None:
+    """The table of a process with threads grows with a wait in the accept that needs it
+    (docs/performance.md): `telemq serve` grows it at start to what its descriptor limit
+    allows (at most `RESERVED_DESCRIPTORS`), so no connection burst waits for it."""
+    broker = broker_factory()
+    assert broker.proc is not None
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)  # the broker inherits it
+    wanted = (
+        RESERVED_DESCRIPTORS if soft == resource.RLIM_INFINITY else min(soft, RESERVED_DESCRIPTORS)
+    )
+    status = Path(f"/proc/{broker.proc.pid}/status").read_text()
+    assert _descriptor_table_size(status) >= wanted
+    # A plain Python process with a thread keeps the small table it started with.
+    plain = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import threading, time; threading.Thread(target=time.sleep, args=(0.2,)).start();"
+            " print(open('/proc/self/status').read())",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert wanted <= 64 or _descriptor_table_size(plain.stdout) < wanted

@@ -24,7 +24,7 @@ from .settings.config import (
     load_config,
 )
 from .settings.errors import ConfigError
-from .tuning import tune_interpreter
+from .tuning import reserve_descriptors, tune_interpreter
 
 __all__ = [
     "Broker",
@@ -43,6 +43,7 @@ __all__ = [
     "SysConfig",
     "TcpListener",
     "load_config",
+    "reserve_descriptors",
     "run_broker",
     "tune_interpreter",
 ]

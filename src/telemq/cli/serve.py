@@ -39,6 +39,7 @@ from ..broker import (
     Listener,
     ListenerConfig,
     load_config,
+    reserve_descriptors,
     run_broker,
     tune_interpreter,
 )
@@ -154,6 +155,7 @@ def run(args: argparse.Namespace) -> int:
             uvloop.install()
             loop_name = "uvloop"
     tune_interpreter()
+    reserve_descriptors()
     logging.getLogger("telemq.broker").info("%s, %s loop", version_text(), loop_name)
 
     ready_file = Path(args.ready_file) if args.ready_file is not None else None
