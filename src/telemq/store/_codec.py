@@ -27,6 +27,7 @@ from .base import (
 )
 
 Row = tuple[Any, ...]
+Blob = Callable[[bytes], bytes | bytearray]  # bytes (the same object) or bytearray (a copy)
 # What each table is loaded sorted by, so that every store returns the same lists
 # (PostgreSQL's key columns are COLLATE "C": names in byte order, as in SQLite).
 LOAD_ORDER: dict[str, str] = {
@@ -108,30 +109,44 @@ def subscription_row(r: SubscriptionRecord) -> Row:
     return (r.client_id, r.key, encode_json(r.data) if r.data else None)
 
 
-def retained_row(r: RetainedRecord) -> Row:
-    data = publisher_json(r.data) if r.data else None
-    local = 1 if r.local_only else None  # NULL: every broker's (as in rows before schema 7)
-    return (r.sub_point, r.topic, r.payload, r.qos, r.ts_us, data, r.properties or None, local)
+# The builders of the tables every QoS 1/2 or retained publication writes take how a row
+# binds NULL and a blob: None and bytes as given for every store, 0 and bytearray for the
+# SQLite store's statements, which turn 0 back into NULL (sqlite_writes.py, `BOUND_FAST`).
 
 
-def message_row(m: StoredMessage) -> Row:
+def retained_row(r: RetainedRecord, null: Any = None, blob: Blob = bytes) -> Row:
+    properties = r.properties
+    return (
+        r.sub_point,
+        r.topic,
+        blob(r.payload),
+        r.qos,
+        r.ts_us,
+        publisher_json(r.data) if r.data else null,
+        blob(properties) if properties else null,
+        1 if r.local_only else null,  # NULL: every broker's (as in rows before schema 7)
+    )
+
+
+def message_row(m: StoredMessage, null: Any = None, blob: Blob = bytes) -> Row:
     expiry = m.expiry_at
+    properties = m.properties
     return (
         m.id,
         m.topic,
-        m.payload,
+        blob(m.payload),
         m.qos,
         1 if m.retain else 0,
         m.sub_point,
         m.client_id,
         m.user_id,
         m.ts_us,
-        m.properties or None,
-        (expiry or None) if expiry == expiry else NAN_TEXT,
+        blob(properties) if properties else null,
+        (expiry or null) if expiry == expiry else NAN_TEXT,
     )
 
 
-def delivery_row(r: DeliveryRecord) -> Row:
+def delivery_row(r: DeliveryRecord, null: Any = None) -> Row:
     return (
         r.delivery_id,
         r.client_id,
@@ -140,13 +155,14 @@ def delivery_row(r: DeliveryRecord) -> Row:
         int(r.state),
         r.packet_id,
         1 if r.retain else 0,
-        encode_json(r.data) if r.data else None,
+        encode_json(r.data) if r.data else null,
     )
 
 
-def incoming_row(r: IncomingRecord) -> Row:
+def incoming_row(r: IncomingRecord, null: Any = None, blob: Blob = bytes) -> Row:
     # The held message's columns are the `messages` table's, between the key and `released`.
-    return (r.client_id, r.packet_id, *message_row(r.message), 1 if r.released else 0)
+    message = message_row(r.message, null, blob)
+    return (r.client_id, r.packet_id, *message, 1 if r.released else 0)
 
 
 # -- the CHECK constraints of the SQLite schema, for the memory store's commits ---------------

@@ -21,22 +21,14 @@ from __future__ import annotations
 import re
 import sqlite3
 from collections.abc import Callable
+from functools import partial
 from itertools import chain
 from operator import itemgetter
 from typing import Any, NamedTuple
 
 from . import _codec
 from ._codec import COLUMNS, Row
-from .base import (
-    JOURNAL_CHUNK_ROWS,
-    JOURNAL_FIELDS,
-    DeliveryRecord,
-    IncomingRecord,
-    Op,
-    RetainedRecord,
-    StoredMessage,
-    WriteBatch,
-)
+from .base import JOURNAL_CHUNK_ROWS, JOURNAL_FIELDS, Op, WriteBatch
 from .sqlite_schema import ROW_KEYS
 
 
@@ -55,59 +47,11 @@ def _insert(table: str, verb: str, nullable: tuple[str, ...] = ()) -> str:
 # measured, about 1 us of the 3 a message row costs. So the rows of the tables every QoS 1/2
 # or retained publication writes bind their blobs as bytearrays and their NULLs as 0, which
 # the statement turns back into NULL (`NULLIF(?, 0)`, as the journal's properties): what is
-# stored is what `_codec`'s rows store, which the memory and PostgreSQL stores keep using.
-# None of these columns holds a 0 of its own (blobs, JSON text, `expiry_at`'s 0.0 is NULL,
-# `local_only`'s 0 is NULL: every broker's).
+# stored is what `_codec`'s rows store for the memory and PostgreSQL stores. None of these
+# columns holds a 0 of its own (blobs, JSON text, `expiry_at`'s 0.0 is NULL, `local_only`'s 0
+# is NULL: every broker's).
 _BOUND_NULL = ("properties", "expiry_at", "data", "local_only")
-
-
-def _message_params(m: StoredMessage) -> Row:
-    expiry = m.expiry_at  # 0.0 (never) binds as NULL; NaN as text, refused (`_codec`)
-    properties = m.properties
-    return (
-        m.id,
-        m.topic,
-        bytearray(m.payload),
-        m.qos,
-        1 if m.retain else 0,
-        m.sub_point,
-        m.client_id,
-        m.user_id,
-        m.ts_us,
-        bytearray(properties) if properties else 0,
-        expiry if expiry == expiry else _codec.NAN_TEXT,
-    )
-
-
-def _incoming_params(r: IncomingRecord) -> Row:
-    return (r.client_id, r.packet_id, *_message_params(r.message), 1 if r.released else 0)
-
-
-def _delivery_params(r: DeliveryRecord) -> Row:
-    return (
-        r.delivery_id,
-        r.client_id,
-        r.message_id,
-        r.qos,
-        int(r.state),
-        r.packet_id,
-        1 if r.retain else 0,
-        _codec.encode_json(r.data) if r.data else 0,
-    )
-
-
-def _retained_params(r: RetainedRecord) -> Row:
-    properties = r.properties
-    return (
-        r.sub_point,
-        r.topic,
-        bytearray(r.payload),
-        r.qos,
-        r.ts_us,
-        _codec.publisher_json(r.data) if r.data else 0,
-        bytearray(properties) if properties else 0,
-        1 if r.local_only else 0,
-    )
+BOUND_FAST: dict[str, Any] = {"null": 0, "blob": bytearray}
 
 
 # A commit writes table by table (lane by lane), keeping the batch's order within each
@@ -168,7 +112,7 @@ PLAN: dict[Op, Plan] = {
     ),
     Op.PUT_RETAINED: Plan(
         {_RETAINED: (_insert("retained", "INSERT OR REPLACE", _BOUND_NULL),)},
-        _retained_params,
+        partial(_codec.retained_row, **BOUND_FAST),
         0,
         None,
     ),
@@ -179,7 +123,7 @@ PLAN: dict[Op, Plan] = {
     # (Not INSERT OR IGNORE: that would also skip rows that violate a CHECK.)
     Op.PUT_MESSAGE: Plan(
         {_MESSAGES: (_insert("messages", "INSERT", _BOUND_NULL) + " ON CONFLICT (id) DO NOTHING",)},
-        _message_params,
+        partial(_codec.message_row, **BOUND_FAST),
         1,
         None,
     ),
@@ -188,7 +132,7 @@ PLAN: dict[Op, Plan] = {
     ),
     Op.PUT_DELIVERY: Plan(
         {_DELIVERIES: (_insert("deliveries", "INSERT OR REPLACE", _BOUND_NULL),)},
-        _delivery_params,
+        partial(_codec.delivery_row, null=0),
         0,
         None,
     ),
@@ -202,7 +146,7 @@ PLAN: dict[Op, Plan] = {
     # stored as a message), so neither replacing nor deleting a held message has to.
     Op.PUT_INCOMING: Plan(
         {_INCOMING: (_insert("incoming", "INSERT OR REPLACE", _BOUND_NULL),)},
-        _incoming_params,
+        partial(_codec.incoming_row, **BOUND_FAST),
         0,
         ("next_message_id", 2),
     ),
