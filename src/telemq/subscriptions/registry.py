@@ -256,7 +256,7 @@ class Registry:
             if "Local" in subscription.options:
                 local = True
         if not matching:
-            route = NO_MATCH  # most topics of a fleet of publishers: no Route of their own
+            route = NO_MATCH  # a topic nobody subscribes to: no Route of its own
         else:
             route = self._build_route(matching)
             if local:  # publications from other brokers skip the Local subscriptions
