@@ -158,7 +158,8 @@ class Registry:
             self._filtered[subscription.id] = subscription
         tree = self._trees.get(subscription.sub_point)
         if tree is None:
-            tree = self._trees[subscription.sub_point] = SubscriptionTree(self._cache_limit)
+            # `walk`ed, never `match`ed: the routes are this registry's cache of its answers.
+            tree = self._trees[subscription.sub_point] = SubscriptionTree()
         tree.add(subscription.match_topic, subscription.id, subscription.qos)
         if subscription.has_options5:
             self._with_options5.add(subscription.id)
@@ -314,8 +315,8 @@ class Registry:
 
     @property
     def cache_bytes(self) -> int:
-        """Characters of the topic names the routing caches hold now."""
-        return self._routes_bytes + sum(tree.cache_bytes for tree in self._trees.values())
+        """Characters of the topic names the routing cache (the routes) holds now."""
+        return self._routes_bytes
 
     def targets(
         self,

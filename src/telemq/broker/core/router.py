@@ -378,33 +378,25 @@ class Router:
         deliveries are returned instead of sent (a QoS 2 release sends them after its commit)."""
         if message.retain:
             self._retained.keep(message)
-        if journal and self._journal_on:
-            topic = message.topic
-            if self._plain_excluded or topic.startswith("$"):
-                journaled = self._journal_cache.get(topic)
-                if journaled is None:
-                    journaled = self._journaled(topic)
-            else:
-                journaled = True
-            if journaled:
-                seq = self.next_seq
-                self.next_seq = seq + 1
-                row = (
-                    seq,
-                    message.ts_us,
-                    message.topic,
-                    message.sub_point,
-                    message.qos,
-                    1 if message.retain else 0,
-                    bytearray(message.payload),  # see JournalRow
-                    message.client_id,
-                    message.user_id,
-                    bytearray(message.properties) if message.properties else 0,  # 0: none
-                )
-                if message.origin:  # made at another broker
-                    self._committer.pending.append_foreign_journal_row((*row, message.origin))
-                else:  # WriteBatch.append_journal_row, inlined: once per publication.
-                    self._committer.pending.journal += row
+        if journal and self._journal_on and self._journaled(message.topic):
+            seq = self.next_seq
+            self.next_seq = seq + 1
+            row = (
+                seq,
+                message.ts_us,
+                message.topic,
+                message.sub_point,
+                message.qos,
+                1 if message.retain else 0,
+                bytearray(message.payload),  # see JournalRow
+                message.client_id,
+                message.user_id,
+                bytearray(message.properties) if message.properties else 0,  # 0: none
+            )
+            if message.origin:  # made at another broker
+                self._committer.pending.append_foreign_journal_row((*row, message.origin))
+            else:  # WriteBatch.append_journal_row, inlined: once per publication.
+                self._committer.pending.journal += row
         if self._on_accepted:
             self._hooks.notify(self._on_accepted, message)
         sparkplug = self._sparkplug
@@ -428,6 +420,9 @@ class Router:
         return later
 
     def _journaled(self, topic: str) -> bool:
+        """Whether a publication on `topic` goes into the journal (`journal.exclude`)."""
+        if not self._plain_excluded and not topic.startswith("$"):
+            return True  # no exclusion can match it: nothing to look up or cache
         cached = self._journal_cache.get(topic)
         if cached is None:
             cached = not any(topic_matches(f, topic) for f in self._journal_exclude)
