@@ -57,6 +57,7 @@ COMPILED = [
     "src/telemq/broker/core/command_puts.py",
     "src/telemq/broker/server.py",
     "src/telemq/broker/core/session.py",
+    "src/telemq/broker/core/client.py",
     "src/telemq/broker/core/deadlines.py",
     "src/telemq/broker/core/sessions.py",
     "src/telemq/broker/core/admission.py",

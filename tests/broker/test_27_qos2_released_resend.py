@@ -171,7 +171,7 @@ def test_released_ids_are_bounded_per_session_and_clean_sessions_keep_none(
             remembered = list(range(count - RELEASED_IDS_KEPT + 1, count + 1))
             assert [pid for pid, _ in held_rows(store, "durable-pub")] == remembered
             assert held_rows(store, "clean-pub") == []
-            assert list(broker.sessions["durable-pub"].flows.released) == remembered
+            assert list(broker.sessions["durable-pub"].released) == remembered
 
     asyncio.run(asyncio.wait_for(main(), 60))
     # After a restart the same ids are remembered, oldest first.
@@ -179,7 +179,7 @@ def test_released_ids_are_bounded_per_session_and_clean_sessions_keep_none(
 
     async def restarted() -> None:
         async with serving(reopened) as (broker, _):
-            released = broker.sessions["durable-pub"].flows.released
+            released = broker.sessions["durable-pub"].released
             assert list(released) == list(range(count - RELEASED_IDS_KEPT + 1, count + 1))
 
     asyncio.run(asyncio.wait_for(restarted(), 60))

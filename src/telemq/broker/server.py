@@ -54,6 +54,7 @@ from ..protocol import (
 from ..store import Store, SyncMode, open_store
 from ..subscriptions import Identity, Registry, Subscription
 from .core.admission import Admission
+from .core.client import Client, ClientHub, ClientTable, EventHandlers, as_protocol
 from .core.committer import Committer
 from .core.delivery import Deliveries
 from .core.message import Message
@@ -61,7 +62,7 @@ from .core.restore import restore_state
 from .core.retained import RetainedMessages
 from .core.rooms import CoreRooms
 from .core.router import Router
-from .core.session import Client, ClientHub, EventHandlers, Session
+from .core.session import Session
 from .core.sessions import Sessions
 from .core.sparkplug import MISSING as SPARKPLUG_MISSING
 from .core.sparkplug import SparkplugAwareness
@@ -178,7 +179,7 @@ class Broker:
         return self.sessions_room.by_id
 
     @property
-    def clients(self) -> set[Client]:
+    def clients(self) -> ClientTable:
         """The open connections (read only)."""
         return self.sessions_room.clients
 
@@ -344,8 +345,8 @@ class Broker:
         self.sys.sources.append(self.links.sys_values)
         self.sys.sources.append(self.bridges.sys_values)
 
-    def _client_factory(self, listener: ListenerConfig) -> Callable[[], Client]:
-        return lambda: Client(self.hub, listener)
+    def _client_factory(self, listener: ListenerConfig) -> Callable[[], asyncio.Protocol]:
+        return lambda: as_protocol(Client(self.hub, listener))
 
     async def stop(self) -> None:
         """Stop listening, close every client, commit what is pending, close the store."""

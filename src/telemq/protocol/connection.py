@@ -50,7 +50,13 @@ from .events import (
     UnsubscribeRequested,
 )
 from .flows import Inflight, InflightState
-from .lifecycle import ConnectionLifecycle, ConnectionState, publish_frame, reason_of
+from .lifecycle import (
+    NO_OUTPUT,
+    ConnectionLifecycle,
+    ConnectionState,
+    publish_frame,
+    reason_of,
+)
 from .packets import (
     Auth,
     Connect,
@@ -94,14 +100,13 @@ class Connection(ConnectionLifecycle):
             return []
         self.bytes_received += len(data)
         if state is ConnectionState.CONNECTING:
-            self._decoder.append(data)
+            self.append(data)
             self.input_held = False
             return []
-        decoder = self._decoder
-        packets, error = decoder.feed_partial(
+        packets, error = self.feed_partial(
             data, state is not ConnectionState.CONNECTED, max_packets
         )
-        self.input_held = max_packets > 0 and len(packets) == max_packets and decoder.buffered > 0
+        self.input_held = max_packets > 0 and len(packets) == max_packets and self.buffered > 0
         if packets:
             # Keep-alive counts control packets [MQTT-3.1.2-24], not bytes: a client that
             # trickles a packet one byte at a time is not alive.
@@ -119,7 +124,7 @@ class Connection(ConnectionLifecycle):
     @property
     def has_buffered_input(self) -> bool:
         """Bytes wait in the decoder (e.g. those that followed CONNECT)."""
-        return self._decoder.buffered > 0
+        return self.buffered > 0
 
     def _handle(self, packet: Packet, now: float, events: list[Event]) -> None:
         kind = type(packet)
@@ -185,7 +190,7 @@ class Connection(ConnectionLifecycle):
                 events.append(DeliveryReceived(packet.packet_id, inflight.ref))
             elif not self._check_ack_kind("PUBREC", packet.packet_id, events):
                 # Unknown id: PUBREL anyway, so a peer stuck in the flow completes it.
-                self._out.append(encode_ack(PacketType.PUBREL, packet.packet_id))
+                self._emit(encode_ack(PacketType.PUBREL, packet.packet_id))
         elif kind is PubComp:
             assert isinstance(packet, PubComp)
             inflight = flows.complete(packet.packet_id) if flows else None
@@ -198,7 +203,7 @@ class Connection(ConnectionLifecycle):
             message = flows.release_incoming(packet.packet_id) if flows else None
             events.append(MessageReleased(packet.packet_id, message))
         elif kind is PingReq:
-            self._out.append(PINGRESP_BYTES)
+            self._emit(PINGRESP_BYTES)
         elif kind is Subscribe:
             assert isinstance(packet, Subscribe)
             events.append(SubscribeRequested(packet))
@@ -270,7 +275,7 @@ class Connection(ConnectionLifecycle):
 
     def send(self, packet: Packet) -> None:
         if not self.closed:
-            self._out.append(encode(packet, self.protocol_level))
+            self._emit(encode(packet, self.protocol_level))
 
     def acknowledge(self, packet_type: PacketType, packet_id: int, reason_code: int = 0) -> None:
         """Queue PUBACK, PUBREC, PUBREL or PUBCOMP (`encode_ack`: no packet object), with
@@ -279,20 +284,20 @@ class Connection(ConnectionLifecycle):
             return
         peer = self.peer5
         if peer is None:
-            self._out.append(encode_ack(packet_type, packet_id))
+            self._emit(encode_ack(packet_type, packet_id))
             return
-        self._out.append(peer.acknowledgement(packet_type, packet_id, reason_code))
+        self._emit(peer.acknowledgement(packet_type, packet_id, reason_code))
 
     def send_bytes(self, data: bytes) -> None:
         """Queue already encoded bytes."""
         if not self.closed:
-            self._out.append(data)
+            self._emit(data)
 
     def send_frame_qos0(self, frame: bytes) -> None:
         """A 3.1/3.1.1 QoS 0 PUBLISH already encoded, shared by many subscribers
         (`Message.frame_qos0`). A bridge's dialer renames its topic (dialer.py)."""
         if not self.closed:
-            self._out.append(frame)
+            self._emit(frame)
 
     def deliver(
         self,
@@ -321,16 +326,14 @@ class Connection(ConnectionLifecycle):
         if self.peer5 is None:
             inflight = flows.track(qos, topic, payload, retain, ref, now)
             if send and not self.closed:
-                self._out.append(
-                    encode_publish(topic, payload, qos, retain, False, inflight.packet_id)
-                )
+                self._emit(encode_publish(topic, payload, qos, retain, False, inflight.packet_id))
             return inflight.packet_id
         peer = self.peer5
         if not peer.fits(topic, payload, qos, properties):
             return 0
         inflight = flows.track(qos, topic, payload, retain, ref, now, properties=properties)
         if send and not self.closed:
-            self._out.append(peer.encode_publish(inflight, False))
+            self._emit(peer.encode_publish(inflight, False))
         return inflight.packet_id
 
     def send_publish(self, topic: bytes, payload: bytes, retain: bool, properties: bytes) -> bool:
@@ -342,7 +345,7 @@ class Connection(ConnectionLifecycle):
             return False
         if not self.closed:
             inflight = Inflight(0, 0, topic, payload, retain, None, properties=properties)
-            self._out.append(peer.encode_publish(inflight, False))
+            self._emit(peer.encode_publish(inflight, False))
         return True
 
     def publish_bytes(self, packet_id: int) -> bytes | None:
@@ -355,9 +358,9 @@ class Connection(ConnectionLifecycle):
 
     def data_to_send(self) -> bytes:
         out = self._out
-        if not out:
+        if out is NO_OUTPUT:
             return b""
+        self._out = NO_OUTPUT
         data = out[0] if len(out) == 1 else b"".join(out)
-        out.clear()
         self.bytes_sent += len(data)
         return data

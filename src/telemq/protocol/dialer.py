@@ -195,8 +195,7 @@ class DialConnection(Connection):
             mqtt5=limits,
         )
         self.state = ConnectionState.AWAIT_CONNACK
-        self.protocol_level = level
-        self._decoder.protocol_level = level
+        self.protocol_level = level  # also the decoder's (the base class's) level
         self.keepalive = connect.keepalive
         # The CONNECT as sent: with the limits it states (5.0), or the private level byte.
         self.connect = connect
@@ -213,7 +212,7 @@ class DialConnection(Connection):
         # 1.5 x keep-alive once CONNACK set it (0: none). The base class's own keep-alive
         # window, `_keepalive_window`, stays 0: a server's silence is judged here.
         self._window = 0.0
-        self._out.append(encode(connect, level))
+        self._emit(encode(connect, level))
         self._last_sent = now  # when something was last sent, at the latest (see `_observe`)
         self._seen_at = now  # the last time given
         self._pinged_at = now  # the last PINGREQ (none outstanding while <= last_received)
@@ -247,7 +246,7 @@ class DialConnection(Connection):
                     ReasonCode.MALFORMED_PACKET,
                 )
             ]
-        limit = self._decoder.max_packet_size
+        limit = self.max_packet_size
         if size > limit:
             return [
                 self._end(
@@ -268,7 +267,7 @@ class DialConnection(Connection):
             events: list[Event] = []
             self._connack(ConnAck(old_refusal, False), events)
             return events
-        packets, error = self._decoder.feed_partial(chunk)
+        packets, error = self.feed_partial(chunk)
         if error is not None:
             code = known_reason(error.reason)
             return [self._end(f"{code.name.lower().replace('_', ' ')}: {error}", code)]
@@ -287,7 +286,7 @@ class DialConnection(Connection):
                 self._end(f"{packet.packet_type.name} before CONNACK", ReasonCode.PROTOCOL_ERROR)
             )
         if self.state is ConnectionState.CONNECTING:
-            self._decoder.append(rest)  # read after attach()
+            self.append(rest)  # read after attach()
         return events
 
     def _connack(self, packet: ConnAck, events: list[Event]) -> None:
@@ -463,7 +462,7 @@ class DialConnection(Connection):
                 )
         packet_id = self._request_id(len(filters), properties)
         packet = Subscribe(packet_id, list(filters), properties=properties)
-        self._out.append(encode(packet, self.protocol_level))
+        self._emit(encode(packet, self.protocol_level))
         self._requests[packet_id] = (_SUBSCRIBE, len(filters))
         return packet_id
 
@@ -473,7 +472,7 @@ class DialConnection(Connection):
             check_filter(topic_filter)
         packet_id = self._request_id(len(filters), properties)
         packet = Unsubscribe(packet_id, list(filters), properties=properties)
-        self._out.append(encode(packet, self.protocol_level))
+        self._emit(encode(packet, self.protocol_level))
         self._requests[packet_id] = (_UNSUBSCRIBE, len(filters))
         return packet_id
 
@@ -508,7 +507,7 @@ class DialConnection(Connection):
         if not self.closed and self.protocol_level == _MQTT_5:
             sent = code if code in _CLIENT_DISCONNECT_REASONS else ReasonCode.UNSPECIFIED_ERROR
             peer = self.peer5
-            self._out.append((peer if peer is not None else Peer5()).disconnect(sent, reason))
+            self._emit((peer if peer is not None else Peer5()).disconnect(sent, reason))
         self._close(reason)
         return ConnectionClosed(reason, False, code)
 
@@ -571,7 +570,7 @@ class DialConnection(Connection):
             if now >= self._last_sent + keepalive or (
                 self._pinged_at <= received and now >= received + keepalive
             ):
-                self._out.append(PINGREQ_BYTES)
+                self._emit(PINGREQ_BYTES)
                 self._pinged_at = now
                 self._last_sent = now
                 self._sent_mark = self.bytes_sent + len(self._out)

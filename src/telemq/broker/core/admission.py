@@ -49,7 +49,7 @@ from .sessions import BRIDGE_PREFIX, LINK_OWNER, LINK_PREFIX, REMOTE_PREFIX, Ses
 
 if TYPE_CHECKING:
     from ..settings.config import LimitsConfig
-    from .session import Client
+    from .client import Client
     from .stats import BrokerStats
 
 log = logging.getLogger("telemq.broker")

@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 A CONNECT with an Authentication Method, or an AUTH 0x19 from a connected client, starts an
 exchange from the hooks (`Hooks.authentication_exchange`; the configuration's users offer
-SCRAM-SHA-256). The exchange stays on the client (`Client.auth_exchange`) until it ends; the
+SCRAM-SHA-256). The exchange stays on the client (`Client.authenticating`) until it ends; the
 Authentication Data of the CONNECT or AUTH that started it, then of each AUTH 0x18, goes to
 its `step`, whose answer goes back through the connection:
 
@@ -28,11 +28,12 @@ from typing import TYPE_CHECKING
 
 from ...protocol import AuthRequested, ConnectRequested, ReasonCode
 from ..security.hooks import AuthExchange, AuthOutcome, AuthStep, Hooks
+from .client import Authenticating
 
 if TYPE_CHECKING:
     import asyncio
 
-    from .session import Client
+    from .client import Client
 
 log = logging.getLogger("telemq.broker")
 
@@ -69,14 +70,14 @@ class Authentications:
                 ReasonCode.BAD_AUTHENTICATION_METHOD,
             )
             return
-        client.auth_exchange = exchange
-        client.auth_connect = event
+        client.authenticating = Authenticating(exchange, event)
         assert packet.properties is not None
         self._step(client, exchange, packet.properties.authentication_data)
 
     def on_auth(self, client: Client, event: AuthRequested) -> None:
         """An AUTH from the client: the next step, or the start of a re-authentication."""
-        exchange = client.auth_exchange
+        authenticating = client.authenticating
+        exchange = authenticating.exchange if authenticating is not None else None
         if event.starts_reauthentication:
             connection = client.connection
             method = connection.peer5.auth_method if connection and connection.peer5 else None
@@ -90,7 +91,7 @@ class Authentications:
                     ReasonCode.BAD_AUTHENTICATION_METHOD,
                 )
                 return
-            client.auth_exchange = exchange
+            client.authenticating = Authenticating(exchange, None)
         if exchange is None:  # an AUTH after the exchange ended (the connection is closing)
             return
         self._step(client, exchange, event.data)
@@ -106,12 +107,12 @@ class Authentications:
         connection = client.connection
         if connection is None or connection.closed:
             return
-        connect = client.auth_connect
+        authenticating = client.authenticating
+        connect = authenticating.connect if authenticating is not None else None
         if step.outcome is AuthOutcome.CONTINUE:
             connection.continue_authentication(step.data, self._loop.time())
             return
-        client.auth_exchange = None
-        client.auth_connect = None
+        client.authenticating = None
         if step.outcome is AuthOutcome.SUCCESS:
             if connect is not None:
                 user = step.user if step.user is not None else connect.packet.username or ""

@@ -49,7 +49,7 @@ from .message import Delivery, Message
 from .session import NONE_HELD, Session
 
 if TYPE_CHECKING:
-    from .session import Client
+    from .client import Client
     from .stats import BrokerStats
 
 log = logging.getLogger("telemq.broker")
@@ -287,7 +287,6 @@ class Deliveries:
         connection = client.connection
         if connection is None or connection.closed:
             return
-        flows = session.flows
         now = self._loop.time()
         wall = 0.0  # read once, when a message has an expiry
         committer = self._committer
@@ -295,7 +294,7 @@ class Deliveries:
         sent_by_qos = self._stats.sent_by_qos
         wrote = False
         dropped: list[Delivery] = []
-        while queue and flows.has_window():
+        while queue and session.has_window():
             delivery = queue.popleft()
             message = delivery.message
             session.queued_bytes -= message.size
@@ -440,7 +439,7 @@ class Deliveries:
     ) -> None:
         """A bridge's restored in-flight copies, given the remote broker's topic names
         (`rename`), and RETAIN only when the bridge passes it on (`keep_retain`)."""
-        for inflight in session.flows.outbound.values():
+        for inflight in session.outbound.values():
             inflight.topic = rename(inflight.topic)
             inflight.retain = inflight.retain and keep_retain
 
@@ -488,7 +487,7 @@ class Deliveries:
             self.release_message(delivery)
         for delivery in session.held:
             self.release_message(delivery)
-        for inflight in session.flows.outbound.values():
+        for inflight in session.outbound.values():
             ref = inflight.ref
             if isinstance(ref, Delivery):
                 self.release_message(ref)

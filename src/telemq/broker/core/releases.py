@@ -27,10 +27,11 @@ from __future__ import annotations
 
 from ...protocol import PacketType
 from ...protocol.flows import release_digest
+from .client import Client
 from .committer import Committer
 from .delivery import Deliveries
 from .message import Delivery, Message
-from .session import Client, Session
+from .session import Session
 
 # Seconds within which a clean session's QoS 2 release (its journal row) is committed when
 # nothing waits for it: soon, and usually sooner with the next publication's commit.
@@ -49,14 +50,14 @@ def record_release(
         return
     pending.release_incoming(session.client_id, packet_id)
     digest = release_digest(message.topic_bytes, message.payload, message.retain)
-    remember_release(committer, session, packet_id, digest, session.flows.connection_number)
+    remember_release(committer, session, packet_id, digest, session.connection_number)
 
 
 def remember_release(
     committer: Committer, session: Session, packet_id: int, digest: int, connection_number: int
 ) -> None:
     """Into the session's released ids; the one that makes room leaves the store too."""
-    forgotten = session.flows.remember_released(packet_id, digest, connection_number)
+    forgotten = session.remember_released(packet_id, digest, connection_number)
     if forgotten:
         committer.pending.delete_incoming(session.client_id, forgotten)
         committer.schedule()

@@ -149,7 +149,7 @@ def restore_state(
         if holder is None:
             orphans.append(incoming)
         else:
-            holder.flows.hold_incoming(incoming.packet_id, held)
+            holder.hold_incoming(incoming.packet_id, held)
     _restore_released(released, by_id, committer)
     for incoming in orphans:
         held = Message.from_stored(incoming.message)
@@ -193,7 +193,7 @@ def _restore_deliveries(
         if record.state == DeliveryState.QUEUED or record.packet_id == 0:
             deliveries.restore_queued(target, delivery)
         else:
-            target.flows.track(
+            target.track(
                 record.qos,
                 message.topic_bytes,
                 message.payload,

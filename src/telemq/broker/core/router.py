@@ -52,19 +52,20 @@ from ...subscriptions import DeliveryOptions, Registry
 from ..security.acl import Action
 from ..security.hooks import Hooks
 from ..security.reserved import reserved_topic_problem
+from .client import ReadClock
 from .committer import Committer
 from .delivery import Deliveries
 from .message import Delivery, Message
 from .releases import complete_release, record_release
 from .retained import RetainedMessages
-from .session import ReadClock, Session
+from .session import Session
 from .shares import Shares
 from .sparkplug import SPARKPLUG_PREFIX, SparkplugAwareness
 
 if TYPE_CHECKING:
     from ...protocol.property_table import Properties
     from ..settings.config import JournalConfig
-    from .session import Client
+    from .client import Client
     from .stats import BrokerStats
 
 log = logging.getLogger("telemq.broker")
@@ -226,7 +227,7 @@ class Router:
         if qos == 2:
             if not event.duplicate:
                 message = self._message_from(client, publish)
-                session.flows.hold_incoming(packet_id, message)
+                session.hold_incoming(packet_id, message)
                 committer.pending.put_incoming(
                     IncomingRecord(session.client_id, packet_id, message.to_stored())
                 )
@@ -312,7 +313,7 @@ class Router:
         self._stats.received_by_qos[qos] += 1
         if qos == 2:
             if not event.duplicate:
-                session.flows.hold_incoming(packet_id, message)
+                session.hold_incoming(packet_id, message)
                 committer.pending.put_incoming(
                     IncomingRecord(session.client_id, packet_id, message.to_stored())
                 )

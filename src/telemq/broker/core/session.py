@@ -1,60 +1,25 @@
-"""A session and the connection it is attached to: `Session`, `Client` and the `ClientHub`.
+"""A session: the state of one client id, `Session`, and where its deliveries go.
 
 A `Session` is the state of one client id. It outlives connections when it is persistent
-(clean session = 0): it keeps the subscriptions, the QoS flows (`protocol.Flows`) and the
+(clean session = 0): it keeps the subscriptions, the QoS flows (it is a `protocol.Flows`,
+the table a connection attaches, so one object per client id instead of two) and the
 queue of deliveries waiting for a connection or for room in the in-flight window (changed
-by `Deliveries` only). Its deliveries go to its `client` while one is connected, or to a
-`DeliveryTarget` (an in-process subscriber, the way to a queue on another broker).
-
-A `Client` (an `asyncio.Protocol`, one per connection) owns nothing but the transport and
-the sans-IO `Connection`: bytes read are fed to the connection and the resulting events go
-to the event handlers inside the `data_received` callback, so a connection's packets are
-handled strictly in order. One read handles at most the client's read budget of packets:
-the rest waits in the connection's decoder, reading pauses and the next slice runs in a
-later turn of the loop (READ_BUDGET below), so that a client that floods holds the others
-for one slice at a time. Writes are coalesced: whatever the broker queues for this client
-during one loop iteration goes out in one `transport.write`.
-
-A session and its client name each other, so they live in one module. A client never sees
-the broker: what it needs of it is the `ClientHub`, a concrete class (the per-message path
-stays on compiled calls): the loop and limits, the handler table of the protocol's events,
-the rooms' answers to a connection opening, ending or draining (given by the wiring), the
-clients with bytes to write this iteration, and the clients paused while the store catches
-up: those whose writes fill the backlog (`Committer.charge`). The hub owns those two lists;
-the rooms own the rest.
+by `Deliveries` only). Its deliveries go to its `client` (client.py) while one is
+connected, or to a `DeliveryTarget` (an in-process subscriber, the way to a queue on
+another broker).
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import time
 from collections import deque
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Final, Protocol, cast
+from typing import TYPE_CHECKING, Final, Protocol
 
-from ...protocol import (
-    Connection,
-    ConnectionClosed,
-    ConnectionState,
-    ConnectRequested,
-    Event,
-    Flows,
-    PacketType,
-    ReasonCode,
-)
-from ...protocol.packets import Will
-from ...protocol.peer5 import NO_EXPIRY, ServerLimits5
-from ..settings.tls import certificate_identity
-from .committer import Committer, WriteShare
-from .deadlines import Bucket, Deadlines
+from ...protocol import Flows
+from ...protocol.peer5 import NO_EXPIRY
 from .message import Delivery, Message
 
 if TYPE_CHECKING:
-    from ..security.hooks import AuthExchange
-    from ..settings.config import LimitsConfig, ListenerConfig
-
-log = logging.getLogger("telemq.broker")
+    from .client import Client
 
 
 class DeliveryTarget(Protocol):
@@ -78,9 +43,10 @@ NO_QUEUE: Final[deque[Delivery]] = deque()
 NONE_HELD: Final[list[Delivery]] = []
 
 
-class Session:
-    """State of one client id (see module docstring). Deliveries go to `client` while one is
-    connected, or to `target` (a session with a target has no client).
+class Session(Flows):
+    """State of one client id (see module docstring): its QoS flows (the base class), its
+    queue and its delivery. Deliveries go to `client` while one is connected, or to
+    `target` (a session with a target has no client).
 
     A persistent session lasts `expiry_interval` seconds after its connection ends (MQTT
     5.0's Session Expiry Interval; `NO_EXPIRY` for 3.1/3.1.1 and MQ queues): `expires_at`
@@ -95,7 +61,6 @@ class Session:
         "dropped",
         "expires_at",
         "expiry_interval",
-        "flows",
         "forwarded",
         "held",
         "holding",
@@ -111,6 +76,7 @@ class Session:
     def __init__(
         self, client_id: str, persistent: bool, max_inflight: int, sub_point: str = ""
     ) -> None:
+        super().__init__(max_inflight)
         self.client_id = client_id
         self.persistent = persistent
         self.expiry_interval = NO_EXPIRY if persistent else 0
@@ -118,7 +84,6 @@ class Session:
         self.created_us = 0  # UTC microseconds, kept in the store record
         self.sub_point = sub_point
         self.user_id = ""
-        self.flows = Flows(max_inflight)
         # Both start as the shared empties (a deque is 624 bytes even empty, and most
         # sessions never queue): `enqueue` and `hold` give a session its own at its first.
         self.queue: deque[Delivery] = NO_QUEUE
@@ -150,459 +115,4 @@ class Session:
     @property
     def backlog(self) -> int:
         """Deliveries not yet done: queued, and sent but not acknowledged."""
-        return len(self.queue) + len(self.flows.outbound)
-
-
-# States in which the connection decodes what it has buffered.
-_READING = (ConnectionState.CONNECTED, ConnectionState.AUTHENTICATING)
-
-# One client's share of a turn of the event loop: a read handles at most `read_budget`
-# packets; the rest waits in the connection's decoder, reading pauses, and the next slice
-# runs in a later turn, after the other clients' callbacks. The budget starts at
-# READ_BUDGET and, for a client whose reads are held, follows what its slices cost: as
-# many packets as take about READ_SLICE seconds (cheap QoS 0 publications: hundreds;
-# SUBSCRIBEs checked against the ACL: tens), within READ_BUDGET_MIN..READ_BUDGET_MAX.
-READ_BUDGET = 256
-READ_BUDGET_MIN = 16
-READ_BUDGET_MAX = 4096
-READ_SLICE = 0.002
-# A read this large ends the client's turn too, whatever its packets: more is waiting, and
-# uvloop hands a full buffer's successor over at once (up to 32 reads of 256,000 bytes in a
-# row), so without it a flood of large publications would hold the loop for all of them.
-READ_TURN_BYTES = 65536
-
-
-EventHandlers = dict[type, Callable[["Client", Any], None]]
-
-
-class ReadClock:
-    """UTC microseconds of the read being handled: the packets of one read arrived
-    together, so the clock is read once per read (by the hub) and every message of the read
-    is stamped with it (by the router)."""
-
-    __slots__ = ("received_us",)
-
-    def __init__(self) -> None:
-        self.received_us = 0
-
-
-class ClientHub:
-    """What every `Client` of one broker shares (see the module docstring).
-
-    Built by the wiring before the rooms (the committer flushes through it); `attach` gives
-    it the rooms' answers once they exist.
-    """
-
-    __slots__ = (
-        "_flush_scheduled",
-        "_paused_for_store",
-        "committer",
-        "deadlines",
-        "dirty_clients",
-        "event_handlers",
-        "limits",
-        "limits5",
-        "loop",
-        "on_gone",
-        "on_opened",
-        "on_writable",
-        "read_clock",
-        "reads_held",
-        "store_pauses",
-    )
-
-    def __init__(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        limits: LimitsConfig,
-        limits5: ServerLimits5 | None,
-    ) -> None:
-        self.loop = loop
-        self.deadlines = Deadlines(loop)  # every client's next deadline, on one timer
-        self.limits = limits
-        # What MQTT 5.0 connections are told and held to; None: 5.0 is off.
-        self.limits5 = limits5
-        self.dirty_clients: list[Client] = []  # read by clients, changed by mark_dirty
-        self._paused_for_store: list[Client] = []  # see pause_for_store
-        self._flush_scheduled = False
-        self.read_clock = ReadClock()  # set at each read, read by the router
-        self.reads_held = 0  # reads that ended a client's turn (READ_BUDGET)
-        self.store_pauses = 0  # clients paused because their writes filled the backlog
-        self.committer: Committer
-        self.event_handlers: EventHandlers = {}
-        self.on_opened: Callable[[Client], None]
-        self.on_gone: Callable[[Client], None]
-        self.on_writable: Callable[[Client], None]
-
-    def attach(
-        self,
-        committer: Committer,
-        event_handlers: EventHandlers,
-        on_opened: Callable[[Client], None],
-        on_gone: Callable[[Client], None],
-        on_writable: Callable[[Client], None],
-    ) -> None:
-        """The rooms' answers: the handler of each event type, and who hears of a
-        connection opening, ending, draining."""
-        self.committer = committer
-        self.event_handlers = event_handlers
-        self.on_opened = on_opened
-        self.on_gone = on_gone
-        self.on_writable = on_writable
-
-    def handle_events(self, client: Client, events: Iterable[Event]) -> None:
-        self.read_clock.received_us = time.time_ns() // 1000
-        handlers = client.handlers
-        for event in events:
-            handlers[type(event)](client, event)
-
-    def mark_dirty(self, client: Client) -> None:
-        """`client` has bytes to write: flushed at the end of this loop iteration."""
-        self.dirty_clients.append(client)
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self.loop.call_soon(self.flush_dirty)
-
-    def flush_dirty(self) -> None:
-        self._flush_scheduled = False
-        dirty = self.dirty_clients
-        self.dirty_clients = []
-        for client in dirty:
-            client.flush()
-
-    def pause_for_store(self, client: Client) -> None:
-        """Stop reading from `client` until the running commit ends: its writes fill the
-        backlog (`Committer.charge`)."""
-        transport = client.transport
-        if transport is None or transport.is_closing() or client.store_paused:
-            return
-        client.store_paused = True
-        client.store_pauses += 1
-        self.store_pauses += 1
-        if not client.holding:  # else reading is paused already
-            transport.pause_reading()
-        self._paused_for_store.append(client)
-        self.committer.on_commit = self._resume_readers
-
-    def _resume_readers(self) -> None:
-        self.committer.on_commit = None
-        paused = self._paused_for_store
-        self._paused_for_store = []
-        for client in paused:
-            client.resume_after_store()
-
-
-class Client(asyncio.Protocol):
-    __slots__ = (
-        "_bucket",
-        "_dirty",
-        "_slice_scheduled",
-        "auth_connect",
-        "auth_exchange",
-        "certificate_user",
-        "client_id",
-        "connected_at",
-        "connection",
-        "dial",
-        "handlers",
-        "holding",
-        "hub",
-        "listener",
-        "peer",
-        "quiet_end",
-        "read_budget",
-        "reads_held",
-        "session",
-        "store_paused",
-        "store_pauses",
-        "transport",
-        "user_id",
-        "will",
-        "writable",
-        "writes",
-    )
-
-    def __init__(
-        self,
-        hub: ClientHub,
-        listener: ListenerConfig,
-        dial: Callable[[float], Connection] | None = None,
-        handlers: EventHandlers | None = None,
-    ) -> None:
-        self.hub = hub
-        self.listener = listener
-        # An outbound connection (a link or bridge this broker dials): makes its client-role
-        # connection (`protocol.DialConnection`) when the TCP connection is made.
-        self.dial = dial
-        # Who handles this connection's events: the broker's table for clients; a link's
-        # or bridge's own for the connections they dial or accept (peers/links.py).
-        self.handlers: EventHandlers = hub.event_handlers if handlers is None else handlers
-        self.transport: asyncio.Transport | None = None
-        self.connection: Connection | None = None
-        self.session: Session | None = None
-        self.client_id = ""
-        self.user_id = ""
-        self.will: Will | None = None
-        self.peer = "?"
-        self.connected_at = 0.0  # UTC seconds the connection was made (the admin API)
-        self.certificate_user: str | None = None  # CN of a verified client certificate
-        # Enhanced authentication in progress (authentication.py): the exchange, and the
-        # CONNECT it answers (None for a re-authentication).
-        self.auth_exchange: AuthExchange | None = None
-        self.auth_connect: ConnectRequested | None = None
-        self.writable = True
-        # Its end is logged at DEBUG, not INFO: a link refused as a cycle, which its
-        # neighbour dials again and again, has its own line at most once an hour (peers/).
-        self.quiet_end = False
-        self._dirty = False
-        self._bucket: Bucket | None = None  # where `hub.deadlines` has it filed
-        # One client's share of a loop turn (READ_BUDGET) and of the store's backlog: the
-        # packets a read handles; whether the decoder holds packets for a later turn (and
-        # reading is paused meanwhile); whether reading is paused until the running commit
-        # ends; this client's writes in the waiting batch; how often each happened.
-        self.read_budget = READ_BUDGET
-        self.holding = False
-        self._slice_scheduled = False
-        self.store_paused = False
-        self.writes: WriteShare | None = None  # made at its first charge (`_share`)
-        self.reads_held = 0
-        self.store_pauses = 0
-
-    # -- asyncio callbacks ----------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports do not subclass asyncio.Transport, hence the cast.
-        self.transport = cast(asyncio.Transport, transport)
-        self.connected_at = time.time()
-        peer = transport.get_extra_info("peername")
-        if peer:
-            self.peer = f"{peer[0]}:{peer[1]}"
-        hub = self.hub
-        limits = hub.limits
-        if self.listener.use_identity_as_username:
-            self.certificate_user = certificate_identity(transport)
-        now = hub.loop.time()
-        if self.dial is not None:
-            self.connection = self.dial(now)
-        else:
-            self.connection = Connection(
-                now=now,
-                max_packet_size=limits.max_packet_size,
-                connect_timeout=limits.connect_timeout,
-                retry_interval=limits.retry_interval,
-                mqtt5=hub.limits5,
-            )
-        hub.on_opened(self)
-        if self.dial is not None:
-            self.flush()  # the CONNECT an outbound connection opens with
-        else:
-            self._arm_timer()
-
-    def _share(self) -> WriteShare:
-        """This client's part of the batch behind a running commit, made when first
-        needed: an idle connection carries none."""
-        share = self.writes
-        if share is None:
-            share = self.writes = WriteShare()
-        return share
-
-    def data_received(self, data: bytes) -> None:
-        connection = self.connection
-        assert connection is not None
-        hub = self.hub
-        now = hub.loop.time()
-        events = connection.receive_data(data, now, self.read_budget)
-        if events:
-            hub.handle_events(self, events)
-            if connection.has_buffered_input and not connection.input_held:
-                self._read_buffered(connection, now)
-            committer = hub.committer
-            if (
-                committer.busy
-                and connection.state is ConnectionState.CONNECTED
-                and committer.charge(self._share())
-            ):
-                hub.pause_for_store(self)
-            if hub.dirty_clients:
-                # Deliveries leave before this client's acknowledgements: the subscribers'
-                # latency does not include a write to the publisher.
-                hub.flush_dirty()
-        if connection.input_held or len(data) >= READ_TURN_BYTES:
-            self._hold()
-        elif self.holding:
-            self._release()
-        self.flush()
-
-    def _read_buffered(self, connection: Connection, now: float) -> None:
-        """What followed CONNECT (or an AUTH of enhanced authentication) in the same read,
-        now that the server has answered it (within the read's budget)."""
-        while (
-            connection.has_buffered_input
-            and connection.state in _READING
-            and not connection.input_held
-        ):
-            events = connection.receive_data(b"", now, self.read_budget)
-            if not events:
-                return
-            self.hub.handle_events(self, events)
-
-    # -- one client's share of a loop turn -------------------------------------
-
-    def _hold(self) -> None:
-        """The read stopped at its budget (the decoder holds the rest), or was a large one:
-        reading pauses and the next slice runs in a later turn of the loop, unless the store
-        paused us."""
-        transport = self.transport
-        if transport is None or transport.is_closing():
-            return
-        if not self.holding:
-            self.holding = True
-            self.reads_held += 1
-            self.hub.reads_held += 1
-            if not self.store_paused:  # else reading is paused already
-                transport.pause_reading()
-        if not self.store_paused and not self._slice_scheduled:
-            self._slice_scheduled = True
-            self.hub.loop.call_soon(self._next_slice)
-
-    def _release(self) -> None:
-        """The held packets are handled: reading goes on, unless the store paused us."""
-        self.holding = False
-        transport = self.transport
-        if not self.store_paused and transport is not None and not transport.is_closing():
-            transport.resume_reading()
-
-    def _next_slice(self) -> None:
-        """The next `read_budget` packets of a held read; the budget follows their cost."""
-        self._slice_scheduled = False
-        connection = self.connection
-        transport = self.transport
-        if (
-            connection is None
-            or connection.closed
-            or transport is None
-            or transport.is_closing()
-            or self.store_paused
-        ):
-            return
-        started = time.perf_counter()
-        self.data_received(b"")
-        if connection.input_held:  # a whole slice: what `read_budget` packets cost
-            took = time.perf_counter() - started
-            budget = self.read_budget
-            fitted = int(budget * READ_SLICE / took) if took > 0 else budget * 2
-            fitted = max(budget // 2, min(budget * 2, fitted))
-            self.read_budget = max(READ_BUDGET_MIN, min(READ_BUDGET_MAX, fitted))
-
-    def resume_after_store(self) -> None:
-        """The commit that `pause_for_store` waited for ended."""
-        self.store_paused = False
-        transport = self.transport
-        if transport is None or transport.is_closing():
-            return
-        if self.holding:
-            # Reading stays paused until the held packets are handled.
-            if not self._slice_scheduled:
-                self._slice_scheduled = True
-                self.hub.loop.call_soon(self._next_slice)
-        else:
-            transport.resume_reading()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self._bucket is not None:
-            Deadlines.remove(self, self._bucket)
-            self._bucket = None
-        connection = self.connection
-        if connection is None:
-            return
-        reason = f"connection lost: {exc}" if exc else "connection closed by the client"
-        events = connection.connection_lost(reason)
-        if events:
-            self.hub.handle_events(self, events)
-        self.hub.on_gone(self)
-        committer = self.hub.committer
-        if committer.busy:
-            committer.charge(self._share())  # its will's writes are its own, not the next reader's
-
-    def pause_writing(self) -> None:
-        self.writable = False
-
-    def resume_writing(self) -> None:
-        self.writable = True
-        self.hub.on_writable(self)
-
-    # -- output -----------------------------------------------------------
-
-    def mark_dirty(self) -> None:
-        """Bytes were queued outside this client's own callback: flush this iteration."""
-        if not self._dirty:
-            self._dirty = True
-            self.hub.mark_dirty(self)
-
-    def acknowledge(self, packet_type: PacketType, packet_id: int, reason_code: int = 0) -> None:
-        """PUBACK, PUBREC, PUBREL or PUBCOMP, unless the connection has ended meanwhile;
-        `reason_code` for an MQTT 5.0 client (3.1/3.1.1 have none)."""
-        connection = self.connection
-        if connection is not None and not connection.closed:
-            connection.acknowledge(packet_type, packet_id, reason_code)
-            self.mark_dirty()
-
-    def flush(self) -> None:
-        self._dirty = False
-        connection = self.connection
-        transport = self.transport
-        if connection is None or transport is None:
-            return
-        data = connection.data_to_send()
-        if data and not transport.is_closing():
-            transport.write(data)
-        if connection.closed and not transport.is_closing():
-            transport.close()
-        else:
-            self._arm_timer()
-
-    def close(self, reason: str, code: ReasonCode = ReasonCode.ADMINISTRATIVE_ACTION) -> None:
-        """Close from the server side (takeover, limits, shutdown): an abnormal end."""
-        connection = self.connection
-        if connection is None or connection.closed:
-            return
-        event: ConnectionClosed = connection.close(reason, code)
-        self.hub.handle_events(self, [event])
-        self.flush()
-
-    # -- timers -----------------------------------------------------------
-
-    def _arm_timer(self) -> None:
-        """Keep the connection filed at its next deadline (`Deadlines`); lazily: deadlines
-        move later on every read, and a tick that comes early just files it again."""
-        connection = self.connection
-        if connection is None:
-            return
-        due = connection.next_timer()
-        bucket = self._bucket
-        if due is None:
-            if bucket is not None:
-                Deadlines.remove(self, bucket)
-                self._bucket = None
-            return
-        if bucket is not None:
-            if bucket.tick <= Deadlines.tick_of(due):
-                return
-            Deadlines.remove(self, bucket)
-        self._bucket = self.hub.deadlines.file(self, due)
-
-    def deadline_reached(self, bucket: Bucket) -> None:
-        """The tick of the bucket it was filed in came (`Deadlines`)."""
-        if bucket is not self._bucket:
-            return
-        self._bucket = None
-        connection = self.connection
-        if connection is None:
-            return
-        now = self.hub.loop.time()
-        due = connection.next_timer()
-        if due is not None and due <= now:
-            events = connection.handle_timer(now)
-            if events:
-                self.hub.handle_events(self, events)
-        self.flush()
+        return len(self.queue) + len(self.outbound)

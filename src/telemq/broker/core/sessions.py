@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-`Sessions` owns the map of client id -> `Session`, the set of open client connections and
+`Sessions` owns the map of client id -> `Session`, the table of open client connections and
 the count of connected ones. Whether a CONNECT is accepted, and as which user, is decided
 first (`Admission`, admission.py); an accepted one comes here (`accept`): a session with the
 same client id is taken over (its old connection closed, its will published), a clean
@@ -48,6 +48,7 @@ from ...subscriptions import (
 )
 from ..security.acl import Action
 from ..security.hooks import Hooks
+from .client import ClientTable
 from .committer import Committer
 from .delivery import Deliveries, refresh_in_flight
 from .message import Delivery
@@ -58,7 +59,7 @@ from .wills import Wills
 
 if TYPE_CHECKING:
     from ..settings.config import LimitsConfig
-    from .session import Client
+    from .client import Client
     from .stats import BrokerStats
 
 log = logging.getLogger("telemq.broker")
@@ -110,7 +111,7 @@ class Sessions:
         self._hooks = hooks
         self._registry = registry
         self.by_id: dict[str, Session] = {}
-        self.clients: set[Client] = set()
+        self.clients = ClientTable()
         self.connected = 0  # clients past CONNECT
         self._local_count = 0  # in-process sessions opened (their client ids)
         self.deliveries = deliveries
@@ -216,11 +217,11 @@ class Sessions:
         client.session = session
         self.connected += 1
         self._stats.clients_total_ever += 1
-        if present and peer5 is not None and session.flows.outbound:
-            refresh_in_flight(session.flows, time.time())
+        if present and peer5 is not None and session.outbound:
+            refresh_in_flight(session, time.time())
         oversized = connection.accept(
             present,
-            session.flows,
+            session,
             self._loop.time(),
             assigned_client_id=assigned,
             session_expiry_interval=granted,
@@ -313,7 +314,7 @@ class Sessions:
         else:
             session.link = True
         if max_inflight > 0:
-            session.flows.configured_inflight = max_inflight
+            session.configured_inflight = max_inflight
         return session
 
     def set_link_gate(self, gate: LinkGate) -> None:
@@ -330,7 +331,7 @@ class Sessions:
         session.client = client
         client.session = session
         self.connected += 1
-        oversized = connection.attach(session.flows, self._loop.time())
+        oversized = connection.attach(session, self._loop.time())
         if oversized:
             self.deliveries.drop_too_large(oversized)
         return session
@@ -384,7 +385,7 @@ class Sessions:
             return allowed
 
         dropped = self.deliveries.keep_queued(session, lambda d: may_read(d.message.topic))
-        outbound = session.flows.outbound
+        outbound = session.outbound
         for packet_id, inflight in list(outbound.items()):
             # A QoS 2 message whose PUBREC came is already the client's: PUBREL goes on.
             if inflight.state is InflightState.PUBLISHED and not may_read(
@@ -411,15 +412,15 @@ class Sessions:
             self.deliveries.forget_session(session)
             committer.pending.delete_session(session.client_id)
             committer.schedule()
-        elif session.flows.incoming:
+        elif session.incoming:
             # QoS 2 messages received but never released: a clean session's state ends
             # with it, so they are dropped, as the client drops its side.
-            for packet_id in session.flows.incoming:
+            for packet_id in session.incoming:
                 committer.pending.delete_incoming(session.client_id, packet_id)
             committer.schedule()
-        session.flows.incoming.clear()
+        session.incoming.clear()
         self.deliveries.clear_queued(session)
-        session.flows.outbound.clear()
+        session.outbound.clear()
         if self.by_id.get(session.client_id) is session:
             del self.by_id[session.client_id]
 

@@ -113,7 +113,7 @@ class Shares:
         connected member of their group; returns how many moved."""
         candidates: list[tuple[Delivery, int]] = [(d, 0) for d in session.queue if d.share]
         candidates += [(d, 0) for d in session.held if d.share]
-        for packet_id, inflight in session.flows.outbound.items():
+        for packet_id, inflight in session.outbound.items():
             ref = inflight.ref
             if isinstance(ref, Delivery) and ref.share and inflight.state is _PUBLISHED:
                 candidates.append((ref, packet_id))
@@ -125,7 +125,7 @@ class Shares:
             if member is None or target is None or target.client is None:
                 continue  # nobody else is connected: it waits for this member
             if packet_id:
-                del session.flows.outbound[packet_id]
+                del session.outbound[packet_id]
             else:
                 self._deliveries.take_out(session, delivery)
             self._deliveries.forget(delivery)

@@ -18,8 +18,9 @@ from ...subscriptions import LINK_QUEUE_PREFIX, Registry, Subscription
 from ..edges.websockets import WebSocketTransport
 
 if TYPE_CHECKING:
+    from ..core.client import Client
     from ..core.message import Message
-    from ..core.session import Client, Session
+    from ..core.session import Session
 
 PROTOCOLS = {3: "3.1", 4: "3.1.1", 5: "5"}
 
@@ -49,7 +50,7 @@ def client_json(client: Client, registry: Registry) -> dict[str, Any]:
         "persistent": session is not None and session.persistent,
         "subscriptions": registry.count_of_queue(client.client_id),
         "queued": 0 if session is None else len(session.queue),
-        "inflight": 0 if session is None else len(session.flows.outbound),
+        "inflight": 0 if session is None else len(session.outbound),
         "reads_held": client.reads_held,
         "store_pauses": client.store_pauses,
     }
@@ -68,7 +69,7 @@ def session_json(session: Session, registry: Registry) -> dict[str, Any]:
         "expires_at": iso_time(expires),
         "subscriptions": registry.count_of_queue(session.client_id),
         "queued": len(session.queue),
-        "inflight": len(session.flows.outbound),
+        "inflight": len(session.outbound),
     }
 
 

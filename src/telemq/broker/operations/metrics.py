@@ -68,7 +68,7 @@ class BrokerCollector(Collector):
         queued = inflight = 0
         for session in self._view.rooms.sessions.by_id.values():
             queued += len(session.queue)
-            inflight += len(session.flows.outbound)
+            inflight += len(session.outbound)
         depth = GaugeMetricFamily(
             PREFIX + "queued_messages",
             "Deliveries waiting in sessions: in their queues, or sent and not yet acknowledged",

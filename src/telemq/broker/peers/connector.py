@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..core.session import Client
+from ..core.client import Client, as_protocol
 from ..settings.tls import client_context
 
 if TYPE_CHECKING:
@@ -106,12 +106,16 @@ async def keep_dialing(
     `on_attempt` and `on_failure` (no TCP or TLS connection) report to the caller's state;
     `longest_wait` says whether the next wait is the longest."""
     loop = asyncio.get_running_loop()
+
+    def protocol(ended: asyncio.Future[None]) -> asyncio.Protocol:
+        return as_protocol(make_client(ended))
+
     while True:
         on_attempt()
         ended: asyncio.Future[None] = loop.create_future()
         try:
             await loop.create_connection(
-                functools.partial(make_client, ended),
+                functools.partial(protocol, ended),
                 target.host,
                 target.port,
                 ssl=target.ssl,
