@@ -15,7 +15,15 @@ import random
 import pytest
 
 from telemq.broker import BrokerConfig, ListenerConfig
-from telemq.broker.core.client import Client, ClientHub, ClientTable, pack_peer, peer_text
+from telemq.broker.core.client import (
+    Client,
+    ClientHub,
+    ClientTable,
+    pack_peer,
+    peer_name,
+    peer_text,
+)
+from telemq.broker.edges.listeners import MemoryListener
 from telemq.broker.server import Broker
 from telemq.broker.settings.config import LimitsConfig
 from telemq.protocol import Connect, encode
@@ -36,21 +44,20 @@ from telemq.store import MemoryStore
 def test_an_ip_peer_is_packed_and_reads_back_as_it_came(
     peername: tuple[object, ...], text: str
 ) -> None:
-    address, name = pack_peer(peername)
-    assert address >= 0 and name == ""
-    assert peer_text(address, name) == text
+    address = pack_peer(peername)
+    assert address >= 0
+    assert peer_text(address) == text
 
 
 def test_an_ipv4_peer_fits_a_native_field() -> None:
     """Below 2**62: the compiled build keeps it unboxed, with no object behind it."""
-    address, _ = pack_peer(("255.255.255.255", 65535))
-    assert address < 2**62
+    assert 0 <= pack_peer(("255.255.255.255", 65535)) < 2**62
 
 
 @pytest.mark.parametrize(
     "peername, text",
     [
-        (("fe80::1%eth0", 5, 0, 2), "fe80::1%eth0:5"),  # a scope: not packed, kept as text
+        (("fe80::1%eth0", 5, 0, 2), "fe80::1%eth0:5"),  # a scope: not packed
         (("embedded", 0), "embedded:0"),  # an in-process connection's name
         (("127.0.0.1", 70000), "127.0.0.1:70000"),  # not a port: kept as given
         (None, "?"),
@@ -58,10 +65,9 @@ def test_an_ipv4_peer_fits_a_native_field() -> None:
         ("/run/telemq.sock", "?"),
     ],
 )
-def test_other_peers_keep_their_text(peername: object, text: str) -> None:
-    address, name = pack_peer(peername)
-    assert address == -1
-    assert peer_text(address, name) == text
+def test_other_peers_are_read_as_the_transport_names_them(peername: object, text: str) -> None:
+    assert pack_peer(peername) == -1
+    assert peer_name(peername) == text
 
 
 def make_clients(count: int) -> list[Client]:
@@ -140,5 +146,29 @@ def test_the_broker_reports_each_clients_own_address_and_forgets_it_when_gone() 
             for writer in writers:
                 writer.close()
             await broker.stop()
+
+    asyncio.run(main())
+
+
+def test_an_in_process_connection_is_named_by_its_transport() -> None:
+    """Its peer is no IP address: `peer` asks the transport, before and after the end."""
+    config = BrokerConfig()
+    config.sys.interval = 0
+    listener = MemoryListener()
+
+    async def main() -> None:
+        async with Broker(config, store=MemoryStore(), listeners=[listener]) as broker:
+            connection = await listener.connect()
+            connection.write(encode(Connect("inside")))
+            assert (await connection.readexactly(4))[0] == 0x20  # CONNACK
+            (client,) = list(broker.clients)
+            assert client.peer_address == -1
+            assert client.peer == "memory:1:0"
+            connection.close()
+            for _ in range(200):
+                if not len(broker.clients):
+                    break
+                await asyncio.sleep(0.01)
+            assert client.peer == "memory:1:0"
 
     asyncio.run(main())

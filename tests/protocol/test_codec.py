@@ -358,17 +358,17 @@ def test_other_publishes_carry_no_frame(packet: Publish) -> None:
 
 
 def test_topic_names_are_checked_once_each_and_the_memory_of_them_is_bounded() -> None:
-    """Valid PUBLISH topic names are remembered (a bounded dict, `codec._VALID_TOPICS`);
+    """Valid PUBLISH topic names are remembered (a bounded dict, `wire.VALID_TOPICS`);
     an invalid one never is, so it is refused every time."""
-    from telemq.protocol import codec
+    from telemq.protocol import wire
 
     decoder = Decoder()
-    codec._VALID_TOPICS.clear()
-    for n in range(codec._VALID_TOPICS_KEPT + 10):
+    wire.VALID_TOPICS.clear()
+    for n in range(wire.VALID_TOPICS_KEPT + 10):
         (packet,) = decoder.feed(encode(Publish(f"memo/{n}", b"x")))
         assert isinstance(packet, Publish) and packet.topic == f"memo/{n}"
-    assert 0 < len(codec._VALID_TOPICS) <= codec._VALID_TOPICS_KEPT
+    assert 0 < len(wire.VALID_TOPICS) <= wire.VALID_TOPICS_KEPT
     for _ in range(2):
         with pytest.raises(MalformedPacket, match=r"U\+0007 in topic name"):
             Decoder().feed(b"\x30\x05\x00\x03a\x07b")
-    assert "a\x07b" not in codec._VALID_TOPICS
+    assert "a\x07b" not in wire.VALID_TOPICS

@@ -51,6 +51,7 @@ from .events import (
     UnsubscribeRequested,
 )
 from .flows import RELEASED_IDS_KEPT, Flows, Inflight, InflightState, release_digest
+from .lifecycle import ConnectionSettings
 from .packets import (
     NO_LOCAL,
     RETAIN_AS_PUBLISHED,
@@ -110,6 +111,7 @@ __all__ = [
     "ConnectReturnCode",
     "Connection",
     "ConnectionClosed",
+    "ConnectionSettings",
     "ConnectionState",
     "Decoder",
     "DeliveryAcknowledged",

@@ -49,8 +49,6 @@ from .packets import (
 )
 from .topics import topic_name_error
 from .wire import MAX_PACKET_SIZE, MAX_REMAINING_LENGTH, encode_remaining_length
-from .wire import VALID_TOPICS as _VALID_TOPICS  # noqa: F401 (`codec._VALID_TOPICS`, as before)
-from .wire import VALID_TOPICS_KEPT as _VALID_TOPICS_KEPT  # noqa: F401
 from .wire import Reader as _Reader
 from .wire import check_flags as _check_flags
 from .wire import check_topic_name as _check_topic_name
@@ -416,7 +414,7 @@ def _empty(
     return decode
 
 
-_DECODERS: dict[int, Callable[[int, bytes, int], Packet]] = {
+_DECODERS: Final[dict[int, Callable[[int, bytes, int], Packet]]] = {
     PacketType.CONNECT: _decode_connect,
     PacketType.CONNACK: _decode_connack,
     PacketType.PUBLISH: _decode_publish,
@@ -434,9 +432,9 @@ _DECODERS: dict[int, Callable[[int, bytes, int], Packet]] = {
 }
 # Level 5: codec5's decoders, with CONNECT and the pings of 3.1.1. Then both tables again
 # for an owner that speaks 5.0, whose CONNECT of level 5 is never the stub (`Decoder`).
-_DECODERS_5: dict[int, Callable[[int, bytes, int], Packet]] = {**_DECODERS, **DECODERS_5}
-_DECODERS_MQTT5 = {**_DECODERS, PacketType.CONNECT: _decode_connect_mqtt5}
-_DECODERS_5_MQTT5 = {**_DECODERS_5, PacketType.CONNECT: _decode_connect_mqtt5}
+_DECODERS_5: Final[dict[int, Callable[[int, bytes, int], Packet]]] = {**_DECODERS, **DECODERS_5}
+_DECODERS_MQTT5: Final = {**_DECODERS, PacketType.CONNECT: _decode_connect_mqtt5}
+_DECODERS_5_MQTT5: Final = {**_DECODERS_5, PacketType.CONNECT: _decode_connect_mqtt5}
 
 
 def decode_packet(
@@ -474,7 +472,7 @@ class Decoder:
     CONNACK 1 whatever follows its level byte (MQTT 3.1.1 [MQTT-3.1.2-2]).
     """
 
-    __slots__ = ("_buffer", "_decoders", "_decoders_5", "max_packet_size", "protocol_level")
+    __slots__ = ("_buffer", "max_packet_size", "mqtt5", "protocol_level")
 
     def __init__(
         self,
@@ -488,8 +486,7 @@ class Decoder:
         # Until CONNECT is seen the strict 3.1.1 rules apply; set to the
         # connection's level afterwards.
         self.protocol_level = protocol_level
-        self._decoders = _DECODERS_MQTT5 if mqtt5 else _DECODERS
-        self._decoders_5 = _DECODERS_5_MQTT5 if mqtt5 else _DECODERS_5
+        self.mqtt5 = mqtt5  # which tables (`_DECODERS...`): a flag, not two references
 
     @property
     def buffered(self) -> int:
@@ -531,11 +528,12 @@ class Decoder:
         level = self.protocol_level
         # The table of the level, and the first byte of the PUBLISH that keeps its frame
         # (none at level 5: -1). A literal 5, not `_MQTT_5`: no global lookup per feed.
+        mqtt5 = self.mqtt5
         if level == 5:
-            decoders = self._decoders_5
+            decoders = _DECODERS_5_MQTT5 if mqtt5 else _DECODERS_5
             plain = -1
         else:
-            decoders = self._decoders
+            decoders = _DECODERS_MQTT5 if mqtt5 else _DECODERS
             plain = 0x30
         error: MalformedPacket | None = None
         try:
@@ -587,10 +585,10 @@ class Decoder:
                     if packet.protocol_level in (3, 4, 5):
                         level = self.protocol_level = packet.protocol_level
                         if level == 5:
-                            decoders = self._decoders_5
+                            decoders = _DECODERS_5_MQTT5 if mqtt5 else _DECODERS_5
                             plain = -1
                         else:
-                            decoders = self._decoders
+                            decoders = _DECODERS_MQTT5 if mqtt5 else _DECODERS
                             plain = 0x30
                     if stop_at_handshake:
                         break

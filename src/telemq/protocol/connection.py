@@ -165,8 +165,8 @@ class Connection(ConnectionLifecycle):
         flows = self.flows
         peer = self.peer5
         if peer is not None and (kind is Subscribe or kind is Disconnect):
-            assert isinstance(packet, Subscribe | Disconnect) and self._limits5 is not None
-            refusal, problem = peer.check_request(packet, self._limits5)
+            assert isinstance(packet, Subscribe | Disconnect) and self._settings.limits5 is not None
+            refusal, problem = peer.check_request(packet, self._settings.limits5)
             if refusal:
                 events.append(self._fail(problem, refusal))
                 return
@@ -236,7 +236,7 @@ class Connection(ConnectionLifecycle):
         False when it goes no further: the connection failed, or the PUBLISH is refused in
         its PUBACK/PUBREC (a payload that is not the UTF-8 it says it is)."""
         peer = self.peer5
-        limits = self._limits5
+        limits = self._settings.limits5
         assert peer is not None and limits is not None
         code, problem = peer.check_publish(packet, limits)
         if not code:

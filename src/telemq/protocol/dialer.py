@@ -307,9 +307,8 @@ class DialConnection(Connection):
             return
         keepalive = self.keepalive
         if level == _MQTT_5:
-            peer = Peer5.from_connect(props)  # the server's limits, read as a client's
-            peer.server = True
-            self.peer5 = peer
+            # The server's limits, read as a client's.
+            self.peer5 = Peer5.from_connect(props, server=True)
             if props is not None:
                 if props.server_keep_alive is not None:
                     keepalive = props.server_keep_alive
@@ -550,11 +549,8 @@ class DialConnection(Connection):
         if state is ConnectionState.AWAIT_CONNACK:
             deadline = self._connect_deadline
             if deadline is not None and now >= deadline:
-                return [
-                    self._lost(
-                        f"no CONNACK within the connect timeout ({self._connect_timeout:g} s)"
-                    )
-                ]
+                timeout = self._settings.connect_timeout
+                return [self._lost(f"no CONNACK within the connect timeout ({timeout:g} s)")]
             return []
         if state is ConnectionState.CLOSED:
             return []

@@ -7,7 +7,8 @@ QoS 1/2 PUBLISHes it takes (Receive Maximum), the largest packet it takes (Maxim
 Size) and how many topic aliases the other may use toward it (Topic Alias Maximum). The
 server also says which features it offers. `ServerLimits5` is the server's half, the same
 for every connection of a broker (built once from its configuration); `Peer5` is the
-client's half and the per-connection state those limits govern:
+client's half (its fixed limits a `ClientLimits5`, one object shared by every connection
+that states the same) and the per-connection state those limits govern:
 
 - inbound topic aliases (alias -> topic name), set and used by the client's PUBLISHes;
 - outbound topic aliases (topic name -> alias), chosen by the server, first come first
@@ -25,7 +26,7 @@ nothing for any of it. Nothing here reads a clock or does I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 from .codec import encode, encode_ack
@@ -109,9 +110,11 @@ NO_OUTBOUND_ALIASES: Final[dict[bytes, int]] = {}
 NOTHING_UNANSWERED: Final[set[int]] = set()
 
 
-@dataclass(slots=True)
-class Peer5:
-    """The client's limits from its CONNECT, and the per-connection state they govern."""
+@dataclass(slots=True, frozen=True)
+class ClientLimits5:
+    """The client's limits from its CONNECT (or a server's from its CONNACK, `server`):
+    fixed for the connection, and the same for most clients of a fleet, so `Peer5`s share
+    them (`client_limits`)."""
 
     receive_maximum: int = 65535
     maximum_packet_size: int = MAX_MQTT_PACKET
@@ -119,33 +122,112 @@ class Peer5:
     session_expiry_interval: int = 0
     request_problem_information: bool = True
     auth_method: str | None = None  # CONNECT's Authentication Method
-    reauthenticating: bool = False  # an AUTH 0x19 was received, its exchange is not over
-    # The three start as shared empties (a set is 216 bytes even empty, and many clients
-    # use no aliases): whatever adds to one gives the connection its own first.
-    inbound_aliases: dict[int, str] = field(default_factory=lambda: NO_INBOUND_ALIASES)
-    outbound_aliases: dict[bytes, int] = field(default_factory=lambda: NO_OUTBOUND_ALIASES)
-    unanswered: set[int] = field(default_factory=lambda: NOTHING_UNANSWERED)  # QoS 1/2 ids
     # The peer is a server (a dialer's `Peer5`, from CONNACK): its PUBLISHes may carry
     # Subscription Identifiers, a client's may not [MQTT-3.3.4-6].
     server: bool = False
 
+
+# Every distinct `ClientLimits5` in use, to share: a connection keeps a reference, not a
+# copy (40 bytes less per MQTT 5.0 connection). Forgotten, not evicted one by one, when a
+# flood of distinct limits fills it; connections keep theirs.
+_SHARED_LIMITS: Final[dict[ClientLimits5, ClientLimits5]] = {}
+_SHARED_LIMITS_KEPT: Final = 1024
+
+
+def client_limits(limits: ClientLimits5) -> ClientLimits5:
+    """The shared `ClientLimits5` equal to `limits`."""
+    shared = _SHARED_LIMITS.get(limits)
+    if shared is None:
+        if len(_SHARED_LIMITS) >= _SHARED_LIMITS_KEPT:
+            _SHARED_LIMITS.clear()
+        shared = _SHARED_LIMITS[limits] = limits
+    return shared
+
+
+DEFAULT_LIMITS: Final = client_limits(ClientLimits5())
+
+
+class Peer5:
+    """The client's limits from its CONNECT (`limits`, shared), and the per-connection
+    state they govern."""
+
+    __slots__ = ("inbound_aliases", "limits", "outbound_aliases", "reauthenticating", "unanswered")
+
+    def __init__(
+        self,
+        receive_maximum: int = 65535,
+        maximum_packet_size: int = MAX_MQTT_PACKET,
+        topic_alias_maximum: int = 0,
+        session_expiry_interval: int = 0,
+        request_problem_information: bool = True,
+        auth_method: str | None = None,
+        server: bool = False,
+        limits: ClientLimits5 | None = None,
+    ) -> None:
+        if limits is None:
+            limits = client_limits(
+                ClientLimits5(
+                    receive_maximum,
+                    maximum_packet_size,
+                    topic_alias_maximum,
+                    session_expiry_interval,
+                    request_problem_information,
+                    auth_method,
+                    server,
+                )
+            )
+        self.limits = limits
+        self.reauthenticating = False  # an AUTH 0x19 was received, its exchange is not over
+        # The three start as shared empties (a set is 216 bytes even empty, and many clients
+        # use no aliases): whatever adds to one gives the connection its own first.
+        self.inbound_aliases: dict[int, str] = NO_INBOUND_ALIASES
+        self.outbound_aliases: dict[bytes, int] = NO_OUTBOUND_ALIASES
+        self.unanswered: set[int] = NOTHING_UNANSWERED  # QoS 1/2 ids
+
     @classmethod
-    def from_connect(cls, props: Properties | None) -> Peer5:
-        peer = cls()
+    def from_connect(cls, props: Properties | None, server: bool = False) -> Peer5:
+        """The limits a CONNECT states (a CONNACK's, for `server`), defaults for the rest."""
         if props is None:
-            return peer
-        if props.receive_maximum is not None:
-            peer.receive_maximum = props.receive_maximum
-        if props.maximum_packet_size is not None:
-            peer.maximum_packet_size = props.maximum_packet_size
-        if props.topic_alias_maximum is not None:
-            peer.topic_alias_maximum = props.topic_alias_maximum
-        if props.session_expiry_interval is not None:
-            peer.session_expiry_interval = props.session_expiry_interval
-        if props.request_problem_information is not None:
-            peer.request_problem_information = props.request_problem_information == 1
-        peer.auth_method = props.authentication_method
-        return peer
+            return cls(limits=DEFAULT_LIMITS if not server else None, server=server)
+        return cls(
+            receive_maximum=(65535 if props.receive_maximum is None else props.receive_maximum),
+            maximum_packet_size=(
+                MAX_MQTT_PACKET if props.maximum_packet_size is None else props.maximum_packet_size
+            ),
+            topic_alias_maximum=props.topic_alias_maximum or 0,
+            session_expiry_interval=props.session_expiry_interval or 0,
+            request_problem_information=props.request_problem_information != 0,
+            auth_method=props.authentication_method,
+            server=server,
+        )
+
+    @property
+    def receive_maximum(self) -> int:
+        return self.limits.receive_maximum
+
+    @property
+    def maximum_packet_size(self) -> int:
+        return self.limits.maximum_packet_size
+
+    @property
+    def topic_alias_maximum(self) -> int:
+        return self.limits.topic_alias_maximum
+
+    @property
+    def session_expiry_interval(self) -> int:
+        return self.limits.session_expiry_interval
+
+    @property
+    def request_problem_information(self) -> bool:
+        return self.limits.request_problem_information
+
+    @property
+    def auth_method(self) -> str | None:
+        return self.limits.auth_method
+
+    @property
+    def server(self) -> bool:
+        return self.limits.server
 
     def check_publish(self, publish: Publish, limits: ServerLimits5) -> tuple[ReasonCode, str]:
         """A PUBLISH from the client against the server's limits and this connection's

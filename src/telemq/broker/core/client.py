@@ -14,9 +14,9 @@ connected, it is attached to its `Session` (session.py), which outlives it when 
 
 An idle connection is most of what a broker with many devices holds, so a `Client` is kept
 small: a plain class (native in the compiled build: its fields in one C structure), with
-what few connections need made on demand (`Throttling`, `Authenticating`, its `WriteShare`).
-The broker's open connections are a `ClientTable`: a list and each client's index in it, 8
-bytes a connection where a set takes 40 to 110.
+what few connections need made on demand (`Throttling`, `Authenticating`). The broker's
+open connections are a `ClientTable`: a list and each client's index in it, 8 bytes a
+connection where a set takes 40 to 110.
 
 A client never sees the broker: what it needs of it is the `ClientHub`, a concrete class
 (the per-message path stays on compiled calls): the loop and limits, the handler table of
@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ...protocol import (
     Connection,
     ConnectionClosed,
+    ConnectionSettings,
     ConnectionState,
     ConnectRequested,
     Event,
@@ -102,6 +103,7 @@ class ClientHub:
         "_flush_scheduled",
         "_paused_for_store",
         "committer",
+        "connection_settings",
         "deadlines",
         "dirty_clients",
         "event_handlers",
@@ -127,6 +129,10 @@ class ClientHub:
         self.limits = limits
         # What MQTT 5.0 connections are told and held to; None: 5.0 is off.
         self.limits5 = limits5
+        # What every connection is held to, made once: each keeps a reference.
+        self.connection_settings = ConnectionSettings(
+            limits.max_packet_size, limits.connect_timeout, limits.retry_interval, limits5
+        )
         self.dirty_clients: list[Client] = []  # read by clients, changed by mark_dirty
         self._paused_for_store: list[Client] = []  # see pause_for_store
         self._flush_scheduled = False
@@ -197,13 +203,13 @@ class ClientHub:
             client.resume_after_store()
 
 
-def pack_peer(peername: object) -> tuple[int, str]:
+def pack_peer(peername: object) -> int:
     """A transport's "peername" as `Client` keeps it: an IP address and port packed in one
-    int (address, port, then 1 bit: IPv6) and "", or -1 and "host:port" for a name that is
-    not an IP address, or -1 and "?" for none. An IPv4 peer's int is a native field in the
-    compiled build: no object at all."""
+    int (address, port, then 1 bit: IPv6), or -1 for one that is not (an in-process
+    connection's name, a scoped IPv6 address), whose text `peer_name` reads when asked. An
+    IPv4 peer's int is a native field in the compiled build: no object at all."""
     if not isinstance(peername, tuple) or len(peername) < 2:
-        return -1, "?"
+        return -1
     host, port = peername[0], peername[1]
     if isinstance(host, str) and isinstance(port, int) and 0 <= port <= 0xFFFF:
         for family, version in ((socket.AF_INET, 0), (socket.AF_INET6, 1)):
@@ -211,14 +217,12 @@ def pack_peer(peername: object) -> tuple[int, str]:
                 address = int.from_bytes(socket.inet_pton(family, host), "big")
             except OSError:
                 continue
-            return (address << 17) | (port << 1) | version, ""
-    return -1, f"{host}:{port}"
+            return (address << 17) | (port << 1) | version
+    return -1
 
 
-def peer_text(address: int, name: str) -> str:
+def peer_text(address: int) -> str:
     """What `pack_peer` packed, as text: "host:port"."""
-    if address < 0:
-        return name
     port = (address >> 1) & 0xFFFF
     if address & 1:
         host = socket.inet_ntop(socket.AF_INET6, (address >> 17).to_bytes(16, "big"))
@@ -227,23 +231,32 @@ def peer_text(address: int, name: str) -> str:
     return f"{host}:{port}"
 
 
+def peer_name(peername: object) -> str:
+    """A "peername" `pack_peer` does not pack, as text: "host:port", or "?" for none."""
+    if isinstance(peername, tuple) and len(peername) >= 2:
+        return f"{peername[0]}:{peername[1]}"
+    return "?"
+
+
 def as_protocol(client: Client) -> asyncio.Protocol:
     """`client` as asyncio's types name a protocol: a class native to the compiled build
     cannot subclass `asyncio.Protocol`, and the event loop only calls the methods it has."""
     return cast(asyncio.Protocol, client)
 
 
-class Throttling:
+class Throttling(WriteShare):
     """One client's share of loop turns and of the store's backlog once it needed one (see
-    READ_BUDGET, `ClientHub.pause_for_store`): the packets a read handles, whether the next
-    slice is scheduled, how often reads were held and the client was paused. Made at its
-    first held read or pause: an idle connection carries none."""
+    READ_BUDGET, `ClientHub.pause_for_store`): its writes in the batch behind a running
+    commit (the base class, which `Committer.charge` counts), the packets a read handles,
+    whether the next slice is scheduled, how often reads were held and the client was
+    paused. Made at its first held read, pause or charge: an idle connection carries none."""
 
     __slots__ = ("read_budget", "reads_held", "slice_scheduled", "store_pauses")
 
     def __init__(self) -> None:
-        self.read_budget = READ_BUDGET
+        super().__init__()
         self.slice_scheduled = False
+        self.read_budget = READ_BUDGET
         self.reads_held = 0
         self.store_pauses = 0
 
@@ -265,7 +278,7 @@ class Client:
     Not a subclass of `asyncio.Protocol`: the event loop only calls its methods, and a
     plain class is native in the compiled build (its attributes in one C structure, floats
     and booleans unboxed), which is both faster per packet and smaller per connection. What
-    a connection rarely needs is made on demand (`Throttling`, `Authenticating`, `writes`).
+    a connection rarely needs is made on demand (`Throttling`, `Authenticating`).
     """
 
     __slots__ = (
@@ -275,13 +288,13 @@ class Client:
         "client_id",
         "connected_at",
         "connection",
+        "deadline_slot",
         "dial",
         "handlers",
         "holding",
         "hub",
         "listener",
         "peer_address",
-        "peer_name",
         "quiet_end",
         "session",
         "slot",
@@ -291,7 +304,6 @@ class Client:
         "user_id",
         "will",
         "writable",
-        "writes",
     )
 
     def __init__(
@@ -301,6 +313,18 @@ class Client:
         dial: Callable[[float], Connection] | None = None,
         handlers: EventHandlers | None = None,
     ) -> None:
+        # The flags first, together: the compiled build packs neighbouring booleans into
+        # one word. Whether the transport takes writes; whether bytes wait for this
+        # iteration's flush; whether the decoder holds packets for a later turn (and
+        # reading is paused meanwhile); whether reading is paused until the running commit
+        # ends. Its end is logged at DEBUG, not INFO (`quiet_end`): a link refused as a
+        # cycle, which its neighbour dials again and again, has its own line at most once an
+        # hour (peers/).
+        self.writable = True
+        self._dirty = False
+        self.holding = False
+        self.store_paused = False
+        self.quiet_end = False
         self.hub = hub
         self.listener = listener
         # An outbound connection (a link or bridge this broker dials): makes its client-role
@@ -316,31 +340,29 @@ class Client:
         self.user_id = ""
         self.will: Will | None = None
         # Where the connection comes from, for logs and the admin API (`peer`): an IP
-        # address and port packed in one int (`pack_peer`: 64 bytes less than their text),
-        # or the transport's own name for it when it is not one (an in-process connection).
+        # address and port packed in one int (`pack_peer`: 64 bytes less than their text).
         self.peer_address = -1
-        self.peer_name = "?"
         self.connected_at = 0.0  # UTC seconds the connection was made (the admin API)
         self.authenticating: Authenticating | None = None
-        self.writable = True
-        # Its end is logged at DEBUG, not INFO: a link refused as a cycle, which its
-        # neighbour dials again and again, has its own line at most once an hour (peers/).
-        self.quiet_end = False
-        self._dirty = False
         self._bucket: Bucket | None = None  # where `hub.deadlines` has it filed
+        self.deadline_slot = 0  # its place in that bucket, kept by `Deadlines`
         self.slot = -1  # its index in the `ClientTable` of open connections (-1: none)
-        # Whether the decoder holds packets for a later turn (and reading is paused
-        # meanwhile); whether reading is paused until the running commit ends; the rest of
-        # its share of turns, once it needed one; its writes in the waiting batch.
-        self.holding = False
-        self.store_paused = False
+        # The rest of its share of turns and of the store's backlog, once it needed one.
         self.throttling: Throttling | None = None
-        self.writes: WriteShare | None = None  # made at its first charge (`_share`)
 
     @property
     def peer(self) -> str:
-        """Where the connection comes from: "host:port", or "?" before it is made."""
-        return peer_text(self.peer_address, self.peer_name)
+        """Where the connection comes from: "host:port", or "?" before it is made. A peer
+        that is not an IP address is asked of the transport (after the end of a TCP
+        connection it is gone: "?")."""
+        address = self.peer_address
+        if address >= 0:
+            return peer_text(address)
+        transport = self.transport
+        try:
+            return peer_name(None if transport is None else transport.get_extra_info("peername"))
+        except (AttributeError, OSError):  # uvloop, once the socket is closed
+            return "?"
 
     @property
     def reads_held(self) -> int:
@@ -373,33 +395,18 @@ class Client:
         # uvloop's transports do not subclass asyncio.Transport, hence the cast.
         self.transport = cast(asyncio.Transport, transport)
         self.connected_at = time.time()
-        self.peer_address, self.peer_name = pack_peer(transport.get_extra_info("peername"))
+        self.peer_address = pack_peer(transport.get_extra_info("peername"))
         hub = self.hub
-        limits = hub.limits
         now = hub.loop.time()
         if self.dial is not None:
             self.connection = self.dial(now)
         else:
-            self.connection = Connection(
-                now=now,
-                max_packet_size=limits.max_packet_size,
-                connect_timeout=limits.connect_timeout,
-                retry_interval=limits.retry_interval,
-                mqtt5=hub.limits5,
-            )
+            self.connection = Connection(now=now, settings=hub.connection_settings)
         hub.on_opened(self)
         if self.dial is not None:
             self.flush()  # the CONNECT an outbound connection opens with
         else:
             self._arm_timer()
-
-    def _share(self) -> WriteShare:
-        """This client's part of the batch behind a running commit, made when first
-        needed: an idle connection carries none."""
-        share = self.writes
-        if share is None:
-            share = self.writes = WriteShare()
-        return share
 
     def data_received(self, data: bytes) -> None:
         connection = self.connection
@@ -417,7 +424,7 @@ class Client:
             if (
                 committer.busy
                 and connection.state is ConnectionState.CONNECTED
-                and committer.charge(self._share())
+                and committer.charge(self.throttled())
             ):
                 hub.pause_for_store(self)
             if hub.dirty_clients:
@@ -524,7 +531,9 @@ class Client:
         self.hub.on_gone(self)
         committer = self.hub.committer
         if committer.busy:
-            committer.charge(self._share())  # its will's writes are its own, not the next reader's
+            committer.charge(
+                self.throttled()
+            )  # its will's writes are its own, not the next reader's
 
     def eof_received(self) -> bool | None:
         """The client shut its side of the connection: None lets the transport close, and

@@ -13,7 +13,9 @@ received moves its keep-alive) is filed again under its new tick by that callbac
 idle connection costs one entry in one bucket and one call per deadline, a busy one nothing
 per packet beyond comparing its deadline with its tick, and a deadline is acted on at most
 `TICK` late. A connection that ends, or whose deadline moves earlier, leaves its bucket
-(`remove`).
+(`remove`). A bucket is a list, and each connection knows its place in it
+(`Timed.deadline_slot`): leaving moves the last one into the hole, so filing and removing
+are O(1) at 8 bytes of list and 8 of slot, where a dict entry took about 40.
 """
 
 from __future__ import annotations
@@ -36,7 +38,10 @@ class Cancellable(Protocol):
 
 
 class Timed(Protocol):
-    """What is filed: a connection's client, called back at its tick."""
+    """What is filed: a connection's client, called back at its tick. `deadline_slot` is
+    its index in its bucket's list, kept by `Deadlines` alone."""
+
+    deadline_slot: int
 
     def deadline_reached(self, bucket: Bucket) -> None: ...
 
@@ -49,7 +54,7 @@ class Bucket:
 
     def __init__(self, tick: int) -> None:
         self.tick = tick
-        self.filed: dict[Timed, None] = {}  # ordered, and removal is O(1)
+        self.filed: list[Timed] = []  # in filing order until one leaves (`remove`)
 
 
 class Deadlines:
@@ -82,14 +87,23 @@ class Deadlines:
             heapq.heappush(self._ticks, tick)
             if self._timer is None or tick < self._timer_tick:
                 self._arm(tick)
-        bucket.filed[timed] = None
+        filed = bucket.filed
+        timed.deadline_slot = len(filed)
+        filed.append(timed)
         return bucket
 
     @staticmethod
     def remove(timed: Timed, bucket: Bucket) -> None:
         """`timed`, filed in `bucket`, is not to be called back (an emptied bucket stays
-        until its tick)."""
-        bucket.filed.pop(timed, None)
+        until its tick). Nothing happens if it is not there (its tick is being handled)."""
+        filed = bucket.filed
+        slot = timed.deadline_slot
+        if slot >= len(filed) or filed[slot] is not timed:
+            return
+        last = filed.pop()
+        if last is not timed:
+            filed[slot] = last
+            last.deadline_slot = slot
 
     @property
     def filed(self) -> int:
@@ -120,7 +134,7 @@ class Deadlines:
             self._fired = tick
             bucket = buckets.pop(tick)
             filed = bucket.filed
-            bucket.filed = {}  # what files or removes itself now touches another dict
+            bucket.filed = []  # what files or removes itself now touches another list
             for timed in filed:
                 timed.deadline_reached(bucket)
         if ticks and (not self._armed() or ticks[0] < self._timer_tick):

@@ -77,8 +77,11 @@ class Session(Flows):
         self, client_id: str, persistent: bool, max_inflight: int, sub_point: str = ""
     ) -> None:
         super().__init__(max_inflight)
-        self.client_id = client_id
+        # The flags together: the compiled build packs neighbouring booleans into one word.
         self.persistent = persistent
+        self.link = False  # the session of a link to a neighbour broker (links.py)
+        self.bridge = False  # the session of a bridge to another MQTT broker (bridges.py)
+        self.client_id = client_id
         self.expiry_interval = NO_EXPIRY if persistent else 0
         self.expires_at = 0.0
         self.created_us = 0  # UTC microseconds, kept in the store record
@@ -95,8 +98,6 @@ class Session(Flows):
         self.target: DeliveryTarget | None = None
         self.dropped = 0  # deliveries refused by its full queue
         self.forwarded = 0  # a link's: copies routed to the neighbour (`$SYS` messages/sent)
-        self.link = False  # the session of a link to a neighbour broker (links.py)
-        self.bridge = False  # the session of a bridge to another MQTT broker (bridges.py)
 
     def enqueue(self, delivery: Delivery) -> None:
         """`delivery` at the end of the queue, the session's own made at its first."""
