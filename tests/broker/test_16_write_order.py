@@ -12,7 +12,7 @@ import asyncio
 from typing import Any
 
 from telemq.broker import BrokerConfig, ListenerConfig
-from telemq.broker.core.client import Client
+from telemq.broker.core.session import Client
 from telemq.broker.server import Broker
 from telemq.protocol import Connect, Publish, Subscribe, encode
 from telemq.store import MemoryStore

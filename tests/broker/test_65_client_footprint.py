@@ -15,14 +15,9 @@ import random
 import pytest
 
 from telemq.broker import BrokerConfig, ListenerConfig
-from telemq.broker.core.client import (
-    Client,
-    ClientHub,
-    ClientTable,
-    pack_peer,
-    peer_name,
-    peer_text,
-)
+from telemq.broker.core.peer_address import pack_peer, peer_name, peer_text
+from telemq.broker.core.session import Client, ClientHub
+from telemq.broker.core.sessions import ClientTable
 from telemq.broker.edges.listeners import MemoryListener
 from telemq.broker.server import Broker
 from telemq.broker.settings.config import LimitsConfig

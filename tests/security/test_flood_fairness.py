@@ -24,7 +24,7 @@ import pytest
 
 from telemq.broker import BrokerConfig, Hook, ListenerConfig, MemoryListener
 from telemq.broker.core import committer as committer_module
-from telemq.broker.core.client import Client
+from telemq.broker.core.session import Client
 from telemq.broker.operations.admin_views import client_json
 from telemq.broker.server import Broker
 from telemq.protocol import Connect, Publish, Subscribe, encode

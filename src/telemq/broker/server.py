@@ -54,7 +54,6 @@ from ..protocol import (
 from ..store import Store, SyncMode, open_store
 from ..subscriptions import Identity, Registry, Subscription
 from .core.admission import Admission
-from .core.client import Client, ClientHub, ClientTable, EventHandlers, as_protocol
 from .core.committer import Committer
 from .core.delivery import Deliveries
 from .core.message import Message
@@ -62,8 +61,8 @@ from .core.restore import restore_state
 from .core.retained import RetainedMessages
 from .core.rooms import CoreRooms
 from .core.router import Router
-from .core.session import Session
-from .core.sessions import Sessions
+from .core.session import Client, ClientHub, EventHandlers, Session, as_protocol
+from .core.sessions import ClientTable, Sessions
 from .core.sparkplug import MISSING as SPARKPLUG_MISSING
 from .core.sparkplug import SparkplugAwareness
 from .core.stats import BrokerStats, PeerCounters

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from ..store import JournalReaders
-from .core.client import Client, as_protocol
+from .core.session import Client, as_protocol
 from .edges.http import Handler, HttpAuth, HttpServer
 from .edges.websockets import mqtt_over_websocket
 from .operations.admin_api import AdminApi
@@ -28,7 +28,7 @@ from .operations.metrics import MetricsRoute
 from .security.acl import Action
 
 if TYPE_CHECKING:
-    from .core.client import ClientHub
+    from .core.session import ClientHub
     from .operations.view import BrokerView, Operations
     from .security.hooks import Hooks
     from .settings.config import HttpConfig

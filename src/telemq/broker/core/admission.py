@@ -44,12 +44,13 @@ from ...protocol import (
 )
 from ..security.hooks import Hooks
 from ..security.reserved import reserved_topic_problem
+from ..settings.tls import certificate_identity
 from .authentication import Authentications
 from .sessions import BRIDGE_PREFIX, LINK_OWNER, LINK_PREFIX, REMOTE_PREFIX, Sessions
 
 if TYPE_CHECKING:
     from ..settings.config import LimitsConfig
-    from .client import Client
+    from .session import Client
     from .stats import BrokerStats
 
 log = logging.getLogger("telemq.broker")
@@ -182,12 +183,15 @@ class Admission:
         authenticated = authenticated or proven is not None
         if client.listener.use_identity_as_username:
             # The certificate vouches for the user; the password is not asked for.
-            if client.certificate_user is None:
+            certificate_user = (
+                certificate_identity(client.transport) if client.transport is not None else None
+            )
+            if certificate_user is None:
                 self.refuse(
                     client, ConnectReturnCode.NOT_AUTHORIZED, "no client certificate identity"
                 )
                 return
-            user_id = client.certificate_user
+            user_id = certificate_user
             authenticated = True
         if (
             not authenticated

@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING
 
 from ...protocol import AuthRequested, ConnectRequested, ReasonCode
 from ..security.hooks import AuthExchange, AuthOutcome, AuthStep, Hooks
-from .client import Authenticating
+from .session import Authenticating
 
 if TYPE_CHECKING:
     import asyncio
 
-    from .client import Client
+    from .session import Client
 
 log = logging.getLogger("telemq.broker")
 

@@ -49,7 +49,7 @@ from .message import Delivery, Message
 from .session import NONE_HELD, Session
 
 if TYPE_CHECKING:
-    from .client import Client
+    from .session import Client
     from .stats import BrokerStats
 
 log = logging.getLogger("telemq.broker")

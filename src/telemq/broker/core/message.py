@@ -3,12 +3,14 @@
 A `Message` is one accepted publication, shared by every delivery of it; it caches its
 encoded QoS 0 frames so that fan-out to many subscribers encodes once. A `Delivery` is one
 copy of a message owed to one session at one QoS. They know nothing of sessions or
-connections: every room reads them, the rooms that own a queue hold them.
+connections: every room reads them, the rooms that own a queue hold them. A
+`DeliveryTarget` is where a session's deliveries go when no client connection takes them.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Protocol
 
 from ...protocol import encode_publish
 from ...protocol.properties import message_expiry_property, message_properties
@@ -170,3 +172,18 @@ class Delivery:
         self.delivery_id = delivery_id
         self.properties = properties
         self.share = ""  # the shared subscription group it was given through (shares.py)
+
+
+class DeliveryTarget(Protocol):
+    """Something other than a client connection that takes a session's deliveries: an
+    in-process subscriber (`embedded.py`), or the way to a queue on another broker
+    (`remote_queues.py`).
+
+    `take` returns True when the message is delivered (for QoS 1/2: acknowledged, or handed
+    on durably in the same commit), False when the target cannot take it now; it then stays
+    queued until the session is pumped again (`Deliveries.pump`). `properties`: the copy's
+    own MQTT 5.0 properties (`Delivery.properties`: a CorrelAsId subscription's Correlation
+    Data, an envelope). It runs on the event loop and must not block.
+    """
+
+    def take(self, message: Message, qos: int, retain: bool, properties: bytes) -> bool: ...

@@ -27,11 +27,10 @@ from __future__ import annotations
 
 from ...protocol import PacketType
 from ...protocol.flows import release_digest
-from .client import Client
 from .committer import Committer
 from .delivery import Deliveries
 from .message import Delivery, Message
-from .session import Session
+from .session import Client, Session
 
 # Seconds within which a clean session's QoS 2 release (its journal row) is committed when
 # nothing waits for it: soon, and usually sooner with the next publication's commit.

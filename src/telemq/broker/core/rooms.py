@@ -16,11 +16,11 @@ from ...protocol import TopicLimits
 from ...subscriptions import Registry
 from ..security.hooks import Hooks
 from ..settings.config import BrokerConfig
-from .client import ClientHub
 from .committer import Committer
 from .delivery import Deliveries
 from .retained import RetainedMessages
 from .router import Router
+from .session import ClientHub
 from .sessions import Sessions
 from .stats import BrokerStats
 from .subscribe import SubscriptionManager

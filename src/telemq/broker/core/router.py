@@ -52,7 +52,6 @@ from ...subscriptions import DeliveryOptions, Registry
 from ..security.acl import Action
 from ..security.hooks import Hooks
 from ..security.reserved import reserved_topic_problem
-from .client import ReadClock
 from .committer import Committer
 from .delivery import Deliveries
 from .message import Delivery, Message
@@ -61,11 +60,12 @@ from .retained import RetainedMessages
 from .session import Session
 from .shares import Shares
 from .sparkplug import SPARKPLUG_PREFIX, SparkplugAwareness
+from .turns import ReadClock
 
 if TYPE_CHECKING:
     from ...protocol.property_table import Properties
     from ..settings.config import JournalConfig
-    from .client import Client
+    from .session import Client
     from .stats import BrokerStats
 
 log = logging.getLogger("telemq.broker")

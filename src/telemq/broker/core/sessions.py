@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Protocol
 
 from ...protocol import (
@@ -48,18 +48,17 @@ from ...subscriptions import (
 )
 from ..security.acl import Action
 from ..security.hooks import Hooks
-from .client import ClientTable
 from .committer import Committer
 from .delivery import Deliveries, refresh_in_flight
-from .message import Delivery
+from .message import Delivery, DeliveryTarget
 from .router import Router, now_us
-from .session import DeliveryTarget, Session
+from .session import Session
 from .subscribe import SubscriptionManager
 from .wills import Wills
 
 if TYPE_CHECKING:
     from ..settings.config import LimitsConfig
-    from .client import Client
+    from .session import Client
     from .stats import BrokerStats
 
 log = logging.getLogger("telemq.broker")
@@ -472,3 +471,41 @@ class Sessions:
         they retry on reconnection instead of waiting forever)."""
         for client in list(self.clients):
             client.close(reason, ReasonCode.UNSPECIFIED_ERROR)
+
+
+class ClientTable:
+    """The open connections (see the module docstring): a list and each client's index in
+    it (`Client.slot`). Adding appends; removing moves the last client into the hole, so
+    both are O(1) and the order is arbitrary, as a set's. Iterate over a copy (`list`) to
+    close clients while going through them."""
+
+    __slots__ = ("_clients",)
+
+    def __init__(self) -> None:
+        self._clients: list[Client] = []
+
+    def add(self, client: Client) -> None:
+        if client.slot < 0:
+            client.slot = len(self._clients)
+            self._clients.append(client)
+
+    def discard(self, client: Client) -> None:
+        slot = client.slot
+        clients = self._clients
+        if slot < 0 or slot >= len(clients) or clients[slot] is not client:
+            return
+        last = clients.pop()
+        if last is not client:
+            clients[slot] = last
+            last.slot = slot
+        client.slot = -1
+
+    def __contains__(self, client: Client) -> bool:
+        slot = client.slot
+        return 0 <= slot < len(self._clients) and self._clients[slot] is client
+
+    def __len__(self) -> int:
+        return len(self._clients)
+
+    def __iter__(self) -> Iterator[Client]:
+        return iter(self._clients)

@@ -67,7 +67,7 @@ from .router import durable_rank
 from .session import Session
 
 if TYPE_CHECKING:
-    from .client import Client
+    from .session import Client
     from .stats import BrokerStats
 
 log = logging.getLogger("telemq.broker")

@@ -43,7 +43,7 @@ from .view import FIGURES, BrokerView, Operations
 _API_FIGURES = tuple(figure for figure in FIGURES if figure.api)
 
 if TYPE_CHECKING:
-    from ..core.client import Client
+    from ..core.session import Client
 
 log = logging.getLogger("telemq.admin")
 

@@ -18,9 +18,8 @@ from ...subscriptions import LINK_QUEUE_PREFIX, Registry, Subscription
 from ..edges.websockets import WebSocketTransport
 
 if TYPE_CHECKING:
-    from ..core.client import Client
     from ..core.message import Message
-    from ..core.session import Session
+    from ..core.session import Client, Session
 
 PROTOCOLS = {3: "3.1", 4: "3.1.1", 5: "5"}
 
@@ -39,6 +38,7 @@ def client_json(client: Client, registry: Registry) -> dict[str, Any]:
     level = connection.protocol_level if connection is not None else 4
     tls = bool(client.listener.certfile)
     websocket = isinstance(client.transport, WebSocketTransport)
+    throttling = client.throttling  # none for a client never held or paused
     return {
         "client_id": client.client_id,
         "user": client.user_id,
@@ -51,8 +51,8 @@ def client_json(client: Client, registry: Registry) -> dict[str, Any]:
         "subscriptions": registry.count_of_queue(client.client_id),
         "queued": 0 if session is None else len(session.queue),
         "inflight": 0 if session is None else len(session.outbound),
-        "reads_held": client.reads_held,
-        "store_pauses": client.store_pauses,
+        "reads_held": throttling.reads_held if throttling is not None else 0,
+        "store_pauses": throttling.store_pauses if throttling is not None else 0,
     }
 
 

@@ -44,8 +44,8 @@ from ..security.acl import Action
 from ..security.reserved import reserved_topic_problem
 
 if TYPE_CHECKING:
-    from ..core.client import Client
     from ..core.rooms import CoreRooms
+    from ..core.session import Client
     from ..settings.config import LimitsConfig
 
 log = logging.getLogger("telemq.broker")

@@ -33,10 +33,10 @@ from ...network.control import CONTROL_TOPIC
 from ...network.envelope import LinkInfo, extend, loops, sealed_envelope, split_user_properties
 from ...protocol import MessageReceived, MessageReleased, PacketType, Properties
 from ...protocol.properties import read_message_properties
-from ..core.client import Client
 from ..core.message import Message
 from ..core.rooms import CoreRooms
 from ..core.router import now_us
+from ..core.session import Client
 from ..core.sessions import LINK_PREFIX
 from .link_control import LinkControl, LinkState
 from .remote_queues import RemoteQueues

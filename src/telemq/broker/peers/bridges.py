@@ -66,10 +66,10 @@ from ...protocol import (
 )
 from ...protocol.peer5 import NO_EXPIRY
 from ...subscriptions import Identity, Subscription
-from ..core.client import Client, EventHandlers
 from ..core.message import Message
 from ..core.rooms import CoreRooms
 from ..core.router import now_us
+from ..core.session import Client, EventHandlers
 from ..core.sessions import BRIDGE_PREFIX, LINK_OWNER
 from ..core.stats import PeerCounters
 from ..settings.config import ListenerConfig

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..core.client import Client, as_protocol
+from ..core.session import Client, as_protocol
 from ..settings.tls import client_context
 
 if TYPE_CHECKING:

@@ -45,8 +45,8 @@ from ...network.control import (
 )
 from ...network.topology import Topology
 from ...protocol import ReasonCode
-from ..core.client import Client
 from ..core.rooms import CoreRooms
+from ..core.session import Client
 from ..core.sessions import LINK_PREFIX
 from ..settings.network import LinkConfig
 from .connector import Backoff

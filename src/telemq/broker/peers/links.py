@@ -47,8 +47,8 @@ from ...protocol import (
     Properties,
 )
 from ...protocol.peer5 import NO_EXPIRY
-from ..core.client import Client, EventHandlers
 from ..core.rooms import CoreRooms
+from ..core.session import Client, EventHandlers
 from ..core.sessions import LINK_OWNER, LINK_PREFIX
 from ..core.stats import PeerCounters
 from ..settings.config import ListenerConfig

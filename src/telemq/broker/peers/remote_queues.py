@@ -44,9 +44,9 @@ from typing import TYPE_CHECKING
 
 from ...network.envelope import LinkInfo, extend, sealed_envelope, split
 from ...subscriptions import RESERVED_QUEUE_PREFIXES
-from ..core.message import Delivery, Message
+from ..core.message import Delivery, DeliveryTarget, Message
 from ..core.router import Deliver
-from ..core.session import DeliveryTarget, Session
+from ..core.session import Session
 from ..core.sessions import LINK_OWNER, LINK_PREFIX, REMOTE_PREFIX, Sessions
 
 if TYPE_CHECKING:
