@@ -88,8 +88,9 @@ class ConnectionLifecycle(Decoder):
     docstring); `Connection` adds the message flow.
 
     A connection is its own `Decoder` rather than the holder of one: one object per
-    connection instead of two, 88 bytes less for every idle connection (its `feed` and
-    `append` are for the connection's own use; bytes go in through `receive_data`).
+    connection instead of two, so an idle connection carries one object header and no
+    reference between them (its `feed` and `append` are for the connection's own use; bytes
+    go in through `receive_data`).
     """
 
     __slots__ = (

@@ -69,9 +69,9 @@ NONE_HELD: Final[list[Delivery]] = []
 
 
 class Session(Flows):
-    """State of one client id (see module docstring): its QoS flows (the base class), its
-    queue and its delivery. Deliveries go to `client` while one is connected, or to
-    `target` (a session with a target has no client).
+    """State of one client id (see module docstring): its QoS flows (the base class) and
+    its queue. Deliveries go to `client` while one is connected, or to `target` (a session
+    with a target has no client).
 
     A persistent session lasts `expiry_interval` seconds after its connection ends (MQTT
     5.0's Session Expiry Interval; `NO_EXPIRY` for 3.1/3.1.1 and MQ queues): `expires_at`

@@ -226,14 +226,15 @@ class Sessions:
             session_expiry_interval=granted,
             authentication_data=auth_data,
         )
-        log.debug(
-            "client %r connected from %s (level %d, clean %s, keepalive %d)",
-            client_id,
-            client.peer,
-            packet.protocol_level,
-            packet.clean_session,
-            packet.keepalive,
-        )
+        if log.isEnabledFor(logging.DEBUG):  # `peer` is text made when asked
+            log.debug(
+                "client %r connected from %s (level %d, clean %s, keepalive %d)",
+                client_id,
+                client.peer,
+                packet.protocol_level,
+                packet.clean_session,
+                packet.keepalive,
+            )
         if oversized:  # in flight, and beyond the Maximum Packet Size this client has now
             self.deliveries.drop_too_large(oversized)
         if hooks.session_up:
