@@ -29,7 +29,7 @@ def test_connections_stating_the_same_limits_share_them_and_nothing_else() -> No
         4096,
         5,
     )
-    assert first.inbound_aliases is second.inbound_aliases  # the shared empty, until used
+    assert first.aliases is None and first.unanswered is second.unanswered  # none yet
     first.reauthenticating = True
     assert not second.reauthenticating
 

@@ -251,7 +251,8 @@ class Connection(ConnectionLifecycle):
         """An outbound exchange is over: the owner hears of it, and a PUBLISH waiting for
         room in the client's Receive Maximum goes (`resend_inflight`)."""
         events.append(DeliveryAcknowledged(inflight.packet_id, inflight.ref))
-        if self._waiting:
+        peer = self.peer5
+        if peer is not None and peer.waiting:
             self._send_waiting(now)
 
     def _check_ack_kind(self, name: str, packet_id: int, events: list[Event]) -> bool:

@@ -58,8 +58,6 @@ class ConnectionState(enum.Enum):
 # `_out` of every connection with nothing to send (an idle connection, and any between
 # flushes): shared, so never appended to (`_emit` gives the connection its own first).
 NO_OUTPUT: Final[list[bytes]] = []
-# `_waiting` of every connection with nothing waiting: shared, since it is never added to.
-NOTHING_WAITING: Final[list[int]] = []
 
 
 class ConnectionSettings:
@@ -99,7 +97,6 @@ class ConnectionLifecycle(Decoder):
         "_keepalive_window",
         "_out",
         "_settings",
-        "_waiting",
         "bridge",
         "bytes_received",
         "bytes_sent",
@@ -144,9 +141,6 @@ class ConnectionLifecycle(Decoder):
         # The client's side at level 5; None at 3.1/3.1.1 (or before CONNECT).
         self.peer5: Peer5 | None = None
         self._out = NO_OUTPUT
-        # MQTT 5.0: packet ids in flight not re-sent yet on this connection: beyond the
-        # client's Receive Maximum when it resumed its session (`resend_inflight`).
-        self._waiting: list[int] = NOTHING_WAITING  # only ever replaced, never appended to
         self._connect_deadline: float | None = now + settings.connect_timeout
         self._closed_reason = ""
         self._keepalive_window = 0.0
@@ -314,7 +308,7 @@ class ConnectionLifecycle(Decoder):
             for inflight in flows.outbound.values():
                 self._resend(inflight, now)
             return []
-        resend, self._waiting, dropped = peer.plan_resend(flows)
+        resend, peer.waiting, dropped = peer.plan_resend(flows)
         for inflight in resend:
             self._resend(inflight, now)
         return dropped
@@ -322,9 +316,11 @@ class ConnectionLifecycle(Decoder):
     def _send_waiting(self, now: float) -> None:
         """An acknowledgement freed room: the next in-flight PUBLISH not re-sent yet."""
         flows = self.flows
-        assert flows is not None
-        while self._waiting:
-            inflight = flows.outbound.get(self._waiting.pop(0))
+        peer = self.peer5
+        assert flows is not None and peer is not None
+        waiting = peer.waiting
+        while waiting:
+            inflight = flows.outbound.get(waiting.pop(0))
             if inflight is not None:
                 self._resend(inflight, now)
                 return

@@ -16,6 +16,8 @@ that states the same) and the per-connection state those limits govern:
   maximum goes out with its name);
 - the packet ids of the client's QoS 1/2 PUBLISHes not yet answered (PUBACK, PUBCOMP, or
   PUBREC with an error), which the server's Receive Maximum bounds [MQTT-3.3.4-7];
+- the packet ids in flight a resumed session could not re-send yet: beyond the client's
+  Receive Maximum, they go as acknowledgements free room;
 - what a PUBLISH to the client may be: no larger than its Maximum Packet Size;
 - the Authentication Method of its CONNECT, which every AUTH of the connection repeats
   (enhanced authentication, §4.12), and whether a re-authentication is under way.
@@ -104,10 +106,22 @@ class ServerLimits5:
         return None
 
 
-# A `Peer5`'s tables while it has none: shared, so never written to.
-NO_INBOUND_ALIASES: Final[dict[int, str]] = {}
-NO_OUTBOUND_ALIASES: Final[dict[bytes, int]] = {}
+# A `Peer5`'s unanswered ids and waiting re-sends while it has none: shared, so never
+# written to (`_count` makes the connection its own set; `plan_resend` a new list).
 NOTHING_UNANSWERED: Final[set[int]] = set()
+NOTHING_WAITING: Final[list[int]] = []
+
+
+class TopicAliases:
+    """A connection's topic aliases both ways: the client's (alias -> topic name) and the
+    server's (topic name -> alias). Made at the first alias set or chosen: many clients
+    use none."""
+
+    __slots__ = ("inbound", "outbound")
+
+    def __init__(self) -> None:
+        self.inbound: dict[int, str] = {}
+        self.outbound: dict[bytes, int] = {}
 
 
 @dataclass(slots=True, frozen=True)
@@ -151,7 +165,7 @@ class Peer5:
     """The client's limits from its CONNECT (`limits`, shared), and the per-connection
     state they govern."""
 
-    __slots__ = ("inbound_aliases", "limits", "outbound_aliases", "reauthenticating", "unanswered")
+    __slots__ = ("aliases", "limits", "reauthenticating", "unanswered", "waiting")
 
     def __init__(
         self,
@@ -178,11 +192,13 @@ class Peer5:
             )
         self.limits = limits
         self.reauthenticating = False  # an AUTH 0x19 was received, its exchange is not over
-        # The three start as shared empties (a set is 216 bytes even empty, and many clients
-        # use no aliases): whatever adds to one gives the connection its own first.
-        self.inbound_aliases: dict[int, str] = NO_INBOUND_ALIASES
-        self.outbound_aliases: dict[bytes, int] = NO_OUTBOUND_ALIASES
-        self.unanswered: set[int] = NOTHING_UNANSWERED  # QoS 1/2 ids
+        self.aliases: TopicAliases | None = None  # made at the first alias
+        # The client's QoS 1/2 ids not answered yet (a set is 216 bytes even empty: the
+        # shared empty until the first).
+        self.unanswered: set[int] = NOTHING_UNANSWERED
+        # Packet ids in flight not re-sent yet on this connection: beyond the client's
+        # Receive Maximum when it resumed its session (`plan_resend`), sent as room frees.
+        self.waiting: list[int] = NOTHING_WAITING
 
     @classmethod
     def from_connect(cls, props: Properties | None, server: bool = False) -> Peer5:
@@ -261,12 +277,13 @@ class Peer5:
                     ReasonCode.TOPIC_ALIAS_INVALID,
                     f"topic alias {alias} is above the maximum of {limits.topic_alias_maximum}",
                 )
+            aliases = self.aliases
             if publish.topic:
-                if self.inbound_aliases is NO_INBOUND_ALIASES:
-                    self.inbound_aliases = {}
-                self.inbound_aliases[alias] = publish.topic
+                if aliases is None:
+                    aliases = self.aliases = TopicAliases()
+                aliases.inbound[alias] = publish.topic
             else:
-                topic = self.inbound_aliases.get(alias)
+                topic = aliases.inbound.get(alias) if aliases is not None else None
                 if topic is None:
                     return ReasonCode.PROTOCOL_ERROR, f"topic alias {alias} was never set"
                 publish.topic = topic
@@ -452,16 +469,18 @@ class Peer5:
     def outbound_alias(self, topic: bytes) -> tuple[bool, int]:
         """(known, alias) for a PUBLISH to the client: a known alias replaces the topic name,
         a new one goes with it; alias 0 when the client's maximum is used up (or zero)."""
-        alias = self.outbound_aliases.get(topic)
+        aliases = self.aliases
+        if aliases is None:
+            if not self.topic_alias_maximum:
+                return False, 0
+            aliases = self.aliases = TopicAliases()
+        outbound = aliases.outbound
+        alias = outbound.get(topic)
         if alias is not None:
             return True, alias
-        aliases = self.outbound_aliases
-        if len(aliases) >= self.topic_alias_maximum:
+        if len(outbound) >= self.topic_alias_maximum:
             return False, 0
-        alias = len(aliases) + 1
-        if aliases is NO_OUTBOUND_ALIASES:
-            aliases = self.outbound_aliases = {}
-        aliases[topic] = alias
+        alias = outbound[topic] = len(outbound) + 1
         return False, alias
 
 
