@@ -209,8 +209,8 @@ class DialConnection(Connection):
         self._early = bytearray()  # the bytes of the first packet while it is incomplete
         # Packet id -> (SUBSCRIBE or UNSUBSCRIBE, number of topic filters) awaiting its ack.
         self._requests: dict[int, tuple[PacketType, int]] = {}
-        # 1.5 x keep-alive once CONNACK set it (0: none). The base class's own keep-alive
-        # window, `_keepalive_window`, stays 0: a server's silence is judged here.
+        # 1.5 x keep-alive once CONNACK set it (0: none). The base class's keep-alive window
+        # is 0 (`_keepalive_window`): a server's silence is judged here.
         self._window = 0.0
         self._emit(encode(connect, level))
         self._last_sent = now  # when something was last sent, at the latest (see `_observe`)
@@ -525,6 +525,10 @@ class DialConnection(Connection):
             if self._seen_at > self._last_sent:
                 self._last_sent = self._seen_at
         self._seen_at = now
+
+    def _keepalive_window(self) -> float:
+        """None for the base class to judge: the server's silence is `_window`'s."""
+        return 0.0
 
     def next_timer(self) -> float | None:
         """When `handle_timer` should next be called, or None."""

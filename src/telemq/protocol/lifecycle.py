@@ -94,7 +94,6 @@ class ConnectionLifecycle(Decoder):
     __slots__ = (
         "_closed_reason",
         "_connect_deadline",
-        "_keepalive_window",
         "_out",
         "_settings",
         "bridge",
@@ -143,7 +142,6 @@ class ConnectionLifecycle(Decoder):
         self._out = NO_OUTPUT
         self._connect_deadline: float | None = now + settings.connect_timeout
         self._closed_reason = ""
-        self._keepalive_window = 0.0
         self.flows: Flows | None = None
         self.keepalive = 0
         self.last_received = now
@@ -172,7 +170,6 @@ class ConnectionLifecycle(Decoder):
         self.state = ConnectionState.CONNECTING
         self._connect_deadline = None
         self.keepalive = verdict.keepalive
-        self._keepalive_window = 1.5 * verdict.keepalive
         events.append(ConnectRequested(packet))
 
     def _out_of_turn(self) -> str:
@@ -372,6 +369,12 @@ class ConnectionLifecycle(Decoder):
 
     # -- time -----------------------------------------------------------
 
+    def _keepalive_window(self) -> float:
+        """Seconds of silence after which the client is gone: 1.5 x the keep-alive its
+        CONNECT set (0 before, and for none) [MQTT-3.1.2-24]. Computed, not kept: one field
+        less per connection."""
+        return 1.5 * self.keepalive
+
     def next_timer(self) -> float | None:
         """When `handle_timer` should next be called, or None."""
         state = self.state
@@ -380,8 +383,9 @@ class ConnectionLifecycle(Decoder):
         if state is ConnectionState.CLOSED:
             return None
         deadline: float | None = None
-        if self._keepalive_window:
-            deadline = self.last_received + self._keepalive_window
+        window = self._keepalive_window()
+        if window:
+            deadline = self.last_received + window
         if (
             self.protocol_level == ProtocolLevel.MQTT_3_1
             and self.flows is not None
@@ -407,10 +411,11 @@ class ConnectionLifecycle(Decoder):
                     )
                 ]
             return []
-        if self._keepalive_window and now >= self.last_received + self._keepalive_window:
+        window = self._keepalive_window()
+        if window and now >= self.last_received + window:
             return [
                 self._fail(
-                    f"keep-alive expired: nothing received for {self._keepalive_window:g} s",
+                    f"keep-alive expired: nothing received for {window:g} s",
                     ReasonCode.KEEP_ALIVE_TIMEOUT,
                 )
             ]

@@ -157,7 +157,7 @@ class Deliveries:
         if (limit and len(session.queue) + len(session.held) >= limit) or (
             max_bytes and session.queued_bytes + size > max_bytes
         ):
-            session.dropped += 1
+            session.counted().dropped += 1
             self._stats.messages_dropped += 1
             return None
         delivery = Delivery(message, qos, retain, 0, extra)

@@ -489,7 +489,7 @@ class Router:
                         if onward is None:
                             onward = message.net or self._envelope_of(message)
                         extra = onward
-                        session.forwarded += 1
+                        session.counted().forwarded += 1
                     elif message.local_only and session.bridge:  # nor a bridge (PubOpt Local)
                         continue
             durable = session.persistent and durable_rank(rank, qos)

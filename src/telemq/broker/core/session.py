@@ -53,6 +53,7 @@ from .committer import Committer
 from .deadlines import Bucket, Deadlines
 from .message import Delivery, DeliveryTarget
 from .peer_address import pack_peer, peer_name, peer_text
+from .stats import SessionCounts
 from .turns import READ_BUDGET, READ_TURN_BYTES, ReadClock, Throttling
 
 if TYPE_CHECKING:
@@ -82,11 +83,10 @@ class Session(Flows):
         "bridge",
         "client",
         "client_id",
+        "counts",
         "created_us",
-        "dropped",
         "expires_at",
         "expiry_interval",
-        "forwarded",
         "held",
         "holding",
         "link",
@@ -121,8 +121,7 @@ class Session(Flows):
         self.held: list[Delivery] = NONE_HELD
         self.client: Client | None = None
         self.target: DeliveryTarget | None = None
-        self.dropped = 0  # deliveries refused by its full queue
-        self.forwarded = 0  # a link's: copies routed to the neighbour (`$SYS` messages/sent)
+        self.counts: SessionCounts | None = None  # made at the first count
 
     def enqueue(self, delivery: Delivery) -> None:
         """`delivery` at the end of the queue, the session's own made at its first."""
@@ -137,6 +136,20 @@ class Session(Flows):
         if held is NONE_HELD:
             held = self.held = []
         held.append(delivery)
+
+    @property
+    def dropped(self) -> int:  # deliveries refused by its full queue
+        return 0 if self.counts is None else self.counts.dropped
+
+    @property
+    def forwarded(self) -> int:  # a link's: copies routed to the neighbour ($SYS: sent)
+        return 0 if self.counts is None else self.counts.forwarded
+
+    def counted(self) -> SessionCounts:
+        """Its `SessionCounts`, made at the first count."""
+        if self.counts is None:
+            self.counts = SessionCounts()
+        return self.counts
 
     @property
     def backlog(self) -> int:
@@ -263,8 +276,7 @@ class ClientHub:
 
 
 def as_protocol(client: Client) -> asyncio.Protocol:
-    """`client` as asyncio's types name a protocol: a class native to the compiled build
-    cannot subclass `asyncio.Protocol`, and the event loop only calls the methods it has."""
+    """`client` typed as asyncio wants: a native class cannot subclass `asyncio.Protocol`."""
     return cast(asyncio.Protocol, client)
 
 
@@ -275,8 +287,7 @@ class Authenticating:
     __slots__ = ("connect", "exchange")
 
     def __init__(self, exchange: AuthExchange, connect: ConnectRequested | None) -> None:
-        self.exchange = exchange
-        self.connect = connect
+        self.exchange, self.connect = exchange, connect
 
 
 class Client:

@@ -3,8 +3,9 @@
 Theory of operation
 -------------------
 `BrokerStats` is a bag of counters; each room increments its own, on the event loop, so they
-need no lock. `Histogram` counts the store's commit times and batch sizes, once per commit.
-What reads them lives outside the core: `$SYS` (operations/sys.py) and `/metrics`
+need no lock; a session's own few (`SessionCounts`) are made at its first count.
+`Histogram` counts the store's commit times and batch sizes, once per commit. What reads
+them lives outside the core: `$SYS` (operations/sys.py) and `/metrics`
 (operations/metrics.py). Nothing in the core depends on what they publish.
 """
 
@@ -12,6 +13,17 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass
+
+
+class SessionCounts:
+    """What a session counts that most never do (`Session.dropped`, `.forwarded`): made at
+    the first count, so an idle session carries one reference, not two counters."""
+
+    __slots__ = ("dropped", "forwarded")
+
+    def __init__(self) -> None:
+        self.dropped = 0
+        self.forwarded = 0
 
 
 class Histogram:

@@ -145,7 +145,7 @@ class RemoteQueues:
         else:
             deliveries.pump(link)
             self._committer.schedule()
-        link.forwarded += 1
+        link.counted().forwarded += 1
         return True
 
     def _new_envelope(self, message: Message, target: RemoteQueueTarget) -> bytes:
