@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import socket
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -100,3 +101,40 @@ def test_free_port_never_repeats_and_skips_busy_ports(monkeypatch: pytest.Monkey
         assert free_port() == handed[0] + 1
         with pytest.raises(RuntimeError, match="handed out or busy"):
             free_port()
+
+
+def test_a_restart_waits_while_its_port_is_taken(tmp_path: Path) -> None:
+    """The port the system picked at the first start comes from the ephemeral range: while
+    the broker is down, another test's outgoing connection may hold it as its local port.
+    A later start is tried again until the port is free (a listener stands in for that
+    connection here, released after a second)."""
+    broker = BrokerProcess(tmp_path / "b").start()
+    try:
+        port = broker.port
+        broker.stop()
+        holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        holder.bind((HOST, port))
+        holder.listen()
+        releaser = threading.Timer(1.0, holder.close)
+        releaser.start()
+        try:
+            broker.start()
+        finally:
+            releaser.join()
+        assert broker.port == port
+        assert broker.starts >= 3  # the first, at least one refused by the busy port, the last
+        assert "address already in use" in broker.log_text()
+    finally:
+        broker.finalize()
+
+
+def test_a_first_start_on_a_busy_port_fails_at_once(tmp_path: Path) -> None:
+    """Only a restart waits: a port given for the first start is the test's own choice."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        holder.bind((HOST, 0))
+        holder.listen()
+        broker = BrokerProcess(tmp_path / "b", port=holder.getsockname()[1], pass_port=True)
+        with pytest.raises(process_module.BrokerStartError, match="already in use"):
+            broker.start()
+        assert broker.starts == 1
+    broker.finalize()

@@ -7,7 +7,8 @@ or `config_text`, a TOML text to which one `[[listeners]]` table per entry of
 Ports: a broker whose port no one needs before it starts gets port 0, and the system picks a
 free one as the broker binds it, so no other test can take it in between. The broker says
 which ports it bound in its ready file (``telemq serve --ready-file``: this process's pid, the
-ports of every listener and HTTP listener); a restart reuses the ports the first start bound.
+ports of every listener and HTTP listener); a restart reuses the ports the first start bound,
+and waits a few seconds for one an outgoing connection took meanwhile (`BUSY_PORT_WAIT`).
 A test that must name a port before the broker starts (in another broker's configuration, an
 HTTP port in a configuration) passes it, taken from `free_port`.
 
@@ -46,6 +47,11 @@ from telemq.broker.security.passwords import hash_password
 HOST = "127.0.0.1"
 START_DEADLINE = 15.0
 STOP_DEADLINE = 10.0
+# How long a start after the first waits for a port the system picked at the first start:
+# that port is in the ephemeral range, where, while the broker was down, the system may have
+# given it to an outgoing connection of another test as its local port.
+BUSY_PORT_WAIT = 10.0
+BUSY_PORT = "already in use"
 TRACEBACK = "Traceback (most recent call last)"
 
 # Ports `free_port` hands out: below Linux's ephemeral range (32768-60999 by default,
@@ -267,6 +273,28 @@ class BrokerProcess:
         return cmd + self.args
 
     def start(self, *, wait: bool = True) -> BrokerProcess:
+        """Start the broker and, with `wait`, wait until it is ready. A start after the first
+        whose port is busy (see BUSY_PORT_WAIT) is tried again for a few seconds."""
+        deadline = time.monotonic() + BUSY_PORT_WAIT
+        while True:
+            self._launch()
+            if not wait:
+                return self
+            try:
+                self.wait_ready()
+                return self
+            except BrokerStartError:
+                if self.starts == 1 or time.monotonic() > deadline or not self._port_was_busy():
+                    raise
+                time.sleep(0.2)
+
+    def _port_was_busy(self) -> bool:
+        """Whether this start ended because a port it binds was in use."""
+        text = self.log_text()
+        this_start = text[text.rfind(f"--- start {self.starts}:") :]
+        return BUSY_PORT in this_start.lower()
+
+    def _launch(self) -> None:
         assert self.proc is None or self.proc.poll() is not None, "broker already running"
         self.starts += 1
         self.report = None
@@ -284,9 +312,6 @@ class BrokerProcess:
             )
         if self not in LIVE_BROKERS:
             LIVE_BROKERS.append(self)
-        if wait:
-            self.wait_ready()
-        return self
 
     def wait_ready(self, timeout: float = START_DEADLINE) -> None:
         """Wait for this start's ready file, learn the ports the broker picked, check that it
