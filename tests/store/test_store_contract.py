@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from store_harness import Harness
@@ -17,6 +17,7 @@ from telemq.store import (
     JournalRecord,
     MemoryStore,
     RetainedRecord,
+    RetainedRow,
     SessionRecord,
     SqliteStore,
     Store,
@@ -26,9 +27,11 @@ from telemq.store import (
     SubscriptionRecord,
     SyncMode,
     WriteBatch,
+    _codec,
     open_store,
 )
 from telemq.store.base import JOURNAL_CHUNK_ROWS
+from telemq.store.sqlite_writes import BOUND_FAST
 
 Step = tuple[Any, ...]  # (WriteBatch method name, *arguments)
 
@@ -231,8 +234,20 @@ def test_delete_session_without_a_session_row_still_cascades(harness: Harness) -
         ("put_session", SessionRecord("c", {"x": object()})),  # not JSON
         ("put_session", SessionRecord("c", {"x": float("nan")})),  # not strict JSON
         ("put_retained", RetainedRecord("", "t", "text, not bytes", 0)),  # type: ignore[arg-type]
+        ("put_retained_row", ("", "t", "text, not bytes", 0, 0, 0, 0, 0)),
+        ("put_retained_row", ("", "t", bytearray(b"x"), 3, 0, 0, 0, 0)),
     ],
-    ids=["dup-seq", "qos", "packet-id", "packet-id-0", "json", "nan", "payload-type"],
+    ids=[
+        "dup-seq",
+        "qos",
+        "packet-id",
+        "packet-id-0",
+        "json",
+        "nan",
+        "payload-type",
+        "row-payload-type",
+        "row-qos",
+    ],
 )
 def test_a_failing_batch_applies_nothing(harness: Harness, bad_step: Step) -> None:
     store = harness.store
@@ -771,6 +786,49 @@ def test_interleaved_runs_keep_each_tables_order(harness: Harness) -> None:
     ]
     assert state.retained[3].local_only
     assert state.next_message_id == 92 and state.next_delivery_id == 122
+
+
+def bound(record: RetainedRecord) -> RetainedRow:
+    """`record` as the broker hands it over (`WriteBatch.put_retained_row`)."""
+    return cast(RetainedRow, _codec.retained_row(record, **BOUND_FAST))
+
+
+PUBLISHER = {"client_id": 'c\u00e9"1', "user_id": "u", "expiry_at": 1_900_000_000.5}
+
+
+def test_a_retained_row_loads_back_as_its_record(harness: Harness) -> None:
+    """What the broker writes as a row (no data, properties or local scope: 0) is what the
+    record would have written."""
+    records = [
+        RetainedRecord("", "a/1", b"r1", 1, 5, PUBLISHER),
+        RetainedRecord("", "a/2", b"", 0),
+        RetainedRecord("sp", "p/5", b"\x00\xff", 2, 7, {"origin": "edge"}, b"\x01\x01", True),
+    ]
+    commit(harness.store, *[("put_retained_row", bound(r)) for r in records])
+    assert harness.reopen().load().retained == records
+
+
+def test_retained_rows_and_records_replace_each_other_in_batch_order(harness: Harness) -> None:
+    """Rows and records are one table's puts: runs of either kind (long enough to be one
+    statement over arrays in PostgreSQL, the same key repeated) keep the batch's order."""
+    store = harness.store
+    commit(store, ("put_retained", RetainedRecord("", "k/0", b"stored", 0)))
+    steps: list[Step] = []
+    for i in range(12):
+        record = RetainedRecord("", f"k/{i % 3}", b"%d" % i, 1, i, PUBLISHER if i % 2 else {})
+        as_row = i // 4 % 2 == 1  # four records, four rows, four records
+        steps.append(("put_retained_row", bound(record)) if as_row else ("put_retained", record))
+    steps += [
+        ("delete_retained", "", "k/2"),
+        ("put_retained_row", bound(RetainedRecord("", "k/3", b"row", 0))),
+        ("put_retained", RetainedRecord("", "k/3", b"record", 0, local_only=True)),
+    ]
+    commit(store, *steps)
+    assert harness.reopen().load().retained == [
+        RetainedRecord("", "k/0", b"9", 1, 9, PUBLISHER),
+        RetainedRecord("", "k/1", b"10", 1, 10),
+        RetainedRecord("", "k/3", b"record", 0, local_only=True),
+    ]
 
 
 def test_held_messages_put_released_and_deleted_in_one_batch(harness: Harness) -> None:

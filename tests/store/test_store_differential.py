@@ -73,6 +73,19 @@ ops = st.one_of(
             RetainedRecord, names, names, payloads, qos, st.integers(0, 99), data, properties
         ),
     ),
+    st.tuples(
+        st.just("put_retained_row"),  # as the broker binds it: bytearrays, 0 for NULL
+        st.tuples(
+            names,
+            names,
+            payloads.map(bytearray),
+            qos,
+            st.integers(0, 99),
+            st.sampled_from([0, '{"client_id":"a","user_id":"","expiry_at":0.0}']),
+            properties.map(lambda p: bytearray(p) if p else 0),
+            st.sampled_from([0, 1]),
+        ),
+    ),
     st.tuples(st.just("delete_retained"), names, names),
     st.tuples(st.just("put_message"), messages),
     st.tuples(st.just("delete_message"), st.integers(1, 6)),

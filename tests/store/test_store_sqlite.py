@@ -11,6 +11,7 @@ import sys
 import textwrap
 import threading
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -22,6 +23,7 @@ from telemq.store import (
     JournalReader,
     JournalRecord,
     RetainedRecord,
+    RetainedRow,
     SessionRecord,
     SqliteStore,
     StoredMessage,
@@ -33,6 +35,7 @@ from telemq.store import (
     open_journal_reader,
 )
 from telemq.store.sqlite_schema import SCHEMA_VERSION
+from telemq.store.sqlite_writes import BOUND_FAST
 
 
 def journal(seq: int, payload: bytes = b"x") -> JournalRecord:
@@ -671,5 +674,17 @@ def test_the_rows_bound_for_speed_store_what_the_codec_rows_say(
                     assert sql_type == "blob", (table, column)
     finally:
         conn.close()
-    # And `publisher_json` writes the encoder's text for a retained publisher.
-    assert _codec.publisher_json(retained.data) == _codec.encode_json(retained.data)
+    # The broker's retained rows (`put_retained_row`) are bound the same way: replacing
+    # the record's row with the row made of the same record changes no value or type.
+    typed = ", ".join(f"{c}, typeof({c})" for c in _codec.COLUMNS["retained"])
+    with sqlite3.connect(path) as conn:
+        before = conn.execute(f"SELECT {typed} FROM retained").fetchall()
+    conn.close()
+    batch = WriteBatch()
+    batch.put_retained_row(cast(RetainedRow, _codec.retained_row(retained, **BOUND_FAST)))
+    store = SqliteStore(path)
+    store.commit(batch)
+    store.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute(f"SELECT {typed} FROM retained").fetchall() == before
+    conn.close()

@@ -140,6 +140,16 @@ class RetainedRecord:
     local_only: bool = False
 
 
+RetainedRow = tuple[str, str, bytes | bytearray, int, int, str | int, bytes | bytearray | int, int]
+"""A retained publication as the broker hands it over (`WriteBatch.put_retained_row`): the
+`retained` table's columns in order, sub_point, topic, payload, qos, ts_us, data (the JSON
+text of `RetainedRecord.data`), properties, local_only, bound the way `JournalRow` is, for
+the same reason: the payload and properties bytearrays, 0 for no data, no properties and
+not local_only (1 for local_only). One per retained publication: made from the broker's
+own message, it costs no record object, no `data` dict and no conversion on the writer
+thread. The stores read it back as a `RetainedRecord`."""
+
+
 class DeliveryState(enum.IntEnum):
     QUEUED = 0  # not yet sent to the client
     INFLIGHT = 1  # PUBLISH sent with `packet_id`, waiting for PUBACK / PUBREC
@@ -208,6 +218,7 @@ class Op(enum.IntEnum):
     PUT_INCOMING = 11  # (IncomingRecord,) insert or replace
     DELETE_INCOMING = 12  # (client_id, packet_id)
     RELEASE_INCOMING = 13  # (client_id, packet_id): the held message's row, marked released
+    PUT_RETAINED_ROW = 14  # (RetainedRow,): PUT_RETAINED, as the broker makes it
 
 
 class WriteBatch:
@@ -284,6 +295,10 @@ class WriteBatch:
 
     def put_retained(self, record: RetainedRecord) -> None:
         self.ops.append((Op.PUT_RETAINED, (record,)))
+
+    def put_retained_row(self, row: RetainedRow) -> None:
+        """`put_retained` of a row (the broker's way: one per retained publication)."""
+        self.ops.append((Op.PUT_RETAINED_ROW, (row,)))
 
     def delete_retained(self, sub_point: str, topic: str) -> None:
         self.ops.append((Op.DELETE_RETAINED, (sub_point, topic)))

@@ -26,6 +26,7 @@ from .base import (
     JournalRecord,
     Op,
     RetainedRecord,
+    RetainedRow,
     SessionRecord,
     Store,
     StoredMessage,
@@ -258,7 +259,12 @@ class MemoryStore(Store):
                 _pop(self._c.subscriptions, client_id, undo)
 
     def _put_retained(self, args: tuple[RetainedRecord], undo: Undo) -> None:
-        row = _codec.retained_row(args[0])
+        self._keep_retained(_codec.retained_row(args[0]), undo)
+
+    def _put_retained_row(self, args: tuple[RetainedRow], undo: Undo) -> None:
+        self._keep_retained(_codec.retained_from_bound(args[0]), undo)
+
+    def _keep_retained(self, row: _codec.Row, undo: Undo) -> None:
         _codec.check_retained(row)
         _put(self._c.retained, (row[0], row[1]), row, undo)
 
@@ -354,6 +360,7 @@ class MemoryStore(Store):
         Op.PUT_SUBSCRIPTION: _put_subscription,
         Op.DELETE_SUBSCRIPTION: _delete_subscription,
         Op.PUT_RETAINED: _put_retained,
+        Op.PUT_RETAINED_ROW: _put_retained_row,
         Op.DELETE_RETAINED: _delete_retained,
         Op.PUT_MESSAGE: _put_message,
         Op.DELETE_MESSAGE: _delete_message,

@@ -100,6 +100,7 @@ _RAISE_DELIVERY_MARK = (
     " FROM deliveries WHERE client_id = %s)) WHERE key = 'next_delivery_id'"
 )
 
+_PUT_RETAINED = _upsert("retained", "sub_point", "topic")
 PLAN: dict[Op, Plan] = {
     Op.PUT_SESSION: Plan((_upsert("sessions", "client_id"),), _codec.session_row, None, None),
     Op.DELETE_SESSION: Plan(
@@ -120,14 +121,12 @@ PLAN: dict[Op, Plan] = {
     Op.DELETE_SUBSCRIPTION: Plan(
         ("DELETE FROM subscriptions WHERE client_id = %s AND key = %s",), None, None, None
     ),
-    Op.PUT_RETAINED: Plan(
-        (_upsert("retained", "sub_point", "topic"),),
-        _codec.retained_row,
-        _codec.check_retained,
-        None,
-    ),
+    Op.PUT_RETAINED: Plan((_PUT_RETAINED,), _codec.retained_row, _codec.check_retained, None),
     Op.DELETE_RETAINED: Plan(
         ("DELETE FROM retained WHERE sub_point = %s AND topic = %s",), None, None, None
+    ),
+    Op.PUT_RETAINED_ROW: Plan(
+        (_PUT_RETAINED,), _codec.retained_from_bound, _codec.check_retained, None
     ),
     Op.PUT_MESSAGE: Plan(
         (_insert("messages") + " ON CONFLICT (id) DO NOTHING",),
@@ -239,6 +238,7 @@ _TABLE_OF = {
     Op.DELETE_SUBSCRIPTION: 1,
     Op.PUT_RETAINED: 2,
     Op.DELETE_RETAINED: 2,
+    Op.PUT_RETAINED_ROW: 2,
     Op.PUT_MESSAGE: 3,
     Op.DELETE_MESSAGE: 3,
     Op.PUT_DELIVERY: 4,
@@ -282,6 +282,11 @@ _DELIVERY_TYPES = "int8 text int8 int4 int4 int4 int4 text"
 _DELIVERY_UPDATES = ", ".join(f"{c} = EXCLUDED.{c}" for c in COLUMNS["deliveries"][1:])
 _RETAINED_TYPES = "text text bytea int4 int8 text bytea int4"
 _RETAINED_UPDATES = ", ".join(f"{c} = EXCLUDED.{c}" for c in COLUMNS["retained"][2:])
+_RETAINED_ARRAYS = (
+    _unnest("retained", _RETAINED_TYPES)
+    + f" ON CONFLICT (sub_point, topic) DO UPDATE SET {_RETAINED_UPDATES}",
+    _last_per_key(2),
+)
 # Op -> (one statement over arrays for a whole run, the run's rows as its parameters).
 _ARRAYS: dict[Op, tuple[str, Callable[[list[Row]], list[list[Any]]]]] = {
     # Messages are immutable: of two rows with one id in a run, the first stays.
@@ -294,11 +299,8 @@ _ARRAYS: dict[Op, tuple[str, Callable[[list[Row]], list[list[Any]]]]] = {
         + f" ON CONFLICT (delivery_id) DO UPDATE SET {_DELIVERY_UPDATES}",
         _last_per_key(1),
     ),
-    Op.PUT_RETAINED: (
-        _unnest("retained", _RETAINED_TYPES)
-        + f" ON CONFLICT (sub_point, topic) DO UPDATE SET {_RETAINED_UPDATES}",
-        _last_per_key(2),
-    ),
+    Op.PUT_RETAINED: _RETAINED_ARRAYS,
+    Op.PUT_RETAINED_ROW: _RETAINED_ARRAYS,
     Op.DELETE_MESSAGE: ("DELETE FROM messages WHERE id = ANY(%b::int8[])", _ids),
     Op.DELETE_DELIVERY: ("DELETE FROM deliveries WHERE delivery_id = ANY(%b::int8[])", _ids),
 }

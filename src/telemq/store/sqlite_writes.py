@@ -80,6 +80,7 @@ class Plan(NamedTuple):
 
 
 _BY_CLIENT = "client_id = ?"
+_PUT_RETAINED = _insert("retained", "INSERT OR REPLACE", _BOUND_NULL)
 PLAN: dict[Op, Plan] = {
     Op.PUT_SESSION: Plan(
         {_SESSIONS: (_insert("sessions", "INSERT OR REPLACE"),)}, _codec.session_row, 0, None
@@ -111,14 +112,13 @@ PLAN: dict[Op, Plan] = {
         None,
     ),
     Op.PUT_RETAINED: Plan(
-        {_RETAINED: (_insert("retained", "INSERT OR REPLACE", _BOUND_NULL),)},
-        partial(_codec.retained_row, **BOUND_FAST),
-        0,
-        None,
+        {_RETAINED: (_PUT_RETAINED,)}, partial(_codec.retained_row, **BOUND_FAST), 0, None
     ),
     Op.DELETE_RETAINED: Plan(
         {_RETAINED: ("DELETE FROM retained WHERE sub_point = ? AND topic = ?",)}, None, 0, None
     ),
+    # Bound already (`RetainedRow`): `tuple` gives the row itself back, at C speed.
+    Op.PUT_RETAINED_ROW: Plan({_RETAINED: (_PUT_RETAINED,)}, tuple, 0, None),
     # Messages are immutable: putting an id that is already stored keeps the stored one.
     # (Not INSERT OR IGNORE: that would also skip rows that violate a CHECK.)
     Op.PUT_MESSAGE: Plan(

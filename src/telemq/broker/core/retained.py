@@ -24,10 +24,11 @@ it had. Refusals are counted in `$SYS` and logged the first time and every 1,000
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import TYPE_CHECKING, Final
 
-from ...store import RetainedRecord
+from ...store import Op, RetainedRow
 from .committer import Committer
 from .message import Message
 
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("telemq.broker")
 
 SYS_PREFIX = "$SYS/"
+_json_text: Final = json.encoder.encode_basestring  # a str as JSON text (not ASCII-escaped)
 
 
 class _Level:
@@ -233,19 +235,8 @@ class RetainedMessages:
                     )
                 return
         self._store(message, retained, old)
-        if durable:
-            pending.put_retained(
-                RetainedRecord(
-                    message.sub_point,
-                    message.topic,
-                    message.payload,
-                    message.qos,
-                    message.ts_us,
-                    _record_data(message),
-                    message.properties,
-                    message.local_only,
-                )
-            )
+        if durable:  # WriteBatch.put_retained_row, inlined: once per retained publication
+            pending.ops.append((Op.PUT_RETAINED_ROW, (_retained_row(message),)))
 
     def restore(self, message: Message) -> str | None:
         """A retained message loaded from the store (nothing to write). Beyond the quotas
@@ -303,14 +294,26 @@ class RetainedMessages:
         return self._count
 
 
-def _record_data(message: Message) -> dict[str, object]:
-    """What a retained record keeps besides its columns: the publisher, the expiry, and
-    the broker it was made at when not this one (no schema change: `data` is JSON)."""
-    data: dict[str, object] = {
-        "client_id": message.client_id,
-        "user_id": message.user_id,
-        "expiry_at": message.expiry_at,
-    }
+def _retained_row(message: Message) -> RetainedRow:
+    """The store's row of a retained publication (`RetainedRow`). Its `data` (JSON) says
+    who published it, when it expires (restore.py reads both back) and, when it was made
+    at another broker, which one; an expiry that is not a finite number is never (null)."""
+    expiry = message.expiry_at
+    data = (
+        f'{{"client_id":{_json_text(message.client_id)},'
+        f'"user_id":{_json_text(message.user_id)},'
+        f'"expiry_at":{repr(expiry) if expiry - expiry == 0.0 else "null"}'
+    )
     if message.origin:
-        data["origin"] = message.origin
-    return data
+        data += f',"origin":{_json_text(message.origin)}'
+    properties = message.properties
+    return (
+        message.sub_point,
+        message.topic,
+        bytearray(message.payload),
+        message.qos,
+        message.ts_us,
+        data + "}",
+        bytearray(properties) if properties else 0,
+        1 if message.local_only else 0,
+    )
