@@ -19,13 +19,17 @@ on the writer thread disturbs the event loop a little (the GIL, the CPU), which
 shows in the tail latency of everything else. Any `after` (an acknowledgement
 waiting) commits them at once.
 
-A small batch that several acknowledgements wait for is committed on the event loop
-itself while such commits are quick (under `INLINE_BUDGET` seconds on average,
-measured): handing it to the writer thread and its outcome back costs two thread
-wake-ups (about 0.1 ms here), as much as the commit's own fsync, and those clients
-can send nothing more until it ends. A lone acknowledgement (a trickle, where another
-client's message may arrive during the fsync), a large batch, a lazy one and a slow
-disk keep going to the writer thread, so the loop keeps reading while it works.
+A batch of up to `INLINE_MAX_OPS` writes that several acknowledgements wait for is
+committed on the event loop itself while such commits are quick (under `INLINE_BUDGET`
+seconds on average, measured): handing it to the writer thread and its outcome back costs
+two thread wake-ups (about 0.1 ms here), as much as the commit's own fsync, and those
+clients can send nothing more until it ends. Overlapping the loop's work with the commit
+does not win that back either: with the GIL, the loop and the writer mostly take turns
+(QoS 1 with windows of 25 to 100, one to four publishers: 18 to 27% more messages per CPU
+second inline, docs/performance.md). A lone acknowledgement (a trickle, where another
+client's message may arrive during the fsync), a large batch (many clients at once), a
+lazy one and a slow disk keep going to the writer thread, so the loop keeps reading while
+it works; the loop waits for an inline commit at most about `INLINE_BUDGET` on average.
 
 The memory store commits inline (there is nothing to wait for).
 """
@@ -50,8 +54,8 @@ SEAL_INTERVAL = 0.01  # seconds between seals of the pending journal rows during
 MAX_BACKLOG = 100_000  # writes waiting behind a running commit before writers are paused
 BACKLOG_SHARE = 16  # a writer with 1/16 of that in the waiting batch is one that fills it
 INLINE_MIN_ACTIONS = 4  # a commit this many acknowledgements wait for...
-INLINE_MAX_OPS = 64  # ...of a batch this small may run on the event loop...
-INLINE_BUDGET = 0.0005  # ...while such commits take less than this many seconds (average)
+INLINE_MAX_OPS = 512  # ...of a batch this small may run on the event loop...
+INLINE_BUDGET = 0.002  # ...while such commits take less than this many seconds (average)
 ACTIONS_PER_TURN = 1024  # post-commit actions run in one callback; the rest in later turns
 
 

@@ -22,7 +22,8 @@ class Message:
     """An accepted publication (see module docstring)."""
 
     __slots__ = (
-        "_frames",
+        "_frame",
+        "_frame_retained",
         "client_id",
         "expiry_at",
         "local_only",
@@ -62,7 +63,12 @@ class Message:
         self.payload = payload
         self.size = len(self.topic_bytes) + len(payload)  # what it counts against quotas
         self.qos = qos
+        # The flags side by side: the compiled build packs neighbouring flags in one word.
         self.retain = retain
+        self.local_only = False  # MQ PubOpt Local: not for the other brokers
+        # A retained copy answering a new proxy subscription (retained_sync.py): delivered
+        # with RETAIN set, not journaled again.
+        self.sync = False
         self.sub_point = sub_point
         self.client_id = client_id
         self.user_id = user_id
@@ -82,20 +88,20 @@ class Message:
         # The broker it was made at, when not this one (a link's copy: the first of its
         # path). Journaled, and `Properties.Broker` to filters (docs/network.md §6).
         self.origin = ""
-        self.local_only = False  # MQ PubOpt Local: not for the other brokers
-        # A retained copy answering a new proxy subscription (retained_sync.py): delivered
-        # with RETAIN set, not journaled again.
-        self.sync = False
-        self._frames: list[bytes | None] = [frame_qos0, None]
+        # Its QoS 0 PUBLISH frames, without and with RETAIN: two fields, not a list (an
+        # object the less per publication, and per retained message kept).
+        self._frame = frame_qos0
+        self._frame_retained: bytes | None = None
 
     def frame_qos0(self, retain: bool) -> bytes:
         """The QoS 0 PUBLISH of this message, encoded once per RETAIN flag."""
-        index = 1 if retain else 0
-        frame = self._frames[index]
+        frame = self._frame_retained if retain else self._frame
         if frame is None:
-            frame = self._frames[index] = encode_publish(
-                self.topic_bytes, self.payload, 0, retain, False, 0
-            )
+            frame = encode_publish(self.topic_bytes, self.payload, 0, retain, False, 0)
+            if retain:
+                self._frame_retained = frame
+            else:
+                self._frame = frame
         return frame
 
     def take_properties(self, props: Properties) -> None:
