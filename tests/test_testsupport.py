@@ -8,6 +8,7 @@ import shutil
 import socket
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -103,6 +104,21 @@ def test_free_port_never_repeats_and_skips_busy_ports(monkeypatch: pytest.Monkey
             free_port()
 
 
+def hold_port(port: int) -> socket.socket:
+    """A listener on `port`. With SO_REUSEADDR (`create_server`'s default), as the broker's
+    own listener: the stopped broker's connections in TIME_WAIT do not stand in the way,
+    and the broker still cannot listen beside it. An outgoing connection of another test
+    may hold the port for a moment: tried again for a few seconds."""
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            return socket.create_server((HOST, port))
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def test_a_restart_waits_while_its_port_is_taken(tmp_path: Path) -> None:
     """The port the system picked at the first start comes from the ephemeral range: while
     the broker is down, another test's outgoing connection may hold it as its local port.
@@ -112,9 +128,7 @@ def test_a_restart_waits_while_its_port_is_taken(tmp_path: Path) -> None:
     try:
         port = broker.port
         broker.stop()
-        holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        holder.bind((HOST, port))
-        holder.listen()
+        holder = hold_port(port)
         releaser = threading.Timer(1.0, holder.close)
         releaser.start()
         try:
