@@ -25,7 +25,7 @@ seconds on average, measured): handing it to the writer thread and its outcome b
 two thread wake-ups (about 0.1 ms here), as much as the commit's own fsync, and those
 clients can send nothing more until it ends. Overlapping the loop's work with the commit
 does not win that back either: with the GIL, the loop and the writer mostly take turns
-(QoS 1 with windows of 25 to 100, one to four publishers: 18 to 27% more messages per CPU
+(QoS 1 and 2, windows of 25 to 100, one to four publishers: 6 to 33% more messages per CPU
 second inline, docs/performance.md). A lone acknowledgement (a trickle, where another
 client's message may arrive during the fsync), a large batch (many clients at once), a
 lazy one and a slow disk keep going to the writer thread, so the loop keeps reading while
