@@ -527,7 +527,7 @@ class DialConnection(Connection):
         self._seen_at = now
 
     def _keepalive_window(self) -> float:
-        """None for the base class to judge: the server's silence is `_window`'s."""
+        """0: nothing for the base class to judge; the server's silence is `_window`'s."""
         return 0.0
 
     def next_timer(self) -> float | None:
