@@ -14,6 +14,7 @@ from telemq.store import (
     DeliveryRecord,
     DeliveryState,
     IncomingRecord,
+    IncomingRow,
     JournalRecord,
     MemoryStore,
     RetainedRecord,
@@ -59,6 +60,11 @@ def incoming(client: str, packet_id: int, mid: int, payload: bytes = b"q2") -> I
     return IncomingRecord(
         client, packet_id, StoredMessage(mid, "in/t", payload, 2, True, "", client)
     )
+
+
+def held_row(record: IncomingRecord) -> IncomingRow:
+    """`record` as the broker hands it over (`WriteBatch.put_incoming_row`)."""
+    return cast(IncomingRow, _codec.incoming_row(record, **BOUND_FAST))
 
 
 def rich_state(store: Store) -> None:
@@ -236,6 +242,9 @@ def test_delete_session_without_a_session_row_still_cascades(harness: Harness) -
         ("put_retained", RetainedRecord("", "t", "text, not bytes", 0)),  # type: ignore[arg-type]
         ("put_retained_row", ("", "t", "text, not bytes", 0, 0, 0, 0, 0)),
         ("put_retained_row", ("", "t", bytearray(b"x"), 3, 0, 0, 0, 0)),
+        ("put_incoming_row", held_row(IncomingRecord("c", 0, message(9)))),
+        ("put_incoming_row", ("c", 1, 9, "t", "text", 1, 0, "", "c", "u", 1, 0, 0, 0)),
+        ("put_incoming_row", (*held_row(IncomingRecord("c", 1, message(9)))[:13], 2)),
     ],
     ids=[
         "dup-seq",
@@ -247,6 +256,9 @@ def test_delete_session_without_a_session_row_still_cascades(harness: Harness) -
         "payload-type",
         "row-payload-type",
         "row-qos",
+        "held-row-packet-id-0",
+        "held-row-payload-type",
+        "held-row-released",
     ],
 )
 def test_a_failing_batch_applies_nothing(harness: Harness, bad_step: Step) -> None:
@@ -829,6 +841,52 @@ def test_retained_rows_and_records_replace_each_other_in_batch_order(harness: Ha
         RetainedRecord("", "k/1", b"10", 1, 10),
         RetainedRecord("", "k/3", b"record", 0, local_only=True),
     ]
+
+
+def test_a_held_row_loads_back_as_its_record(harness: Harness) -> None:
+    """What the broker writes as a row (no properties and no expiry: 0) is what the record
+    would have written, and its message id raises the mark as the record's did."""
+    records = [
+        incoming("c", 1, 0),
+        IncomingRecord(
+            "cé",
+            65535,
+            StoredMessage(77, "in/ü", b"\x00\xff", 2, True, "sp", "cé", "u", 9, b"\x01\x01", 1.9e9),
+            released=True,
+        ),
+    ]
+    commit(harness.store, *[("put_incoming_row", held_row(r)) for r in records])
+    state = harness.reopen().load()
+    assert sorted(state.incoming, key=lambda r: r.packet_id) == records
+    assert state.next_message_id == 78
+
+
+def test_held_rows_and_records_merge_with_releases_and_deletes(harness: Harness) -> None:
+    """Rows are one table's puts with records: in a batch long enough to be merged key by
+    key (PostgreSQL), each key ends as its last op says."""
+    store = harness.store
+    commit(store, *[("put_incoming_row", held_row(incoming("c", pid, 0))) for pid in (1, 2)])
+    commit(
+        store,
+        ("put_incoming_row", held_row(incoming("c", 3, 0, payload=b"row"))),
+        ("put_incoming", incoming("c", 3, 0, payload=b"record")),
+        ("release_incoming", "c", 1),
+        ("put_incoming_row", held_row(incoming("c", 2, 0, payload=b"row again"))),
+        ("put_incoming_row", held_row(incoming("d", 5, 0))),
+        ("delete_incoming", "d", 5),
+        ("put_incoming_row", held_row(incoming("d", 6, 0))),
+        ("release_incoming", "d", 6),
+    )
+    held = {
+        (r.client_id, r.packet_id): (r.message.payload, r.released)
+        for r in harness.reopen().load().incoming
+    }
+    assert held == {
+        ("c", 1): (b"q2", True),
+        ("c", 2): (b"row again", False),
+        ("c", 3): (b"record", False),
+        ("d", 6): (b"q2", True),
+    }
 
 
 def test_held_messages_put_released_and_deleted_in_one_batch(harness: Harness) -> None:

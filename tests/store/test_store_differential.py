@@ -28,7 +28,9 @@ from telemq.store import (
     SubscriptionRecord,
     SyncMode,
     WriteBatch,
+    _codec,
 )
+from telemq.store.sqlite_writes import BOUND_FAST
 
 clients = st.sampled_from(["a", "b", "ç"])
 names = st.sampled_from(["t/1", "t/2", "ü/#"])
@@ -106,6 +108,12 @@ ops = st.one_of(
     st.tuples(st.just("delete_delivery"), st.integers(1, 8)),
     st.tuples(
         st.just("put_incoming"), st.builds(IncomingRecord, clients, st.integers(1, 3), messages)
+    ),
+    st.tuples(
+        st.just("put_incoming_row"),  # as the broker binds it: bytearrays, 0 for NULL
+        st.builds(IncomingRecord, clients, st.integers(1, 3), messages, st.booleans()).map(
+            lambda record: _codec.incoming_row(record, **BOUND_FAST)
+        ),
     ),
     st.tuples(st.just("delete_incoming"), clients, st.integers(1, 3)),
     st.tuples(st.just("release_incoming"), clients, st.integers(1, 3)),

@@ -18,6 +18,7 @@ from .base import (
     DeliveryRecord,
     DeliveryState,
     IncomingRecord,
+    IncomingRow,
     JournalRecord,
     RetainedRecord,
     RetainedRow,
@@ -165,6 +166,22 @@ def incoming_row(r: IncomingRecord, null: Any = None, blob: Blob = bytes) -> Row
     # The held message's columns are the `messages` table's, between the key and `released`.
     message = message_row(r.message, null, blob)
     return (r.client_id, r.packet_id, *message, 1 if r.released else 0)
+
+
+def incoming_from_bound(row: IncomingRow) -> Row:
+    """An `IncomingRow` (bound for SQLite) as `incoming_row` makes it, for the stores that
+    keep or bind plain values; as `retained_from_bound`, other types pass for the check."""
+    payload, properties, expiry = row[4], row[11], row[12]
+    return (
+        *row[:4],
+        bytes(payload) if type(payload) is bytearray else payload,
+        *row[5:11],
+        bytes(properties)
+        if type(properties) is bytearray
+        else (None if _is_zero(properties) else properties),
+        None if _is_zero(expiry) else expiry,
+        row[13],
+    )
 
 
 # -- the CHECK constraints of the SQLite schema, for the memory store's commits ---------------

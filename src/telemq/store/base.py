@@ -186,6 +186,32 @@ class IncomingRecord:
     released: bool = False
 
 
+IncomingRow = tuple[
+    str,
+    int,
+    int,
+    str,
+    bytes | bytearray,
+    int,
+    int,
+    str,
+    str,
+    str,
+    int,
+    bytes | bytearray | int,
+    float | int,
+    int,
+]
+"""A held QoS 2 message as the broker hands it over (`WriteBatch.put_incoming_row`): the
+`incoming` table's columns in order, client_id, packet_id, then the message's (message_id,
+topic, payload, qos, retain, sub_point, client_id, user_id, ts_us, properties, expiry_at),
+then released, bound the way `JournalRow` is: the payload and properties bytearrays, 0 for
+no properties and no expiry, retain and released as 1 or 0. One per QoS 2 publication:
+made from the broker's own message, it costs no `StoredMessage` and no `IncomingRecord`,
+and nothing to convert on the writer thread. The stores read it back as an
+`IncomingRecord`."""
+
+
 @dataclass(slots=True)
 class StoreState:
     """Everything `Store.load` returns to rebuild the broker after a restart."""
@@ -219,6 +245,7 @@ class Op(enum.IntEnum):
     DELETE_INCOMING = 12  # (client_id, packet_id)
     RELEASE_INCOMING = 13  # (client_id, packet_id): the held message's row, marked released
     PUT_RETAINED_ROW = 14  # (RetainedRow,): PUT_RETAINED, as the broker makes it
+    PUT_INCOMING_ROW = 15  # (IncomingRow,): PUT_INCOMING, as the broker makes it
 
 
 class WriteBatch:
@@ -317,6 +344,10 @@ class WriteBatch:
 
     def put_incoming(self, record: IncomingRecord) -> None:
         self.ops.append((Op.PUT_INCOMING, (record,)))
+
+    def put_incoming_row(self, row: IncomingRow) -> None:
+        """`put_incoming` of a row (the broker's way: one per QoS 2 publication)."""
+        self.ops.append((Op.PUT_INCOMING_ROW, (row,)))
 
     def delete_incoming(self, client_id: str, packet_id: int) -> None:
         self.ops.append((Op.DELETE_INCOMING, (client_id, packet_id)))

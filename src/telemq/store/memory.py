@@ -23,6 +23,7 @@ from .base import (
     ConsumerOffset,
     DeliveryRecord,
     IncomingRecord,
+    IncomingRow,
     JournalRecord,
     Op,
     RetainedRecord,
@@ -308,7 +309,12 @@ class MemoryStore(Store):
         self._c.next_delivery_id = max(self._c.next_delivery_id, args[0] + 1)
 
     def _put_incoming(self, args: tuple[IncomingRecord], undo: Undo) -> None:
-        row = _codec.incoming_row(args[0])
+        self._keep_incoming(_codec.incoming_row(args[0]), undo)
+
+    def _put_incoming_row(self, args: tuple[IncomingRow], undo: Undo) -> None:
+        self._keep_incoming(_codec.incoming_from_bound(args[0]), undo)
+
+    def _keep_incoming(self, row: _codec.Row, undo: Undo) -> None:
         _codec.check_incoming(row)
         _put(_inner(self._c.incoming, row[0], undo), row[1], row, undo)
         self._c.next_message_id = max(self._c.next_message_id, row[2] + 1)
@@ -367,6 +373,7 @@ class MemoryStore(Store):
         Op.PUT_DELIVERY: _put_delivery,
         Op.DELETE_DELIVERY: _delete_delivery_op,
         Op.PUT_INCOMING: _put_incoming,
+        Op.PUT_INCOMING_ROW: _put_incoming_row,
         Op.DELETE_INCOMING: _delete_incoming,
         Op.RELEASE_INCOMING: _release_incoming,
     }

@@ -101,6 +101,7 @@ _RAISE_DELIVERY_MARK = (
 )
 
 _PUT_RETAINED = _upsert("retained", "sub_point", "topic")
+_PUT_INCOMING = _upsert("incoming", "client_id", "packet_id")
 PLAN: dict[Op, Plan] = {
     Op.PUT_SESSION: Plan((_upsert("sessions", "client_id"),), _codec.session_row, None, None),
     Op.DELETE_SESSION: Plan(
@@ -148,8 +149,14 @@ PLAN: dict[Op, Plan] = {
     ),
     # A held QoS 2 message's id raises the mark when it is put (sqlite_writes.py).
     Op.PUT_INCOMING: Plan(
-        (_upsert("incoming", "client_id", "packet_id"),),
+        (_PUT_INCOMING,),
         _codec.incoming_row,
+        _codec.check_incoming,
+        ("next_message_id", 2),
+    ),
+    Op.PUT_INCOMING_ROW: Plan(
+        (_PUT_INCOMING,),
+        _codec.incoming_from_bound,
         _codec.check_incoming,
         ("next_message_id", 2),
     ),
@@ -244,6 +251,7 @@ _TABLE_OF = {
     Op.PUT_DELIVERY: 4,
     Op.DELETE_DELIVERY: 4,
     Op.PUT_INCOMING: 5,
+    Op.PUT_INCOMING_ROW: 5,
     Op.DELETE_INCOMING: 5,
     Op.RELEASE_INCOMING: 5,
 }
@@ -314,7 +322,8 @@ def _by_table(ops: list[tuple[Op, Any]]) -> list[tuple[Op, Any]]:
     return sorted(ops, key=lambda entry: _TABLE_OF[entry[0]])  # stable: order kept per table
 
 
-_HELD_OPS = frozenset((Op.PUT_INCOMING, Op.RELEASE_INCOMING, Op.DELETE_INCOMING))
+_HELD_PUTS = frozenset((Op.PUT_INCOMING, Op.PUT_INCOMING_ROW))
+_HELD_OPS = _HELD_PUTS | {Op.RELEASE_INCOMING, Op.DELETE_INCOMING}
 _INCOMING_TYPES = "text int4 int8 text bytea int4 int4 text text text int8 bytea float8 int4"
 _INCOMING_UPDATES = ", ".join(f"{c} = EXCLUDED.{c}" for c in COLUMNS["incoming"][2:])
 _HELD_KEYS = (
@@ -337,7 +346,7 @@ def _held_steps(runs: list[tuple[Op, list[Row]]]) -> list[tuple[str, list[Row]]]
     Rows of different keys are independent, so their order does not matter."""
     net: dict[Any, tuple[int, Row]] = {}
     for op, params in runs:
-        if op == Op.PUT_INCOMING:
+        if op in _HELD_PUTS:
             for row in params:
                 net[row[0], row[1]] = (_PUT, row)
         elif op == Op.DELETE_INCOMING:

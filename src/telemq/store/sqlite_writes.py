@@ -81,6 +81,7 @@ class Plan(NamedTuple):
 
 _BY_CLIENT = "client_id = ?"
 _PUT_RETAINED = _insert("retained", "INSERT OR REPLACE", _BOUND_NULL)
+_PUT_INCOMING = _insert("incoming", "INSERT OR REPLACE", _BOUND_NULL)
 PLAN: dict[Op, Plan] = {
     Op.PUT_SESSION: Plan(
         {_SESSIONS: (_insert("sessions", "INSERT OR REPLACE"),)}, _codec.session_row, 0, None
@@ -145,11 +146,12 @@ PLAN: dict[Op, Plan] = {
     # A held QoS 2 message's id raises the mark when it is put (the broker's are 0: not yet
     # stored as a message), so neither replacing nor deleting a held message has to.
     Op.PUT_INCOMING: Plan(
-        {_INCOMING: (_insert("incoming", "INSERT OR REPLACE", _BOUND_NULL),)},
+        {_INCOMING: (_PUT_INCOMING,)},
         partial(_codec.incoming_row, **BOUND_FAST),
         0,
         ("next_message_id", 2),
     ),
+    Op.PUT_INCOMING_ROW: Plan({_INCOMING: (_PUT_INCOMING,)}, tuple, 0, ("next_message_id", 2)),
     Op.DELETE_INCOMING: Plan(
         {_INCOMING: ("DELETE FROM incoming WHERE client_id = ? AND packet_id = ?",)},
         None,
@@ -249,10 +251,53 @@ def _exact(sql: str, rows: int) -> str:
     return multi
 
 
+# Held QoS 2 messages (`incoming`) are keyed by (client_id, packet_id), with no rowid to
+# join on; but a run of their deletes or releases mostly names one client's packets (a
+# publisher's window): one statement per client, `packet_id IN (...)`, which searches the
+# primary key once per id. Alone it is hardly faster than a step per row (10.4 against
+# 11.2 us for 10 ids), but on the writer thread it takes the GIL back once per statement,
+# not once per row (see `_ROWS_PER_STATEMENT`).
+_PER_CLIENT: dict[str, str] = {
+    sql: sql.replace("packet_id = ?", "packet_id IN ({})")
+    for op in (Op.DELETE_INCOMING, Op.RELEASE_INCOMING)
+    for sql in PLAN[op].statements[_INCOMING]
+}
+_IN_LISTS: dict[tuple[str, int], str] = {}  # (template, ids) -> its statement
+
+
+def _per_client(conn: sqlite3.Connection, template: str, params: list[Any]) -> int:
+    """A run of (client_id, packet_id) rows as one statement per client and size."""
+    ids_of: dict[str, list[int]] = {}
+    for client_id, packet_id in params:
+        ids = ids_of.get(client_id)
+        if ids is None:
+            ids_of[client_id] = [packet_id]
+        else:
+            ids.append(packet_id)
+    changed = 0
+    for client_id, ids in ids_of.items():
+        start, end = 0, len(ids)
+        while start < end:
+            # Exact up to `_EXACT_ROWS`; beyond, the largest power of two that fits: a few
+            # forms per template stay prepared, whatever the windows.
+            rows = end - start
+            if rows > _EXACT_ROWS:
+                rows = next(size for size in _ROWS_PER_STATEMENT if size <= rows)
+            sql = _IN_LISTS.get((template, rows))
+            if sql is None:
+                sql = _IN_LISTS[template, rows] = template.format(", ".join("?" * rows))
+            changed += conn.execute(sql, [client_id, *ids[start : start + rows]]).rowcount
+            start += rows
+    return changed
+
+
 def write_rows(conn: sqlite3.Connection, sql: str, params: list[Any]) -> int:
     """Run `sql` once per parameter row, in order; returns the number of rows changed."""
-    variants = _MULTI_ROW.get(sql)
     end = len(params)
+    template = _PER_CLIENT.get(sql)
+    if template is not None and end > 1:
+        return _per_client(conn, template, params)
+    variants = _MULTI_ROW.get(sql)
     if variants is None or end < 2:
         return conn.executemany(sql, params).rowcount
     if end <= _EXACT_ROWS:

@@ -15,7 +15,7 @@ from typing import Protocol
 from ...protocol import encode_publish
 from ...protocol.properties import message_expiry_property, message_properties
 from ...protocol.property_table import Properties
-from ...store import StoredMessage
+from ...store import IncomingRow, StoredMessage
 
 
 class Message:
@@ -121,6 +121,29 @@ class Message:
         if remaining <= 0:
             return None
         return message_expiry_property(remaining) + self.properties
+
+    def incoming_row(self, client_id: str, packet_id: int) -> IncomingRow:
+        """This message held as `client_id`'s QoS 2 `packet_id`, not yet released, as the
+        store's row (`IncomingRow`): what an `IncomingRecord` of `to_stored` holds, made
+        without either object, once per QoS 2 publication."""
+        properties = self.properties
+        expiry = self.expiry_at
+        return (
+            client_id,
+            packet_id,
+            self.store_id,
+            self.topic,
+            bytearray(self.payload),
+            self.qos,
+            1 if self.retain else 0,
+            self.sub_point,
+            self.client_id,
+            self.user_id,
+            self.ts_us,
+            bytearray(properties) if properties else 0,
+            expiry if expiry else 0,
+            0,
+        )
 
     def to_stored(self) -> StoredMessage:
         return StoredMessage(

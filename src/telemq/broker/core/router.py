@@ -47,7 +47,7 @@ from ...protocol import (
     topic_matches,
 )
 from ...protocol.properties import read_message_properties
-from ...store import IncomingRecord
+from ...store import Op
 from ...subscriptions import DeliveryOptions, Registry
 from ..security.acl import Action
 from ..security.hooks import Hooks
@@ -228,9 +228,8 @@ class Router:
             if not event.duplicate:
                 message = self._message_from(client, publish)
                 session.hold_incoming(packet_id, message)
-                committer.pending.put_incoming(
-                    IncomingRecord(session.client_id, packet_id, message.to_stored())
-                )
+                held = message.incoming_row(session.client_id, packet_id)
+                committer.pending.ops.append((Op.PUT_INCOMING_ROW, (held,)))  # put_incoming_row
             committer.after(lambda: client.acknowledge(PacketType.PUBREC, packet_id))
             return
         message = self._message_from(client, publish)
@@ -314,9 +313,8 @@ class Router:
         if qos == 2:
             if not event.duplicate:
                 session.hold_incoming(packet_id, message)
-                committer.pending.put_incoming(
-                    IncomingRecord(session.client_id, packet_id, message.to_stored())
-                )
+                held = message.incoming_row(session.client_id, packet_id)
+                committer.pending.ops.append((Op.PUT_INCOMING_ROW, (held,)))  # put_incoming_row
             committer.after(lambda: client.acknowledge(PacketType.PUBREC, packet_id))
             return
         if deliver is None:
