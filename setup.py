@@ -66,6 +66,7 @@ COMPILED = [
     "src/telemq/broker/core/stats.py",
     "src/telemq/broker/core/rooms.py",
     "src/telemq/broker/core/subscribe.py",
+    "src/telemq/broker/core/wills.py",
 ]
 
 

@@ -45,9 +45,10 @@ class InflightState(enum.IntEnum):
     RELEASED = 2  # QoS 2: PUBREL sent, waiting for PUBCOMP
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Inflight:
-    """One outbound QoS 1/2 message in flight, with what is needed to re-send it."""
+    """One outbound QoS 1/2 message in flight, with what is needed to re-send it. One per
+    such message: its `__init__` is written out, compiled (see events.py)."""
 
     packet_id: int
     qos: int
@@ -55,11 +56,33 @@ class Inflight:
     payload: bytes
     retain: bool
     ref: OwnerRef
-    state: InflightState = InflightState.PUBLISHED
-    sent_at: float = 0.0
+    state: InflightState
+    sent_at: float
     # MQTT 5.0: the PUBLISH's properties, encoded one after the other without their length
     # (subscription identifiers, the message's own properties), to re-send it the same.
-    properties: bytes = b""
+    properties: bytes
+
+    def __init__(
+        self,
+        packet_id: int,
+        qos: int,
+        topic: bytes,
+        payload: bytes,
+        retain: bool,
+        ref: OwnerRef,
+        state: InflightState = InflightState.PUBLISHED,
+        sent_at: float = 0.0,
+        properties: bytes = b"",
+    ) -> None:
+        self.packet_id = packet_id
+        self.qos = qos
+        self.topic = topic
+        self.payload = payload
+        self.retain = retain
+        self.ref = ref
+        self.state = state
+        self.sent_at = sent_at
+        self.properties = properties
 
 
 # `Flows.outbound`, `Flows.incoming` and `Flows.released` of every session without any:

@@ -430,12 +430,14 @@ class ConnectionLifecycle(Decoder):
         return []
 
 
+# Value -> member: a dict lookup, where `ReasonCode(code)` runs the enum's interpreted
+# `__call__` (once per connection, at its DISCONNECT).
+_REASONS: Final[dict[int, ReasonCode]] = {code.value: code for code in ReasonCode}
+
+
 def reason_of(code: int) -> ReasonCode:
     """`code` as a `ReasonCode`, or "unspecified error" for one it does not name."""
-    try:
-        return ReasonCode(code)
-    except ValueError:
-        return ReasonCode.UNSPECIFIED_ERROR
+    return _REASONS.get(code, ReasonCode.UNSPECIFIED_ERROR)
 
 
 def publish_frame(inflight: Inflight, peer5: Peer5 | None, dup: bool) -> bytes:

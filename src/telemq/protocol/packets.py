@@ -93,13 +93,23 @@ class Connect:
     packet_type = PacketType.CONNECT
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ConnAck:
     # 3.1/3.1.1: a `ConnectReturnCode`; 5.0: the Connect Reason Code (0x00 or 0x80 and above).
-    return_code: int = ConnectReturnCode.ACCEPTED
-    session_present: bool = False
-    properties: Properties | None = None  # 5.0
+    return_code: int
+    session_present: bool
+    properties: Properties | None  # 5.0
     packet_type = PacketType.CONNACK
+
+    def __init__(
+        self,
+        return_code: int = ConnectReturnCode.ACCEPTED,
+        session_present: bool = False,
+        properties: Properties | None = None,
+    ) -> None:
+        self.return_code = return_code
+        self.session_present = session_present
+        self.properties = properties
 
 
 @dataclass(slots=True, init=False)
@@ -257,21 +267,31 @@ class UnsubAck:
     packet_type = PacketType.UNSUBACK
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class PingReq:
     packet_type = PacketType.PINGREQ
 
+    def __init__(self) -> None:  # written out, compiled: one per keep-alive period
+        pass
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class PingResp:
     packet_type = PacketType.PINGRESP
 
+    def __init__(self) -> None:
+        pass
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class Disconnect:
-    reason_code: int = 0  # 5.0: the Disconnect Reason Code (0: normal disconnection)
-    properties: Properties | None = None  # 5.0
+    reason_code: int  # 5.0: the Disconnect Reason Code (0: normal disconnection)
+    properties: Properties | None  # 5.0
     packet_type = PacketType.DISCONNECT
+
+    def __init__(self, reason_code: int = 0, properties: Properties | None = None) -> None:
+        self.reason_code = reason_code
+        self.properties = properties
 
 
 @dataclass(slots=True)

@@ -179,7 +179,8 @@ class Committer:
 
     def after(self, action: Callable[[], None]) -> None:
         """Run `action` once everything written so far is durable."""
-        if not self._busy and not self.pending and not self._actions:
+        # `pending` last: an interpreted `WriteBatch.__bool__`, often not needed.
+        if not self._busy and not self._actions and not self.pending:
             if self._ready:
                 self._ready.append(action)  # durable already: after the actions before it
             else:

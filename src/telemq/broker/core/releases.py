@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from ...protocol import PacketType
 from ...protocol.flows import release_digest
+from ...store import Op
 from .committer import Committer
 from .delivery import Deliveries
 from .message import Delivery, Message
@@ -44,8 +45,8 @@ def record_release(
     keeps its id, marked released, instead: the client may lose the PUBCOMP with its
     connection, and re-send the PUBLISH rather than the PUBREL (`Flows.released`)."""
     pending = committer.pending
-    if not session.persistent:
-        pending.delete_incoming(session.client_id, packet_id)
+    if not session.persistent:  # WriteBatch.delete_incoming, inlined: once per release
+        pending.ops.append((Op.DELETE_INCOMING, (session.client_id, packet_id)))
         return
     pending.release_incoming(session.client_id, packet_id)
     digest = release_digest(message.topic_bytes, message.payload, message.retain)

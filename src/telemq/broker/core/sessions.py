@@ -429,7 +429,8 @@ class Sessions:
     def on_closed(self, client: Client, event: ConnectionClosed) -> None:
         session = client.session
         if event.graceful:
-            log.debug("client %r disconnected", client.client_id)
+            if log.isEnabledFor(logging.DEBUG):  # a call the less per connection
+                log.debug("client %r disconnected", client.client_id)
         else:
             log.log(
                 logging.DEBUG if client.quiet_end else logging.INFO,
