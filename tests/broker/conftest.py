@@ -1,4 +1,5 @@
-"""Fixtures for the black-box broker tests: broker subprocesses and clients that clean up."""
+"""Fixtures for the black-box broker tests: broker subprocesses and clients that clean up;
+and for the in-process tests of what the broker writes, a store of each kind."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from telemq.store import MemoryStore, SqliteStore, Store, SyncMode
 from testsupport.raw5 import raw5 as raw5
 
 from .helpers import (
@@ -118,3 +120,11 @@ def raw_factory() -> Iterator[Callable[..., RawClient]]:
     yield make
     for client in clients:
         client.close()
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store_of_each_kind(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    """A memory store, then a SQLite file: what the broker writes must load back from both."""
+    if request.param == "memory":
+        return MemoryStore()
+    return SqliteStore(tmp_path / "telemq.db", SyncMode.NORMAL)

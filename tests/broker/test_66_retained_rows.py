@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from pathlib import Path
 
 import pytest
 
@@ -17,7 +16,7 @@ from telemq.broker.core.committer import Committer
 from telemq.broker.core.message import Message
 from telemq.broker.core.retained import RetainedMessages
 from telemq.broker.core.stats import BrokerStats
-from telemq.store import MemoryStore, Op, RetainedRecord, SqliteStore, Store, SyncMode
+from telemq.store import Op, RetainedRecord, Store
 
 
 def stored_after_keep(store: Store, message: Message) -> RetainedRecord:
@@ -34,13 +33,6 @@ def stored_after_keep(store: Store, message: Message) -> RetainedRecord:
     return record
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
-    if request.param == "memory":
-        return MemoryStore()
-    return SqliteStore(tmp_path / "telemq.db", SyncMode.NORMAL)
-
-
 def message(**fields: object) -> Message:
     kept = Message("a/b", b"kept", 1, True, "sp", 'pub-\u00e9"1', "user\\1", 1_234)
     for name, value in fields.items():
@@ -48,7 +40,8 @@ def message(**fields: object) -> Message:
     return kept
 
 
-def test_a_plain_retained_publication(store: Store) -> None:
+def test_a_plain_retained_publication(store_of_each_kind: Store) -> None:
+    store = store_of_each_kind
     assert stored_after_keep(store, message()) == RetainedRecord(
         "sp",
         "a/b",
@@ -59,7 +52,8 @@ def test_a_plain_retained_publication(store: Store) -> None:
     )
 
 
-def test_everything_a_retained_publication_can_carry(store: Store) -> None:
+def test_everything_a_retained_publication_can_carry(store_of_each_kind: Store) -> None:
+    store = store_of_each_kind
     made_elsewhere = message(
         expiry_at=1_900_000_000.25,
         properties=b"\x03\x00\x0atext/plain",
@@ -84,9 +78,12 @@ def test_everything_a_retained_publication_can_carry(store: Store) -> None:
 
 
 @pytest.mark.parametrize("expiry", [math.inf, math.nan])
-def test_an_expiry_that_is_not_a_number_is_stored_as_never(store: Store, expiry: float) -> None:
+def test_an_expiry_that_is_not_a_number_is_stored_as_never(
+    store_of_each_kind: Store, expiry: float
+) -> None:
     """Strict JSON has no infinity or NaN: such an expiry is stored as null, which a restart
     reads as "never expires" (restore.py), instead of failing the commit."""
+    store = store_of_each_kind
     record = stored_after_keep(store, message(expiry_at=expiry))
     assert record.data["expiry_at"] is None
     assert json.loads(json.dumps(record.data)) == record.data

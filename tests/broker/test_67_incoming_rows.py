@@ -11,14 +11,11 @@ import asyncio
 import shutil
 from pathlib import Path
 
-import pytest
-
 from telemq.broker.core.message import Message
 from telemq.protocol import Publish
 from telemq.protocol.packets import PubComp, PubRec, PubRel
 from telemq.store import (
     IncomingRecord,
-    MemoryStore,
     Op,
     SqliteStore,
     Store,
@@ -27,13 +24,6 @@ from telemq.store import (
 )
 
 from .test_17_qos2_release import Peer, journal_payloads, serving
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
-    if request.param == "memory":
-        return MemoryStore()
-    return SqliteStore(tmp_path / "telemq.db", SyncMode.NORMAL)
 
 
 def message(**fields: object) -> Message:
@@ -52,12 +42,14 @@ def held_after_commit(store: Store, held: Message, packet_id: int) -> IncomingRe
     return record
 
 
-def test_a_plain_held_message(store: Store) -> None:
+def test_a_plain_held_message(store_of_each_kind: Store) -> None:
+    store = store_of_each_kind
     held = message()
     assert held_after_commit(store, held, 7) == IncomingRecord("pub", 7, held.to_stored())
 
 
-def test_everything_a_held_message_can_carry(store: Store) -> None:
+def test_everything_a_held_message_can_carry(store_of_each_kind: Store) -> None:
+    store = store_of_each_kind
     held = message(
         retain=True,
         store_id=41,
@@ -70,7 +62,10 @@ def test_everything_a_held_message_can_carry(store: Store) -> None:
     assert store.load().next_message_id == 42  # its id raises the mark, as a record's did
 
 
-def test_rows_and_records_of_one_key_replace_each_other_in_batch_order(store: Store) -> None:
+def test_rows_and_records_of_one_key_replace_each_other_in_batch_order(
+    store_of_each_kind: Store,
+) -> None:
+    store = store_of_each_kind
     first, second = message(payload=b"first"), message(payload=b"second")
     batch = WriteBatch()
     batch.put_incoming_row(first.incoming_row("pub", 1))
@@ -84,10 +79,11 @@ def test_rows_and_records_of_one_key_replace_each_other_in_batch_order(store: St
     ]
 
 
-def test_releases_and_deletes_of_many_clients_in_one_batch(store: Store) -> None:
+def test_releases_and_deletes_of_many_clients_in_one_batch(store_of_each_kind: Store) -> None:
     """Runs of releases and deletes, interleaving clients and long enough to be written a
     few statements per client (SQLite: `packet_id IN (...)`, 32 ids exact, then powers of
     two), change exactly the rows they name."""
+    store = store_of_each_kind
     held = message()
     batch = WriteBatch()
     for packet_id in range(1, 101):
