@@ -115,20 +115,26 @@ def retained_from_bound(row: RetainedRow) -> Row:
     return (
         sub_point,
         topic,
-        bytes(payload) if type(payload) is bytearray else payload,
+        _unbound_blob(payload),
         qos,
         ts_us,
-        None if _is_zero(data) else data,
-        bytes(properties)
-        if type(properties) is bytearray
-        else (None if _is_zero(properties) else properties),
-        None if _is_zero(local_only) else local_only,
+        _unbound_nullable(data),
+        _unbound_nullable(properties),
+        _unbound_nullable(local_only),
     )
 
 
-def _is_zero(value: object) -> bool:
-    """The 0 that stands for NULL in a bound row (not False, 0.0 or b"")."""
-    return type(value) is int and value == 0
+def _unbound_blob(value: object) -> object:
+    """A blob as bound (a bytearray) as the bytes the plain rows hold."""
+    return bytes(value) if type(value) is bytearray else value
+
+
+def _unbound_nullable(value: object) -> object:
+    """A nullable column as bound: the 0 that stands for NULL (not False, 0.0 or b"") as
+    None, a bytearray as bytes; anything else as it is."""
+    if type(value) is int and value == 0:
+        return None
+    return _unbound_blob(value)
 
 
 def message_row(m: StoredMessage, null: Any = None, blob: Blob = bytes) -> Row:
@@ -171,15 +177,12 @@ def incoming_row(r: IncomingRecord, null: Any = None, blob: Blob = bytes) -> Row
 def incoming_from_bound(row: IncomingRow) -> Row:
     """An `IncomingRow` (bound for SQLite) as `incoming_row` makes it, for the stores that
     keep or bind plain values; as `retained_from_bound`, other types pass for the check."""
-    payload, properties, expiry = row[4], row[11], row[12]
     return (
         *row[:4],
-        bytes(payload) if type(payload) is bytearray else payload,
+        _unbound_blob(row[4]),  # payload
         *row[5:11],
-        bytes(properties)
-        if type(properties) is bytearray
-        else (None if _is_zero(properties) else properties),
-        None if _is_zero(expiry) else expiry,
+        _unbound_nullable(row[11]),  # properties
+        _unbound_nullable(row[12]),  # expiry_at
         row[13],
     )
 
