@@ -104,6 +104,27 @@ def test_free_port_never_repeats_and_skips_busy_ports(monkeypatch: pytest.Monkey
             free_port()
 
 
+def test_free_port_comes_round_again_after_the_whole_share(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    first = free_port()
+    monkeypatch.setattr(process_module, "worker_ports", lambda: range(first, first + 2))
+    monkeypatch.setattr(process_module, "_candidates", None)
+    handed = [free_port() for _ in range(4)]
+    assert sorted(handed[:2]) == [first, first + 1] and handed[2:] == handed[:2]
+
+
+def test_a_broker_listens_below_the_ephemeral_range(tmp_path: Path) -> None:
+    """So no outgoing connection can hold its port while it restarts."""
+    plain = BrokerProcess(tmp_path / "plain")
+    configured = BrokerProcess(
+        tmp_path / "configured", config_text="", sub_points_of_ports=("", "points/a")
+    )
+    assert plain.port in worker_ports()
+    assert configured.port == configured.ports[0]
+    assert all(port in worker_ports() for port in configured.ports)
+
+
 def hold_port(port: int) -> socket.socket:
     """A listener on `port`. With SO_REUSEADDR (`create_server`'s default), as the broker's
     own listener: the stopped broker's connections in TIME_WAIT do not stand in the way,
@@ -120,10 +141,9 @@ def hold_port(port: int) -> socket.socket:
 
 
 def test_a_restart_waits_while_its_port_is_taken(tmp_path: Path) -> None:
-    """The port the system picked at the first start comes from the ephemeral range: while
-    the broker is down, another test's outgoing connection may hold it as its local port.
-    A later start is tried again until the port is free (a listener stands in for that
-    connection here, released after a second)."""
+    """While the broker is down, something else may take its port (another program; here a
+    listener, released after a second). A later start is tried again until the port is
+    free."""
     broker = BrokerProcess(tmp_path / "b").start()
     try:
         port = broker.port

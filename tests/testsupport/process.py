@@ -4,13 +4,13 @@ Two ways to configure it: command-line options (`port`, `args`, an optional `con
 or `config_text`, a TOML text to which one `[[listeners]]` table per entry of
 `sub_points_of_ports` is appended (the MQ tests' subscription points).
 
-Ports: a broker whose port no one needs before it starts gets port 0, and the system picks a
-free one as the broker binds it, so no other test can take it in between. The broker says
+Ports: a broker's MQTT ports come from `free_port`, below the system's ephemeral range, unless
+the test passes its own. A restart binds the same ports again, and no outgoing connection can
+have been given one of them as its local port while the broker was down: a port the system
+picked (port 0) could, and stay taken for as long as that connection lives. The broker says
 which ports it bound in its ready file (``telemq serve --ready-file``: this process's pid, the
-ports of every listener and HTTP listener); a restart reuses the ports the first start bound,
-and waits a few seconds for one an outgoing connection took meanwhile (`BUSY_PORT_WAIT`).
-A test that must name a port before the broker starts (in another broker's configuration, an
-HTTP port in a configuration) passes it, taken from `free_port`.
+ports of every listener and HTTP listener); a restart still waits a few seconds for a port
+that something else holds (`BUSY_PORT_WAIT`): a listener a test put there, another program.
 
 The broker is ready when this start's ready file names every port the test expects (`port`,
 `ports`) and every plain (not TLS) MQTT listener in it answers a CONNECT with a CONNACK (of
@@ -47,9 +47,7 @@ from telemq.broker.security.passwords import hash_password
 HOST = "127.0.0.1"
 START_DEADLINE = 15.0
 STOP_DEADLINE = 10.0
-# How long a start after the first waits for a port the system picked at the first start:
-# that port is in the ephemeral range, where, while the broker was down, the system may have
-# given it to an outgoing connection of another test as its local port.
+# How long a start after the first waits for its port to be free again.
 BUSY_PORT_WAIT = 10.0
 BUSY_PORT = "already in use"
 TRACEBACK = "Traceback (most recent call last)"
@@ -81,11 +79,12 @@ def worker_ports(
 
 
 def _port_cycle() -> Iterator[int]:
-    """Every port of this process's share once, from a random point on (two test runs on one
-    machine then rarely walk the same ports in step)."""
+    """Every port of this process's share in turn, from a random point on (two test runs on
+    one machine then rarely walk the same ports in step), then round again: a port comes back
+    only after every other one of the share was handed out, long after its test ended."""
     ports = worker_ports()
     offset = random.SystemRandom().randrange(len(ports))
-    return itertools.chain(ports[offset:], ports[:offset])
+    return itertools.cycle(itertools.chain(ports[offset:], ports[:offset]))
 
 
 _candidates: Iterator[int] | None = None
@@ -101,14 +100,13 @@ def free_port() -> int:
     the release and the server's own bind, any of those can take it: the server then fails to
     start, or, worse, a test reaches another test's server there. So the ports come from
     `PORT_RANGE`, below the ephemeral range, which only this function hands out; each
-    pytest-xdist worker has a slice of its own (`worker_ports`); a port is handed out at most
-    once in a process, and one that a bind finds busy (another program, a connection still in
-    TIME_WAIT) is skipped. A broker that needs no port in advance binds port 0 instead
-    (`BrokerProcess`)."""
+    pytest-xdist worker has a slice of its own (`worker_ports`); a port is handed out again
+    only after the rest of the slice, and one that a bind finds busy (another program, a
+    running broker, a connection still in TIME_WAIT) is skipped."""
     global _candidates
     if _candidates is None:
         _candidates = _port_cycle()
-    for port in _candidates:
+    for port in itertools.islice(_candidates, len(worker_ports())):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             try:
                 probe.bind((HOST, port))
@@ -189,10 +187,11 @@ class ReadyReport:
 class BrokerProcess:
     """``python -m telemq serve`` on 127.0.0.1 with its own data dir, log files and ready file.
 
-    `port`: the first listener's (``--port``, with `pass_port`); None lets the broker pick
-    one, known once it started. `ports`: with `config_text`, one per entry of
-    `sub_points_of_ports` (0 or missing: picked by the broker). `ready_ports`: the listener
-    ports to probe with a CONNECT, if not every plain one."""
+    `port`: the first listener's (``--port``, with `pass_port`; None: one from `free_port`;
+    without `pass_port`, None: whichever the configuration names, known once it started).
+    `ports`: with `config_text`, one per entry of `sub_points_of_ports` (0 or missing: one
+    from `free_port`). `ready_ports`: the listener ports to probe with a CONNECT, if not
+    every plain one."""
 
     def __init__(
         self,
@@ -210,6 +209,8 @@ class BrokerProcess:
     ) -> None:
         self.workdir = workdir
         self._port = port
+        if port is None and pass_port and config_text is None:
+            self._port = free_port()
         self.args = list(args)
         self.config = config
         self.pass_port = pass_port
@@ -231,9 +232,10 @@ class BrokerProcess:
         if self.config_text is not None:
             if not self.ports:
                 self.ports = [0 for _ in self.sub_points_of_ports]
+            self.ports = [port or free_port() for port in self.ports]
             self._write_config()
             self.config = self.config_path
-            self._port = self.ports[0] or None
+            self._port = self.ports[0]
             self.pass_port = False
             self.args = ["--data-dir", str(self.data_dir), *self.args]
 
@@ -266,8 +268,7 @@ class BrokerProcess:
     def command(self) -> list[str]:
         cmd = [sys.executable, "-m", "telemq", "serve", "--ready-file", str(self.ready_path)]
         if self.pass_port:
-            port = self._port if self._port is not None else 0
-            cmd += ["--host", HOST, "--port", str(port), "--data-dir", str(self.data_dir)]
+            cmd += ["--host", HOST, "--port", str(self._port), "--data-dir", str(self.data_dir)]
         if self.config is not None:
             cmd += ["--config", str(self.config)]
         return cmd + self.args
@@ -321,11 +322,6 @@ class BrokerProcess:
         self.report = report
         if self._port is None:  # picked by the broker: the first listener's
             self._port = report.listeners[0][0][0]
-        if self.config_text is not None and 0 in self.ports:
-            # The listener tables come last: a restart binds the same ports again.
-            ours = report.listeners[-len(self.ports) :]
-            self.ports = [ports[0] for ports, _ in ours]
-            self._write_config()
         expected = {self.port, *self.ports, *(self.ready_ports or [])}
         missing = expected - report.ports
         if missing:
