@@ -47,6 +47,7 @@ PER_MESSAGE_OR_CONNECTION = [
     Disconnect,
     PingReq,
     PingResp,
+    Connect,
     ConnectRequested,
     MessageReceived,
     MessageReleased,
@@ -78,6 +79,9 @@ def test_they_take_their_fields_by_position_or_name_with_the_defaults() -> None:
     assert ConnectionClosed("bye", graceful=True, code=ReasonCode.NORMAL_DISCONNECTION).graceful
     assert ConnectRequested(Connect("c")).packet.client_id == "c"
     assert ConnAck() == ConnAck(0, False, None)
+    assert Connect("c") == Connect(
+        "c", 4, True, 60, None, None, None, "MQTT", properties=None, bridge=False
+    )
     assert ConnAck(session_present=True).session_present
     assert Disconnect() == Disconnect(reason_code=0, properties=None)
     assert PingReq() == PingReq() and PingResp() == PingResp()
@@ -89,3 +93,12 @@ def test_they_take_their_fields_by_position_or_name_with_the_defaults() -> None:
     )
     assert inflight == Inflight(7, 2, b"t", b"p", False, publish, InflightState.PUBLISHED, 0.0)
     assert "packet_id=7" in repr(inflight)
+
+
+def test_a_connect_copy_is_equal_and_apart() -> None:
+    """The dialer changes a copy of the CONNECT it was given, never the caller's."""
+    original = Connect("c", 5, False, 30, username="u", password=b"p", bridge=True)
+    copy = original.copy()
+    assert copy == original and copy is not original
+    copy.protocol_name = "MQIsdp"
+    assert original.protocol_name == "MQTT"

@@ -82,7 +82,9 @@ def stated_limits(
             MAX_MQTT_PACKET if stated.maximum_packet_size is None else stated.maximum_packet_size
         ),
     )
-    return dataclasses.replace(connect, properties=None if stated.is_empty() else stated), own
+    stating = connect.copy()
+    stating.properties = None if stated.is_empty() else stated
+    return stating, own
 
 
 def packet_size(data: bytearray) -> int:

@@ -79,7 +79,6 @@ DISCONNECT, since the server is not answering.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 
 from .codec import encode, encode_publish
@@ -180,11 +179,9 @@ class DialConnection(Connection):
             connect, limits = stated_limits(connect, mqtt5, max_packet_size)
             max_packet_size = limits.maximum_packet_size
         elif level == ProtocolLevel.MQTT_3_1 or level == ProtocolLevel.MQTT_3_1_1:
-            connect = dataclasses.replace(
-                connect,
-                bridge=bridge,
-                protocol_name=PROTOCOL_NAMES[level],
-            )
+            connect = connect.copy()
+            connect.bridge = bridge
+            connect.protocol_name = PROTOCOL_NAMES[level]
         else:
             raise ValueError(f"protocol level must be 3, 4 or 5, got {level}")
         super().__init__(

@@ -76,21 +76,61 @@ class Will:
     properties: Properties | None = None  # 5.0: the Will Properties of CONNECT's payload
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Connect:
     client_id: str
-    protocol_level: int = ProtocolLevel.MQTT_3_1_1
-    clean_session: bool = True  # 5.0: Clean Start (the same bit 1 of the connect flags)
-    keepalive: int = 60
-    will: Will | None = None
-    username: str | None = None
-    password: bytes | None = None  # 5.0 allows a password without a user name
-    protocol_name: str = "MQTT"
-    properties: Properties | None = None  # 5.0
+    protocol_level: int
+    clean_session: bool  # 5.0: Clean Start (the same bit 1 of the connect flags)
+    keepalive: int
+    will: Will | None
+    username: str | None
+    password: bytes | None  # 5.0 allows a password without a user name
+    protocol_name: str
+    properties: Properties | None  # 5.0
     # 3.1/3.1.1: the level byte had bit 7 set (0x83, 0x84), a bridge's private level
     # (Mosquitto's try_private); `protocol_level` is the level itself.
-    bridge: bool = False
+    bridge: bool
     packet_type = PacketType.CONNECT
+
+    def __init__(
+        self,
+        client_id: str,
+        protocol_level: int = ProtocolLevel.MQTT_3_1_1,
+        clean_session: bool = True,
+        keepalive: int = 60,
+        will: Will | None = None,
+        username: str | None = None,
+        password: bytes | None = None,
+        protocol_name: str = "MQTT",
+        properties: Properties | None = None,
+        bridge: bool = False,
+    ) -> None:
+        self.client_id = client_id
+        self.protocol_level = protocol_level
+        self.clean_session = clean_session
+        self.keepalive = keepalive
+        self.will = will
+        self.username = username
+        self.password = password
+        self.protocol_name = protocol_name
+        self.properties = properties
+        self.bridge = bridge
+
+    def copy(self) -> Connect:
+        """A copy to change: `dataclasses.replace` would pass the compiled build's class
+        attribute `packet_type` to `__init__` as a field."""
+        return Connect(
+            self.client_id,
+            self.protocol_level,
+            self.clean_session,
+            self.keepalive,
+            self.will,
+            self.username,
+            self.password,
+            self.protocol_name,
+            self.properties,
+            self.bridge,
+        )
 
 
 @dataclass(slots=True, init=False)
