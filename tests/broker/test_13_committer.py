@@ -56,6 +56,18 @@ async def until(predicate: object, timeout: float = 10.0) -> None:
         await asyncio.sleep(0.002)
 
 
+async def small_commits(committer: Committer, rounds: int) -> None:
+    """`rounds` commits one after the other, each of INLINE_MIN_ACTIONS writes and as many
+    acknowledgements: small ones that may run on the loop."""
+    done: list[int] = []
+    for round_ in range(1, rounds + 1):
+        for client in range(committer_module.INLINE_MIN_ACTIONS):
+            committer.pending.put_session(SessionRecord(f"{round_}-{client}"))
+            committer.after(lambda: done.append(1))
+        expected = round_ * committer_module.INLINE_MIN_ACTIONS
+        await until(lambda expected=expected: len(done) == expected)
+
+
 def run(
     tmp_path: Path, body: object, send: Callable[[], None] | None = None, linger: float = 0.5
 ) -> None:
@@ -187,13 +199,7 @@ def test_commits_go_back_to_the_writer_thread_once_they_are_slow(tmp_path: Path)
     async def body(store: HeldStore, committer: Committer) -> None:
         store.release.set()
         store.delay = 4 * committer_module.INLINE_BUDGET  # a slow disk
-        done: list[int] = []
-        for round_ in range(1, 7):
-            for client in range(committer_module.INLINE_MIN_ACTIONS):
-                committer.pending.put_session(SessionRecord(f"{round_}-{client}"))
-                committer.after(lambda: done.append(1))
-            expected = round_ * committer_module.INLINE_MIN_ACTIONS
-            await until(lambda expected=expected: len(done) == expected)
+        await small_commits(committer, 6)
         # The average of small commits passes the budget after a few: the loop stops
         # waiting for the disk itself.
         assert store.on_loop[0] is True
@@ -253,3 +259,40 @@ def test_a_write_due_soon_is_committed_soon_even_behind_a_running_commit(
         assert loop.time() - started < 5
 
     run(tmp_path, body, linger=30.0)
+
+
+def test_half_of_a_small_read_is_answered_early_while_commits_are_cheap(tmp_path: Path) -> None:
+    low, high = committer_module.EARLY_MIN_PACKETS, committer_module.EARLY_MAX_PACKETS
+    seen: list[str] = []
+
+    async def body(store: HeldStore, committer: Committer) -> None:
+        store.release.set()
+        assert [committer.early_answer_point(n) for n in (low - 1, low, high, high + 1)] == [
+            0,
+            low // 2,
+            high // 2,
+            0,
+        ]
+        for name in "abcd":  # the first half of a read: written, waiting for the commit
+            committer.pending.put_session(SessionRecord(name))
+            committer.after(functools.partial(seen.append, name))
+        committer.answer_early()
+        assert seen == ["a", "b", "c", "d", "sent"]  # committed on the loop, sent at once
+        assert store.on_loop == [True]
+        committer.pending.put_session(SessionRecord("e"))  # the second half
+        committer.after(functools.partial(seen.append, "e"))
+        committer.answer_early()  # a lone acknowledgement: its commit goes to the writer
+        assert seen[-1] == "sent"
+        await until(lambda: seen[-2:] == ["e", "sent"])
+
+    run(tmp_path, body, send=lambda: seen.append("sent"))
+
+
+def test_reads_are_answered_whole_once_commits_wait_for_the_disk(tmp_path: Path) -> None:
+    async def body(store: HeldStore, committer: Committer) -> None:
+        store.release.set()
+        store.delay = 2 * committer_module.EARLY_BUDGET  # a disk that flushes
+        await small_commits(committer, 8)
+        assert committer.early_answer_point(committer_module.EARLY_MIN_PACKETS) == 0
+
+    run(tmp_path, body)

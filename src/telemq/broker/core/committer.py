@@ -31,6 +31,17 @@ client's message may arrive during the fsync), a large batch (many clients at on
 lazy one and a slow disk keep going to the writer thread, so the loop keeps reading while
 it works; the loop waits for an inline commit at most about `INLINE_BUDGET` on average.
 
+A small read (EARLY_MIN_PACKETS to EARLY_MAX_PACKETS packets) of QoS 2 PUBLISHes or
+PUBRELs (turns.py's `handle_read` says which reads) is answered in two halves while
+commits on the loop are cheap (under EARLY_BUDGET on average: no flush to disk, `sync =
+"normal"` or the memory store): the first half's writes are committed and acknowledged
+(`answer_early`) before the second half is handled. Answering a whole read after one
+commit makes the broker and a client with a small window take turns, each idle while the
+other works (ten PUBRECs at once, then ten PUBRELs at once); with the first answers out
+early the client works on them meanwhile (q2_w10 at `normal`: 20% more messages at the
+same CPU a message, docs/performance.md). A commit that waits for the disk is not split:
+each half would wait for it.
+
 The memory store commits inline (there is nothing to wait for).
 """
 
@@ -57,6 +68,9 @@ INLINE_MIN_ACTIONS = 4  # a commit this many acknowledgements wait for...
 INLINE_MAX_OPS = 512  # ...of a batch this small may run on the event loop...
 INLINE_BUDGET = 0.002  # ...while such commits take less than this many seconds (average)
 ACTIONS_PER_TURN = 1024  # post-commit actions run in one callback; the rest in later turns
+EARLY_MIN_PACKETS = 8  # a read of this many packets...
+EARLY_MAX_PACKETS = 64  # ...up to this many is answered in two halves...
+EARLY_BUDGET = 0.0001  # ...while commits on the loop take less than this (seconds, average)
 
 
 class WriteShare:
@@ -188,6 +202,24 @@ class Committer:
             return
         self._actions.append(action)
         self.schedule()
+
+    def early_answer_point(self, packets: int) -> int:
+        """After how many of a read's `packets` to `answer_early`: half of a small read
+        while commits are cheap (see the module docstring); 0: at the end only."""
+        if (
+            packets < EARLY_MIN_PACKETS
+            or packets > EARLY_MAX_PACKETS
+            or self._busy
+            or self._inline_seconds >= EARLY_BUDGET
+        ):
+            return 0
+        return packets // 2
+
+    def answer_early(self) -> None:
+        """Commit what waits for acknowledgement now, on the loop, and run its actions:
+        the first half of a read is answered before the second is handled."""
+        if self._actions and not self._busy:
+            self._flush()
 
     def schedule(self) -> None:
         """Commit what is pending at the end of this loop iteration."""

@@ -33,7 +33,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from ...protocol import (
@@ -54,7 +54,7 @@ from .deadlines import Bucket, Deadlines
 from .message import Delivery, DeliveryTarget
 from .peer_address import pack_peer, peer_name, peer_text
 from .stats import SessionCounts
-from .turns import READ_BUDGET, READ_TURN_BYTES, ReadClock, Throttling
+from .turns import READ_BUDGET, READ_TURN_BYTES, ReadClock, Throttling, handle_read
 
 if TYPE_CHECKING:
     from ..security.hooks import AuthExchange
@@ -233,11 +233,9 @@ class ClientHub:
         self.on_gone = on_gone
         self.on_writable = on_writable
 
-    def handle_events(self, client: Client, events: Iterable[Event]) -> None:
+    def handle_events(self, client: Client, events: list[Event]) -> None:
         self.read_clock.received_us = time.time_ns() // 1000
-        handlers = client.handlers
-        for event in events:
-            handlers[type(event)](client, event)
+        handle_read(self.committer, client.handlers, client, events)
 
     def mark_dirty(self, client: Client) -> None:
         """`client` has bytes to write: flushed at the end of this loop iteration."""

@@ -16,13 +16,20 @@ backlog is paused until the running commit ends (`ClientHub.pause_for_store`).
 What a client keeps of this once it was held, paused or charged is its `Throttling`, made
 then: an idle connection carries none. The `ReadClock` is the time of the read being
 handled, read once per read.
+
+A small read of QoS 2 packets is answered in two halves while commits are cheap
+(`Committer.answer_early`, `worth_answering_early`).
 """
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Callable
+from typing import Any, Final, TypeVar
 
-from .committer import WriteShare
+from ...protocol import Event, MessageReceived, MessageReleased
+from .committer import Committer, WriteShare
+
+C = TypeVar("C")  # the client a read came from (session.py's `Client`)
 
 # Final: constants the compiled build inlines where they are used.
 READ_BUDGET: Final = 256
@@ -66,3 +73,33 @@ class Throttling(WriteShare):
         fitted = int(budget * READ_SLICE / took) if took > 0 else budget * 2
         fitted = max(budget // 2, min(budget * 2, fitted))
         self.read_budget = max(READ_BUDGET_MIN, min(READ_BUDGET_MAX, fitted))
+
+
+def handle_read(
+    committer: Committer,
+    handlers: dict[type, Callable[[C, Any], None]],
+    client: C,
+    events: list[Event],
+) -> None:
+    """A read's `events`, each to its handler in order; a small read of QoS 2 packets in
+    two halves while commits are cheap, the first answered before the second is handled
+    (`Committer.answer_early`, `worth_answering_early`)."""
+    half = committer.early_answer_point(len(events))
+    if half and worth_answering_early(events[0]):
+        for event in events[:half]:
+            handlers[type(event)](client, event)
+        committer.answer_early()
+        events = events[half:]
+    for event in events:
+        handlers[type(event)](client, event)
+
+
+def worth_answering_early(first: Event) -> bool:
+    """Whether a read that begins with `first` is worth answering in two halves: one of
+    QoS 2 PUBLISHes or PUBRELs. The client answers the first half's PUBRECs (PUBCOMPs) with
+    the packets that carry those messages on while the broker handles the second half. A
+    read of QoS 1 PUBLISHes is not: early PUBACKs only bring the next PUBLISHes sooner, for
+    one commit more a read (17% more CPU a message at the same rate, q1_w10)."""
+    if isinstance(first, MessageReleased):
+        return True
+    return isinstance(first, MessageReceived) and first.publish.qos == 2
