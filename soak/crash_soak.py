@@ -100,6 +100,7 @@ class SoakConfig:
     stall: float = 60.0
     subscriber: str = "normal"
     protocol: str = "3.1.1"
+    sync: str = "full"  # the store's; "normal" also answers small QoS 2 reads in halves
     slow_ms: float = 8.0
     trace: bool = False
     workdir: Path | None = None
@@ -301,7 +302,7 @@ def run_soak(config: SoakConfig) -> SoakResult:
     workdir = Path(tempfile.mkdtemp(prefix="telemq-soak-")) if own_workdir else config.workdir
     assert workdir is not None
     workdir.mkdir(parents=True, exist_ok=True)
-    broker = Broker(workdir, free_port())
+    broker = Broker(workdir, free_port(), f'{BROKER_CONFIG}\n[store]\nsync = "{config.sync}"\n')
     kill_log = (workdir / "kills.log").open("a", encoding="utf-8")
     sub_trace = Trace(workdir / "subscriber.trace" if config.trace else None)
     pub_trace = Trace(workdir / "publisher.trace" if config.trace else None)
@@ -416,6 +417,12 @@ def main(argv: list[str] | None = None) -> int:
         "--protocol", choices=PROTOCOLS, default="3.1.1", help="the clients' MQTT version"
     )
     parser.add_argument(
+        "--sync",
+        choices=("full", "normal"),
+        default="full",
+        help="the store's sync (full); normal survives the broker's crash, not the machine's",
+    )
+    parser.add_argument(
         "--slow-ms",
         type=positive(float),
         default=8.0,
@@ -426,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
     args, config = parse_config(parser, argv, SoakConfig)
     print(
         f"crash soak: seed {config.seed}, {config.kills} kills, {config.messages} messages per"
-        f" QoS, subscriber {config.subscriber}, MQTT {config.protocol}",
+        f" QoS, subscriber {config.subscriber}, MQTT {config.protocol}, sync {config.sync}",
         flush=True,
     )
     result = run_soak(config)
