@@ -219,7 +219,11 @@ class Committer:
         """Commit what waits for acknowledgement now, on the loop, and run its actions:
         the first half of a read is answered before the second is handled."""
         if self._actions and not self._busy:
+            queued = self._scheduled
             self._flush()
+            # The end-of-iteration commit the first half asked for is still queued: it takes
+            # the second half, which need not queue another.
+            self._scheduled = queued
 
     def schedule(self) -> None:
         """Commit what is pending at the end of this loop iteration."""
